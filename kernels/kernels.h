@@ -1,0 +1,102 @@
+/* The kernel interface: one set of plain functions on fp32 arrays, two backends (cpu/
+ * now, cuda/ later behind the same shapes). Conventions, shared by every kernel:
+ *   - row-major; N = number of rows (B*T tokens), C = channels.
+ *   - Linear weights are [OC, C] (PyTorch's nn.Linear layout); out = inp @ W^T + b.
+ *   - Every *_backward ACCUMULATES (+=) into the gradients it writes (dinp, dweight, ...),
+ *     so gradient accumulation and residual branches need no extra adds. The caller
+ *     zeroes gradient buffers when a new accumulation starts.
+ *   - Reductions run in a fixed order for a given (shape, thread count): the same call
+ *     twice gives the same bits.
+ *   - Pointers may be NULL where noted (no bias, no dbias, ...).
+ * Every kernel has a plain reference implementation in the tests it is checked against.
+ */
+#ifndef DS_KERNELS_H
+#define DS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- dense ---------------------------------------------------------------------- */
+/* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be NULL). */
+void ds_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                       int N, int C, int OC);
+/* dinp[N,C] += dout @ W; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_rows(dout).
+ * Any of dinp, dweight, dbias may be NULL (not wanted). */
+void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, int N, int C, int OC);
+
+/* ---- elementwise ---------------------------------------------------------------- */
+void ds_add_forward(float *out, const float *a, const float *b, size_t n);   /* out = a+b */
+void ds_accumulate(float *dst, const float *src, size_t n);                    /* dst += src */
+void ds_scale(float *x, float s, size_t n);                                    /* x *= s */
+/* GELU, tanh approximation (GPT-2's). */
+void ds_gelu_forward(float *out, const float *inp, size_t n);
+void ds_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- normalisation -------------------------------------------------------------- */
+/* mean[N], rstd[N] are saved for backward. */
+void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C, float eps);
+void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* ---- embedding ------------------------------------------------------------------ */
+/* out[N,C] = table[ids[n]] ; backward: dtable[ids[n]] += dout[n] (rows in order n=0..N-1). */
+void ds_embedding_forward(float *out, const int32_t *ids, const float *table, int N, int C);
+void ds_embedding_backward(float *dtable, const float *dout, const int32_t *ids, int N, int C);
+
+/* ---- attention ------------------------------------------------------------------ */
+/* Causal multi-head self-attention on packed qkv[B,T,3C] (q | k | v, heads of size C/NH
+ * inside each). out[B,T,C]. att[B,NH,T,T] holds the softmax probabilities (saved for
+ * backward; entries above the diagonal are 0). */
+void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv += ...; scratch must hold B*NH*T*T floats (clobbered). */
+void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH);
+
+/* ---- loss ----------------------------------------------------------------------- */
+/* Per row n: losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; the softmax
+ * probabilities overwrite nothing: backward recomputes from logits. Rows with
+ * target < 0 are ignored (loss 0). Returns the sum of the losses (fixed order). */
+double ds_crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
+                               int N, int V);
+/* dlogits[n,:] += dloss * (softmax(logits[n]) - onehot(targets[n])). dloss is the
+ * gradient of the total objective w.r.t. each row's loss (e.g. 1/N for a mean). */
+void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+                              float dloss, int N, int V);
+
+/* ---- dropout (counter-based RNG) -------------------------------------------------- */
+/* Philox-4x32-10 keyed by (seed, step, layer, micro): element i keeps with prob 1-p and is
+ * scaled by 1/(1-p). Same key => same mask, so a recomputation draws the same mask and
+ * backward needs no saved mask. */
+typedef struct ds_rng_key {
+    uint64_t seed;
+    uint32_t step, layer, micro;
+} ds_rng_key;
+void ds_philox4x32(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
+void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key);
+void ds_dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);
+
+/* ---- optimizer ------------------------------------------------------------------ */
+/* One AdamW step on n elements (a slice of a flat buffer). t is the 1-based step for
+ * bias correction; weight_decay is decoupled (param -= lr*wd*param), 0 for no decay. */
+void ds_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t);
+/* SGD with momentum (PyTorch's form: buf = mom*buf + g; p -= lr*buf), weight decay L2. */
+void ds_sgd_update(float *param, const float *grad, float *buf, size_t n, float lr,
+                   float momentum, float weight_decay);
+/* Sum of squares in double, fixed order (grad-norm building block). */
+double ds_sumsq(const float *x, size_t n);
+
+/* ---- precision conversion (bf16 as uint16_t: gcc has no __bf16 on x86) ---------- */
+void ds_f32_to_bf16(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
+void ds_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+void ds_f32_to_f16(uint16_t *dst, const float *src, size_t n);    /* IEEE half, RNE */
+void ds_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+
+/* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
+void ds_kernels_set_threads(int n);
+int ds_kernels_threads(void);
+
+#endif

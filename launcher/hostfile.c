@@ -1,0 +1,2 @@
+/* hostfile: see hostfile.h */
+#include "hostfile.h"

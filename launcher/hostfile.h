@@ -1,0 +1,3 @@
+#ifndef DS_HOSTFILE_H
+#define DS_HOSTFILE_H
+#endif

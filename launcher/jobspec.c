@@ -1,0 +1,2 @@
+/* jobspec: see jobspec.h */
+#include "jobspec.h"

@@ -1,0 +1,3 @@
+#ifndef DS_JOBSPEC_H
+#define DS_JOBSPEC_H
+#endif

@@ -1,0 +1,2 @@
+/* plan: see plan.h */
+#include "plan.h"

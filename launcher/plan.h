@@ -1,0 +1,3 @@
+#ifndef DS_PLAN_H
+#define DS_PLAN_H
+#endif

@@ -1,0 +1,16 @@
+/* `dsrun run SCRIPT.lua [ARGS]`: one rank, no launcher, the quickest loop for a script's
+ * author. */
+#include <stdio.h>
+
+#include "script.h"
+#include "subcommands.h"
+
+int dsrun_run_main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: dsrun run SCRIPT.lua [ARGS...]\n");
+        return 2;
+    }
+    ds_context ctx;
+    ds_context_single(&ctx);
+    return ds_script_run(&ctx, argv[1], argc - 2, argv + 2);
+}

@@ -1,0 +1,117 @@
+#include "script.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ds_lua.h"
+
+static int l_rank(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->rank);
+    return 1;
+}
+static int l_world_size(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->world_size);
+    return 1;
+}
+static int l_local_rank(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->local_rank);
+    return 1;
+}
+static int l_local_world_size(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->local_world_size);
+    return 1;
+}
+static int l_node_rank(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->node_rank);
+    return 1;
+}
+static int l_attempt(lua_State *L) {
+    lua_pushinteger(L, ds_context_of(L)->attempt);
+    return 1;
+}
+static int l_host(lua_State *L) {
+    lua_pushstring(L, ds_context_of(L)->host);
+    return 1;
+}
+static int l_job_id(lua_State *L) {
+    lua_pushstring(L, ds_context_of(L)->job_id);
+    return 1;
+}
+
+void ds_lua_open_runtime(lua_State *L) {
+    static const luaL_Reg fns[] = {
+        {"rank", l_rank},         {"world_size", l_world_size},
+        {"local_rank", l_local_rank}, {"local_world_size", l_local_world_size},
+        {"node_rank", l_node_rank}, {"attempt", l_attempt},
+        {"host", l_host},         {"job_id", l_job_id},
+        {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+}
+
+static int luaopen_ds_core(lua_State *L) {
+    lua_newtable(L);
+    ds_lua_open_runtime(L);
+    ds_lua_open_store(L);
+    ds_lua_open_engine(L);
+    ds_lua_open_data(L);
+    ds_lua_open_comm(L);
+    return 1;
+}
+
+/* Message handler: adds the traceback so a script error names the script line. */
+static int msgh(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) msg = luaL_tolstring(L, 1, NULL);
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+static void set_package_path(lua_State *L) {
+    const char *dir = getenv("DS_LUA_DIR");
+    if (!dir || !dir[0]) dir = DS_LUA_DIR;
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, luaopen_ds_core);
+    lua_setfield(L, -2, "ds._core");
+    lua_pop(L, 2);
+}
+
+int ds_script_run(ds_context *ctx, const char *path, int nargs, char **args) {
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        fprintf(stderr, "%s:rank %d: cannot create a Lua state (out of memory)\n", ctx->host,
+                ctx->rank);
+        return 1;
+    }
+    luaL_openlibs(L);
+    ds_context_attach(L, ctx);
+    set_package_path(L);
+
+    lua_createtable(L, nargs, 1);
+    lua_pushstring(L, path);
+    lua_rawseti(L, -2, 0);
+    for (int i = 0; i < nargs; i++) {
+        lua_pushstring(L, args[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setglobal(L, "arg");
+
+    int status = EXIT_SUCCESS;
+    lua_pushcfunction(L, msgh);
+    if (luaL_loadfile(L, path) != LUA_OK) {
+        fprintf(stderr, "%s:rank %d: %s\n", ctx->host, ctx->rank, lua_tostring(L, -1));
+        status = EXIT_FAILURE;
+    } else if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
+        fprintf(stderr, "%s:rank %d: %s\n", ctx->host, ctx->rank, lua_tostring(L, -1));
+        status = EXIT_FAILURE;
+    }
+    lua_close(L);
+    fflush(stdout);
+    return status;
+}

@@ -1,0 +1,12 @@
+/* The `dsrun` subcommands; each lives with the part it belongs to and returns the
+ * process exit status. */
+#ifndef DS_SUBCOMMANDS_H
+#define DS_SUBCOMMANDS_H
+
+int dsrun_agent_main(int argc, char **argv);    /* agent/agent.c: one per node */
+int dsrun_worker_main(int argc, char **argv);   /* agent/worker.c: one rank */
+int dsrun_run_main(int argc, char **argv);      /* agent/run.c: one rank, no launcher */
+int dsrun_tokenize_main(int argc, char **argv); /* data/tokenize.c */
+int dsrun_ckpt_main(int argc, char **argv);     /* engine checkpoints: export, inspect */
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build and the tests need. Idempotent: when all are
+# present it only asks dpkg and returns (well under a second).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config clang
+  libssh2-1-dev libcurl4-openssl-dev libinih-dev liblua5.4-dev lua5.4
+  libcmocka-dev libopenblas-dev libgloo-dev
+  openssh-server openssh-client iproute2 procps psmisc
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  PACKAGES+=(python3-torch python3-numpy)   # the PyTorch peer in bench/, not needed by tests
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) != 0 ]]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq
+$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"
