@@ -1,3 +1,79 @@
+/* The job spec: an INI file (read with inih) validated into a ds_jobspec. Every value is
+ * checked; an unknown section or key, a wrong type, an out-of-range value or a missing
+ * required key is an error naming file, line, key and what was expected.
+ * docs/jobspec.md documents every key; keep the two in step. */
 #ifndef DS_JOBSPEC_H
 #define DS_JOBSPEC_H
+
+#include "ds_err.h"
+
+typedef enum { DS_HOSTKEY_YES, DS_HOSTKEY_ACCEPT_NEW, DS_HOSTKEY_NO } ds_hostkey_check;
+typedef enum { DS_PREC_FP32, DS_PREC_BF16, DS_PREC_FP16 } ds_precision;
+
+typedef struct ds_env_var {
+    char *key, *value;
+} ds_env_var;
+
+typedef struct ds_jobspec {
+    char *path; /* the file it came from (for messages) */
+
+    /* [job] */
+    char *name;    /* required; [A-Za-z0-9._-]+, used in log paths */
+    char *script;  /* required; path of the Lua script (relative to workdir) */
+    char **args;   /* `args`, split shell-style (quotes honoured), NULL-terminated */
+    int nargs;
+    char *workdir; /* default: the job spec's directory */
+
+    /* [resources] (command-line options override) */
+    char *hostfile; /* NULL: the local node */
+    char *include, *exclude;
+    int num_nodes; /* -1: all */
+    int num_gpus;  /* -1: all slots */
+
+    /* [ssh] */
+    char *ssh_user;            /* default: $USER */
+    int ssh_port;              /* default 22 */
+    char *ssh_identity;        /* default: ssh-agent, then ~/.ssh/id_ed25519 */
+    char *ssh_known_hosts;     /* default ~/.ssh/known_hosts */
+    ds_hostkey_check host_key_check; /* default yes */
+    int ssh_connect_timeout_ms;      /* key connect_timeout in seconds; default 10 s */
+    int ssh_force;             /* key `force`: start even the local node over SSH */
+
+    /* [env] any KEY = value, passed to every rank */
+    ds_env_var *env;
+    int nenv;
+
+    /* [rendezvous] */
+    char *rdzv_addr;  /* address the store binds to and ranks reach; default: first node's */
+    int rdzv_port;    /* 0 = pick a free port; default 0 */
+    int rdzv_timeout_ms; /* key timeout in seconds; default 300 s */
+    int master_port;  /* key master_port: MASTER_PORT given to ranks; default 29500 */
+
+    /* [restart] */
+    int max_restarts;            /* default 0 */
+    int heartbeat_interval_ms;   /* key heartbeat_interval (s); default 5 s */
+    int heartbeat_timeout_ms;    /* key heartbeat_timeout (s); default 30 s */
+
+    /* [logs] */
+    char *log_dir;   /* default "logs" (relative to workdir) */
+    char *tee;       /* which ranks show on the terminal: "all" (default), "none", "0,2-3" */
+
+    /* [engine] defaults the Lua script reads and may override per stage */
+    int zero_stage;          /* 0..3, default 0 */
+    ds_precision precision;  /* fp32 | bf16 | fp16, default fp32 */
+    char *checkpointing;     /* none | full | every:N, default none */
+    int micro_batch;         /* >= 1, default 1 */
+    int grad_accum;          /* >= 1, default 1 */
+    long long seed;          /* default 1234 */
+} ds_jobspec;
+
+/* Defaults for every key (no file). */
+void ds_jobspec_init(ds_jobspec *spec);
+/* Parses and validates path into spec (which it initialises). On error returns -1 with
+ * "FILE:LINE: [section] key: what was wrong, what was expected" in err. */
+int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err);
+/* Same from a string (fuzzers, tests); name is used in messages. */
+int ds_jobspec_parse(ds_jobspec *spec, const char *name, const char *text, ds_err *err);
+void ds_jobspec_free(ds_jobspec *spec);
+
 #endif
