@@ -1,0 +1,76 @@
+#include "tensor.h"
+
+#include <stdlib.h>
+
+size_t ds_dtype_size(ds_dtype t) {
+    switch (t) {
+    case DS_F32: return 4;
+    case DS_BF16: return 2;
+    case DS_F16: return 2;
+    case DS_I32: return 4;
+    }
+    return 0;
+}
+
+const char *ds_dtype_name(ds_dtype t) {
+    switch (t) {
+    case DS_F32: return "fp32";
+    case DS_BF16: return "bf16";
+    case DS_F16: return "fp16";
+    case DS_I32: return "int32";
+    }
+    return "?";
+}
+
+static ds_tensor *make(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+                       ds_err *err) {
+    if (ndim < 0 || ndim > DS_MAX_DIMS)
+        return ds_err_set(err, "tensor: %d dimensions (1..%d allowed)", ndim, DS_MAX_DIMS), NULL;
+    ds_tensor *t = calloc(1, sizeof *t);
+    if (!t) return ds_err_set(err, "tensor: out of memory"), NULL;
+    t->dtype = dtype;
+    t->device = DS_CPU;
+    t->cat = cat;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            free(t);
+            return ds_err_set(err, "tensor: negative size %lld in dimension %d",
+                              (long long)shape[i], i), NULL;
+        }
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    return t;
+}
+
+size_t ds_tensor_nbytes(const ds_tensor *t) { return (size_t)t->numel * ds_dtype_size(t->dtype); }
+
+ds_tensor *ds_tensor_new(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+                         ds_err *err) {
+    ds_tensor *t = make(dtype, cat, ndim, shape, err);
+    if (!t) return NULL;
+    t->data = ds_alloc(ds_tensor_nbytes(t), cat);
+    if (!t->data) {
+        ds_err_set(err, "tensor: out of memory for %zu bytes of %s", ds_tensor_nbytes(t),
+                   ds_mem_cat_name(cat));
+        free(t);
+        return NULL;
+    }
+    t->owns = 1;
+    return t;
+}
+
+ds_tensor *ds_tensor_view(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+                          void *data, ds_err *err) {
+    ds_tensor *t = make(dtype, cat, ndim, shape, err);
+    if (t) t->data = data;
+    return t;
+}
+
+void ds_tensor_free(ds_tensor *t) {
+    if (!t) return;
+    if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
+    free(t);
+}

@@ -1,0 +1,46 @@
+/* A tensor: a typed, shaped view of memory on a device, with the allocation category it
+ * counts against. Tensors own their storage unless made as views. */
+#ifndef DS_TENSOR_H
+#define DS_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "ds_err.h"
+
+typedef enum ds_dtype { DS_F32, DS_BF16, DS_F16, DS_I32 } ds_dtype;
+typedef enum ds_device { DS_CPU, DS_CUDA } ds_device;
+
+#define DS_MAX_DIMS 4
+
+typedef struct ds_tensor {
+    ds_dtype dtype;
+    ds_device device;
+    ds_mem_cat cat;
+    int ndim;
+    int64_t shape[DS_MAX_DIMS];
+    int64_t numel;
+    void *data;
+    int owns; /* 1: data was ds_alloc'ed by this tensor and is freed with it */
+} ds_tensor;
+
+size_t ds_dtype_size(ds_dtype t);
+const char *ds_dtype_name(ds_dtype t);
+
+/* A zeroed CPU tensor; NULL with err on a bad shape or out of memory. */
+ds_tensor *ds_tensor_new(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+                         ds_err *err);
+/* A view on memory owned elsewhere (not freed with the tensor). */
+ds_tensor *ds_tensor_view(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+                          void *data, ds_err *err);
+void ds_tensor_free(ds_tensor *t);
+size_t ds_tensor_nbytes(const ds_tensor *t);
+
+/* Lua: tensors are full userdata of metatable "ds.Tensor" (engine/lua_engine.c defines the
+ * methods). push takes ownership of t; check raises a Lua error if idx is not a tensor. */
+struct lua_State;
+void ds_lua_push_tensor(struct lua_State *L, ds_tensor *t);
+ds_tensor *ds_lua_check_tensor(struct lua_State *L, int idx);
+
+#endif
