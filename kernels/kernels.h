@@ -65,6 +65,12 @@ double ds_crossentropy_forward(float *losses, const float *logits, const int32_t
  * gradient of the total objective w.r.t. each row's loss (e.g. 1/N for a mean). */
 void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
                               float dloss, int N, int V);
+/* Both in one pass over the logits (the fast path for a large vocabulary): fills losses,
+ * returns their sum, and WRITES (=, not +=) dloss * (softmax - onehot) into dlogits, which
+ * may be the logits buffer itself (the head's backward then needs no second [N,V] buffer
+ * and no zeroing). Rows with target < 0 get loss 0 and a zero gradient. */
+double ds_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
+                                        const int32_t *targets, float dloss, int N, int V);
 
 /* ---- dropout (counter-based RNG) -------------------------------------------------- */
 /* Philox-4x32-10 keyed by (seed, step, layer, micro): element i keeps with prob 1-p and is
@@ -83,6 +89,11 @@ void ds_dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_r
  * bias correction; weight_decay is decoupled (param -= lr*wd*param), 0 for no decay. */
 void ds_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t);
+/* The same step on grad * grad_scale, without touching grad: gradient clipping (scale =
+ * max_norm / norm) or fp16 loss-scale removal fused into the one pass over the buffers. */
+void ds_adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
+                            float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t);
 /* SGD with momentum (PyTorch's form: buf = mom*buf + g; p -= lr*buf), weight decay L2. */
 void ds_sgd_update(float *param, const float *grad, float *buf, size_t n, float lr,
                    float momentum, float weight_decay);

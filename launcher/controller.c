@@ -1,11 +1,356 @@
-/* Placeholder until the controller (start, supervise, stop) lands. */
+/* The controller's run of a job (controller.h): sets up the logs and the store, starts
+ * every node's agent at once (fork/exec locally, SSH elsewhere), then one poll loop
+ * serves them all until every agent is gone, and prints the summary. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "controller.h"
+#include "job.h"
+
+long long ds_job_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ds_job_stop(ds_job *job, const char *fmt, ...) {
+    if (job->stopping) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job->failure, sizeof job->failure, fmt, ap);
+    va_end(ap);
+    job->stopping = 1;
+    job->kill_at_ms = ds_job_now_ms() + DS_STOP_GRACE_MS + DS_STOP_SLACK_MS;
+    ds_event(job->ev, "stopping the job: %s", job->failure);
+    for (int i = 0; i < job->plan->nnodes; i++) ds_node_stop(&job->nodes[i]);
+}
+
+/* ---- setup ---- */
+
+static int make_job_id(ds_job *job, ds_err *err) {
+    unsigned char r[4];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return ds_err_errno(err, errno, "getrandom");
+    snprintf(job->id, sizeof job->id, "%s-%02x%02x%02x%02x", job->spec->name, r[0], r[1], r[2], r[3]);
+    return 0;
+}
+
+static int make_log_dirs(ds_job *job, ds_err *err) {
+    const ds_jobspec *s = job->spec;
+    const char *dir = s->log_dir ? s->log_dir : "logs";
+    int rc = dir[0] == '/' ? asprintf(&job->log_root, "%s/%s", dir, s->name)
+                           : asprintf(&job->log_root, "%s/%s/%s", s->workdir, dir, s->name);
+    if (rc < 0 || asprintf(&job->attempt_dir, "%s/attempt-%d", job->log_root, job->attempt) < 0)
+        return ds_err_set(err, "out of memory");
+    job->logs = ds_logs_open(job->attempt_dir, job->plan, s->tee, err); /* creates the dirs */
+    if (!job->logs) return -1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/launcher.log", job->log_root);
+    job->ev = ds_events_open(path, err);
+    return job->ev ? 0 : -1;
+}
+
+static int start_store(ds_job *job, ds_err *err) {
+    const char *addr = job->spec->rdzv_addr ? job->spec->rdzv_addr : job->plan->master_addr;
+    if (ds_store_make_token(job->token, err) != 0) return -1;
+    if (ds_store_server_start(addr, job->spec->rdzv_port, job->token, &job->store, err) != 0)
+        return ds_err_prefix(err, "rendezvous store on %s", addr);
+    snprintf(job->rdzv, sizeof job->rdzv, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr,
+             ds_store_server_port(job->store));
+    ds_event(job->ev, "job %s: store listening on %s", job->id, job->rdzv);
+    return 0;
+}
+
+/* ---- what each agent is told on its stdin ---- */
+
+static int config(ds_bytes *b, const char *key, const char *val) {
+    char *kv;
+    if (asprintf(&kv, "%s=%s", key, val) < 0) return -1;
+    int rc = ds_frame_append(b, DS_FRAME_CONFIG, 0, kv, strlen(kv));
+    memset(kv, 0, strlen(kv));
+    free(kv);
+    return rc;
+}
+
+static int config_int(ds_bytes *b, const char *key, int v) {
+    char s[32];
+    snprintf(s, sizeof s, "%d", v);
+    return config(b, key, s);
+}
+
+static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
+    const ds_jobspec *s = job->spec;
+    ds_bytes *b = &n->to_agent;
+    int bad = config(b, "job", job->id) | config(b, "host", n->plan->host) |
+              config_int(b, "node", n->plan->node_rank) | config(b, "rdzv", job->rdzv) |
+              config(b, "token", job->token) | config(b, "workdir", s->workdir) |
+              config(b, "script", s->script) | config_int(b, "heartbeat_ms", s->heartbeat_interval_ms) |
+              config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms);
+    for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
+    for (int r = 0; r < job->plan->world_size && !bad; r++) {
+        if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
+        bad |= ds_frame_append(b, DS_FRAME_RANK, (uint32_t)r, NULL, 0);
+        char **env = ds_plan_rank_env(job->plan, s, r, job->id, job->attempt);
+        if (!env) return ds_err_set(err, "out of memory");
+        for (char **e = env; *e; e++) bad |= ds_frame_append(b, DS_FRAME_ENV, (uint32_t)r, *e, strlen(*e));
+        ds_plan_env_free(env);
+    }
+    bad |= ds_frame_append(b, DS_FRAME_GO, 0, NULL, 0);
+    return bad ? ds_err_set(err, "out of memory (or an [env] value over 1 MiB)") : 0;
+}
+
+/* ---- starting the nodes ---- */
+
+/* Single quotes for the remote shell. */
+static char *shell_quote(const char *s) {
+    size_t n = 3;
+    for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
+    char *q = malloc(n), *o = q;
+    if (!q) return NULL;
+    *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o++ = '\'';
+    *o = 0;
+    return q;
+}
+
+static int start_node(ds_job *job, ds_node *n, ds_err *err) {
+    const ds_jobspec *s = job->spec;
+    char node[16];
+    snprintf(node, sizeof node, "%d", n->plan->node_rank);
+    if (n->plan->local && !s->ssh_force) {
+        char *argv[] = {s->dsrun, "agent", "--job", job->id, "--node", node, NULL};
+        if (ds_node_start_local(n, argv, err) != 0) return -1;
+        ds_event(job->ev, "node %d (%s): agent started locally, pid %d", n->plan->node_rank, n->plan->host,
+                 (int)n->local.pid);
+        return 0;
+    }
+    char *dsrun = shell_quote(s->dsrun), *id = shell_quote(job->id), *cmd = NULL;
+    int ok = dsrun && id && asprintf(&cmd, "exec %s agent --job %s --node %s", dsrun, id, node) > 0;
+    free(dsrun);
+    free(id);
+    if (!ok) return ds_err_set(err, "out of memory");
+    ds_ssh_opts o = {
+        .host = n->plan->host,
+        .port = s->ssh_port,
+        .user = s->ssh_user,
+        .identity = s->ssh_identity,
+        .known_hosts = s->ssh_known_hosts,
+        .check = s->host_key_check,
+        .timeout_ms = s->ssh_connect_timeout_ms,
+    };
+    int rc = ds_node_start_ssh(n, &o, cmd, err);
+    free(cmd);
+    if (rc == 0) ds_event(job->ev, "node %d (%s): connecting over SSH (port %d)", n->plan->node_rank, n->plan->host, s->ssh_port);
+    return rc;
+}
+
+/* ---- the loop ---- */
+
+static int setup_signals(ds_err *err) {
+    /* A shell starts background jobs with SIGINT ignored; dslaunch handles it itself. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return ds_err_errno(err, errno, "sigprocmask");
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) return ds_err_errno(err, errno, "signalfd");
+    signal(SIGPIPE, SIG_IGN);
+    return fd;
+}
+
+static void handle_signals(ds_job *job, int sigfd) {
+    struct signalfd_siginfo si;
+    while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) {
+            for (int i = 0; i < job->plan->nnodes; i++) ds_node_reap(&job->nodes[i]);
+            continue;
+        }
+        if (!job->stopping) {
+            job->interrupted = sig;
+            fprintf(stderr, "dslaunch: %s: stopping every rank (again to kill at once)\n", sigabbrev_np(sig));
+            ds_job_stop(job, "interrupted by SIG%s", sigabbrev_np(sig));
+        } else if (job->interrupted) {
+            ds_event(job->ev, "second SIG%s: dropping every node now", sigabbrev_np(sig));
+            job->kill_at_ms = 0;
+        }
+    }
+}
+
+static void handle_store_events(ds_job *job) {
+    ds_store_event e;
+    while (ds_store_server_next_event(job->store, &e) == 1) {
+        switch (e.kind) {
+        case DS_STORE_EV_NODE_CONNECTED:
+            ds_event(job->ev, "store: node %d connected from %s", e.node_rank, e.peer);
+            break;
+        case DS_STORE_EV_NODE_LOST:
+            ds_event(job->ev, "store: node %d connection closed (%s)", e.node_rank, e.reason);
+            break;
+        case DS_STORE_EV_CLIENT_REJECTED:
+            ds_event(job->ev, "store: dropped client %s: %s", e.peer, e.reason);
+            fprintf(stderr, "dslaunch: store: dropped a client from %s: %s\n", e.peer, e.reason);
+            break;
+        }
+    }
+}
+
+/* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. */
+static void check_heartbeats(ds_job *job) {
+    if (job->stopping || job->spec->heartbeat_timeout_ms <= 0) return;
+    int64_t now = ds_store_now_ms();
+    for (int i = 0; i < job->plan->nnodes; i++) {
+        ds_node *n = &job->nodes[i];
+        if (n->state != DS_NODE_RUNNING) continue;
+        int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
+        if (last >= 0 && now - last > job->spec->heartbeat_timeout_ms)
+            ds_job_stop(job, "node %d (%s): no heartbeat for %.1f s", i, n->plan->host, (double)(now - last) / 1000);
+    }
+}
+
+static int poll_timeout(ds_job *job) {
+    long long now = ds_job_now_ms(), wake = now + 1000;
+    for (int i = 0; i < job->plan->nnodes; i++) {
+        const ds_node *n = &job->nodes[i];
+        long long d = ds_node_deadline_ms(n);
+        if (d >= 0 && d < wake) wake = d;
+        /* libssh2 can keep bytes it read in its own buffers, where poll cannot see them:
+         * look again soon rather than trust the socket alone. */
+        if (n->via_ssh && n->state != DS_NODE_DONE && now + 100 < wake) wake = now + 100;
+    }
+    if (job->stopping && job->kill_at_ms < wake) wake = job->kill_at_ms;
+    return wake > now ? (int)(wake - now) : 0;
+}
+
+static void run_loop(ds_job *job, int sigfd) {
+    int nn = job->plan->nnodes;
+    struct pollfd *pf = calloc((size_t)(2 + 3 * nn), sizeof *pf);
+    if (!pf) {
+        ds_job_stop(job, "out of memory");
+        job->kill_at_ms = 0;
+    }
+    ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
+    long long next_tick = 0;
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
+        if (!live) break;
+        if (job->stopping && ds_job_now_ms() >= job->kill_at_ms) {
+            for (int i = 0; i < nn; i++) {
+                ds_node *n = &job->nodes[i];
+                if (n->state == DS_NODE_DONE) continue;
+                ds_node_abandon(n, "did not stop within the grace period; dropped");
+                ds_job_on_node_done(job, n);
+            }
+            break;
+        }
+        int k = 0;
+        if (pf) {
+            pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
+            pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
+            for (int i = 0; i < nn; i++) k += ds_node_pollfds(&job->nodes[i], pf + k);
+            if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
+        }
+        handle_signals(job, sigfd);
+        /* libssh2 may hold data it already read from a socket: give every node a turn. */
+        for (int i = 0; i < nn; i++) {
+            ds_node *n = &job->nodes[i];
+            if (n->state == DS_NODE_DONE) continue;
+            int was_connecting = n->state == DS_NODE_CONNECTING;
+            ds_node_io(n, &h);
+            if (was_connecting && n->state == DS_NODE_STARTED)
+                ds_event(job->ev, "node %d (%s): SSH session open, agent starting", i, n->plan->host);
+            if (n->state == DS_NODE_DONE) ds_job_on_node_done(job, n);
+        }
+        handle_store_events(job);
+        long long now = ds_job_now_ms();
+        if (now >= next_tick) {
+            check_heartbeats(job);
+            for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
+            next_tick = now + 1000;
+        }
+        if (job->nexited == job->plan->world_size)
+            for (int i = 0; i < nn; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */
+    }
+    free(pf);
+}
+
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static void job_free(ds_job *job) {
+    if (job->nodes)
+        for (int i = 0; i < job->plan->nnodes; i++) ds_node_free(&job->nodes[i]);
+    free(job->nodes);
+    free(job->ranks);
+    ds_store_server_stop(job->store);
+    ds_logs_close(job->logs);
+    ds_events_close(job->ev);
+    free(job->log_root);
+    free(job->attempt_dir);
+    memset(job->token, 0, sizeof job->token);
+}
 
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
-    (void)plan;
-    fprintf(stderr, "dslaunch: %s: starting ranks is not built yet (use --dry-run)\n",
-            spec->path ? spec->path : "job");
-    return 1;
+    ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_job_now_ms()};
+    ds_err err = {{0}};
+    raise_fd_limit();
+    int sigfd = setup_signals(&err);
+    job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
+    job.ranks = calloc((size_t)plan->world_size, sizeof *job.ranks);
+    if (sigfd < 0 || !job.nodes || !job.ranks || make_job_id(&job, &err) != 0 ||
+        make_log_dirs(&job, &err) != 0 || start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
+        job_free(&job);
+        return 1;
+    }
+    ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
+             job.attempt_dir);
+    for (int i = 0; i < plan->nnodes; i++) {
+        ds_node *n = &job.nodes[i];
+        n->plan = &plan->nodes[i];
+        n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;
+        if (job.stopping) {
+            n->state = DS_NODE_DONE;
+            continue;
+        }
+        err.msg[0] = 0;
+        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &err) != 0) {
+            snprintf(n->error, sizeof n->error, "%s", err.msg);
+            n->failed = 1;
+            n->state = DS_NODE_DONE;
+            ds_job_stop(&job, "node %d (%s): %s", i, n->plan->host, err.msg);
+        }
+    }
+    run_loop(&job, sigfd);
+    int status = ds_job_summary(&job);
+    job_free(&job);
+    close(sigfd);
+    return status;
 }

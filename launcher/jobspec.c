@@ -1,2 +1,786 @@
-/* jobspec: see jobspec.h */
+/* jobspec: see jobspec.h and docs/jobspec.md. inih does the INI syntax; every key goes
+ * through one table (section, key, type, range, field) so that validation, defaults and
+ * docs stay in step. inih's handler gets no line numbers, so lines are fed to it by our
+ * own reader, which counts them (and left-trims each line, which turns inih's
+ * indented-continuation lines off: an indented key is just a key). */
 #include "jobspec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum {
+    K_STR,     /* any text; empty allowed only with ALLOW_EMPTY (then stored as NULL) */
+    K_NAME,    /* [A-Za-z0-9._-]+ */
+    K_PATH,    /* a path; ~/ expanded */
+    K_ABSPATH, /* an absolute path */
+    K_ARGS,    /* shell-style word list */
+    K_INT,
+    K_LLONG,
+    K_SECONDS, /* decimal seconds (up to ms precision) stored as int milliseconds */
+    K_BOOL,
+    K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
+    K_TEE,
+    K_CKPT,    /* none | full | every:N */
+} key_type;
+
+#define ALLOW_EMPTY 1
+
+typedef struct key_def {
+    const char *section, *key;
+    key_type type;
+    size_t off;
+    long long lo, hi;
+    const char *choices;
+    int flags;
+} key_def;
+
+#define F(field) offsetof(ds_jobspec, field)
+static const key_def KEYS[] = {
+    {"job", "name", K_NAME, F(name), 0, 0, NULL, 0},
+    {"job", "script", K_STR, F(script), 0, 0, NULL, 0},
+    {"job", "args", K_ARGS, 0, 0, 0, NULL, ALLOW_EMPTY},
+    {"job", "workdir", K_PATH, F(workdir), 0, 0, NULL, 0},
+    {"job", "dsrun", K_ABSPATH, F(dsrun), 0, 0, NULL, 0},
+    {"resources", "hostfile", K_PATH, F(hostfile), 0, 0, NULL, 0},
+    {"resources", "include", K_STR, F(include), 0, 0, NULL, ALLOW_EMPTY},
+    {"resources", "exclude", K_STR, F(exclude), 0, 0, NULL, ALLOW_EMPTY},
+    {"resources", "num_nodes", K_INT, F(num_nodes), 1, 100000, NULL, 0},
+    {"resources", "num_gpus", K_INT, F(num_gpus), 1, 4096, NULL, 0},
+    {"resources", "device", K_ENUM, F(device), 0, 0, "auto|cpu|cuda", 0},
+    {"ssh", "user", K_STR, F(ssh_user), 0, 0, NULL, 0},
+    {"ssh", "port", K_INT, F(ssh_port), 1, 65535, NULL, 0},
+    {"ssh", "identity", K_PATH, F(ssh_identity), 0, 0, NULL, 0},
+    {"ssh", "known_hosts", K_PATH, F(ssh_known_hosts), 0, 0, NULL, 0},
+    {"ssh", "host_key_check", K_ENUM, F(host_key_check), 0, 0, "yes|accept-new|no", 0},
+    {"ssh", "connect_timeout", K_SECONDS, F(ssh_connect_timeout_ms), 1, 3600000, NULL, 0},
+    {"ssh", "force", K_BOOL, F(ssh_force), 0, 1, NULL, 0},
+    {"rendezvous", "addr", K_STR, F(rdzv_addr), 0, 0, NULL, 0},
+    {"rendezvous", "port", K_INT, F(rdzv_port), 0, 65535, NULL, 0},
+    {"rendezvous", "timeout", K_SECONDS, F(rdzv_timeout_ms), 1, 86400000, NULL, 0},
+    {"rendezvous", "master_port", K_INT, F(master_port), 1, 65535, NULL, 0},
+    {"restart", "max_restarts", K_INT, F(max_restarts), 0, 1000, NULL, 0},
+    {"restart", "spares", K_INT, F(spares), 0, 100000, NULL, 0},
+    {"restart", "heartbeat_interval", K_SECONDS, F(heartbeat_interval_ms), 1, 3600000, NULL, 0},
+    {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
+    {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
+    {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
+    {"engine", "zero_stage", K_INT, F(zero_stage), 0, 3, NULL, 0},
+    {"engine", "precision", K_ENUM, F(precision), 0, 0, "fp32|bf16|fp16", 0},
+    {"engine", "checkpointing", K_CKPT, F(checkpointing), 0, 0, NULL, 0},
+    {"engine", "micro_batch", K_INT, F(micro_batch), 1, 1 << 20, NULL, 0},
+    {"engine", "grad_accum", K_INT, F(grad_accum), 1, 1 << 20, NULL, 0},
+    {"engine", "seed", K_LLONG, F(seed), 0, LLONG_MAX, NULL, 0},
+};
+#undef F
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static const char *SECTIONS[] = {"job", "resources", "ssh", "env", "rendezvous",
+                                 "restart", "logs", "engine"};
+#define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+
+static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                     "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
+                                     "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
+                                     "CUDA_VISIBLE_DEVICES"};
+
+int ds_env_reserved(const char *name) {
+    for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
+        if (!strcmp(name, RESERVED_ENV[i])) return 1;
+    return 0;
+}
+
+/* ---- small string helpers ---- */
+
+
+static void set_str(char **field, char *value) {
+    free(*field);
+    *field = value;
+}
+
+/* Joins base and rel ("/a/b" + "../c" -> "/a/c"), resolving "." and ".." textually. */
+static char *path_join(const char *base, const char *rel) {
+    size_t cap = strlen(base) + strlen(rel) + 3;
+    char *joined = malloc(cap);
+    char *out = malloc(cap);
+    if (!joined || !out) {
+        free(joined);
+        free(out);
+        return NULL;
+    }
+    if (rel[0] == '/') snprintf(joined, cap, "%s", rel);
+    else snprintf(joined, cap, "%s/%s", base, rel);
+    size_t len = 0;
+    const char *p = joined;
+    while (*p) {
+        while (*p == '/') p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0) break;
+        if (n == 1 && p[0] == '.') {
+        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+            while (len > 0 && out[len - 1] != '/') len--;
+            if (len > 0) len--;
+        } else {
+            out[len++] = '/';
+            memcpy(out + len, p, n);
+            len += n;
+        }
+        p += n;
+    }
+    if (len == 0) out[len++] = '/';
+    out[len] = '\0';
+    free(joined);
+    return out;
+}
+
+/* The absolute directory holding path (relative to the current directory). */
+static char *dir_of(const char *path) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "/");
+    char *abs = path_join(cwd, path);
+    if (!abs) return NULL;
+    char *slash = strrchr(abs, '/');
+    if (slash == abs) slash[1] = '\0';
+    else *slash = '\0';
+    return abs;
+}
+
+static const char *home_dir(void) {
+    const char *h = getenv("HOME");
+    if (h && *h) return h;
+    struct passwd *pw = getpwuid(getuid());
+    return pw ? pw->pw_dir : "/";
+}
+
+/* "~/x" -> "$HOME/x"; other paths unchanged. */
+static char *expand_home(const char *path) {
+    if (path[0] != '~' || (path[1] != '/' && path[1] != '\0')) return strdup(path);
+    const char *home = home_dir();
+    size_t n = strlen(home) + strlen(path) + 1;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s%s", home, path + 1);
+    return p;
+}
+
+/* The dsrun beside this executable: DIR/dsrun when installed side by side, else the build
+ * tree's DIR/../runtime/dsrun. When neither exists, the build-tree path (the error then
+ * names a path that says what was expected). */
+static char *default_dsrun(void) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *dir = dir_of(exe);
+    if (!dir) return NULL;
+    char *side = path_join(dir, "dsrun");
+    char *tree = path_join(dir, "../runtime/dsrun");
+    free(dir);
+    if (side && access(side, X_OK) == 0) {
+        free(tree);
+        return side;
+    }
+    free(side);
+    return tree;
+}
+
+/* ---- value parsers ---- */
+
+/* [-]digits into *v; 0 ok, -1 not an integer, -2 out of long long range. */
+static int parse_llong(const char *s, long long *v) {
+    const char *p = s;
+    int neg = *p == '-';
+    if (neg) p++;
+    if (!*p) return -1;
+    long long acc = 0;
+    int over = 0;
+    for (; *p; p++) {
+        if (!isdigit((unsigned char)*p)) return -1;
+        int d = *p - '0';
+        if (acc > (LLONG_MAX - d) / 10) over = 1;
+        else acc = acc * 10 + d;
+    }
+    if (over) return -2;
+    *v = neg ? -acc : acc;
+    return 0;
+}
+
+/* "12", "0.5", "2.125" seconds -> milliseconds; 0 ok, -1 bad syntax, -2 too large. */
+static int parse_seconds_ms(const char *s, long long *ms) {
+    const char *dot = strchr(s, '.');
+    size_t ilen = dot ? (size_t)(dot - s) : strlen(s);
+    if (ilen == 0 || ilen > 12) return ilen > 12 ? -2 : -1;
+    long long v = 0;
+    for (size_t i = 0; i < ilen; i++) {
+        if (!isdigit((unsigned char)s[i])) return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    v *= 1000;
+    if (dot) {
+        const char *f = dot + 1;
+        size_t flen = strlen(f);
+        if (flen == 0 || flen > 3) return -1;
+        long long scale = 100;
+        for (size_t i = 0; i < flen; i++, scale /= 10) {
+            if (!isdigit((unsigned char)f[i])) return -1;
+            v += (f[i] - '0') * scale;
+        }
+    }
+    *ms = v;
+    return 0;
+}
+
+static int parse_bool(const char *s, int *b) {
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(s, yes[i])) return *b = 1, 0;
+        if (!strcmp(s, no[i])) return *b = 0, 0;
+    }
+    return -1;
+}
+
+static int parse_enum(const char *s, const char *choices) {
+    int idx = 0;
+    size_t n = strlen(s);
+    for (const char *p = choices;; idx++) {
+        size_t len = strcspn(p, "|");
+        if (len == n && !strncmp(p, s, n)) return idx;
+        if (!p[len]) return -1;
+        p += len + 1;
+    }
+}
+
+static int valid_name(const char *s) {
+    if (!*s || strlen(s) > 64 || !strcmp(s, ".") || !strcmp(s, "..")) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-') return 0;
+    return 1;
+}
+
+static int valid_env_name(const char *s) {
+    if (!*s || isdigit((unsigned char)*s)) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+    return 1;
+}
+
+int ds_tee_check(const char *tee, ds_err *err) {
+    if (!tee || !*tee) return ds_err_set(err, "'': expected all, none or a list of ranks like 0,2-3");
+    if (!strcmp(tee, "all") || !strcmp(tee, "none")) return 0;
+    const char *p = tee;
+    for (;;) {
+        long long a, b;
+        char num[24];
+        size_t n = strcspn(p, ",-");
+        if (n == 0 || n >= sizeof num) goto bad;
+        memcpy(num, p, n), num[n] = '\0';
+        if (parse_llong(num, &a) != 0 || a < 0 || a > INT_MAX) goto bad;
+        p += n;
+        if (*p == '-') {
+            p++;
+            n = strcspn(p, ",-");
+            if (n == 0 || n >= sizeof num) goto bad;
+            memcpy(num, p, n), num[n] = '\0';
+            if (parse_llong(num, &b) != 0 || b < 0 || b > INT_MAX) goto bad;
+            if (b < a) return ds_err_set(err, "'%s': range %lld-%lld runs backwards", tee, a, b);
+            p += n;
+        }
+        if (*p == '\0') return 0;
+        if (*p != ',') goto bad;
+        p++;
+    }
+bad:
+    return ds_err_set(err, "'%s': expected all, none or a list of ranks like 0,2-3", tee);
+}
+
+int ds_tee_selects(const char *tee, int r) {
+    if (!tee || !strcmp(tee, "all")) return 1;
+    if (!strcmp(tee, "none")) return 0;
+    const char *p = tee;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return 0;
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            p = end;
+        }
+        if (r >= a && r <= b) return 1;
+        if (*p == ',') p++;
+        else break;
+    }
+    return 0;
+}
+
+/* Splits a shell-style word list: blanks separate words; '...' is literal; "..." honours
+ * \" \\ \$ \` and a backslash-newline; outside quotes a backslash escapes the next
+ * character. Returns 0, or -1 with why set. */
+static int split_args(const char *s, char ***out, int *nout, const char **why) {
+    size_t cap = strlen(s) + 1;
+    char **argv = calloc(cap + 1, sizeof *argv); /* at most one word per two characters */
+    char *word = malloc(cap);
+    int n = 0;
+    if (!argv || !word) {
+        free(argv);
+        free(word);
+        *why = "out of memory";
+        return -1;
+    }
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        size_t len = 0;
+        while (*p && *p != ' ' && *p != '\t') {
+            if (*p == '\'') {
+                const char *q = strchr(p + 1, '\'');
+                if (!q) goto unterminated;
+                memcpy(word + len, p + 1, (size_t)(q - p - 1));
+                len += (size_t)(q - p - 1);
+                p = q + 1;
+            } else if (*p == '"') {
+                p++;
+                while (*p && *p != '"') {
+                    if (*p == '\\' && p[1] && strchr("\"\\$`", p[1])) p++;
+                    word[len++] = *p++;
+                }
+                if (*p != '"') goto unterminated;
+                p++;
+            } else if (*p == '\\') {
+                if (!p[1]) {
+                    *why = "a trailing backslash escapes nothing";
+                    goto fail;
+                }
+                word[len++] = p[1];
+                p += 2;
+            } else {
+                word[len++] = *p++;
+            }
+        }
+        word[len] = '\0';
+        argv[n] = strdup(word);
+        if (!argv[n]) {
+            *why = "out of memory";
+            goto fail;
+        }
+        n++;
+    }
+    free(word);
+    *out = argv;
+    *nout = n;
+    return 0;
+unterminated:
+    *why = "unterminated quote";
+fail:
+    for (int i = 0; i < n; i++) free(argv[i]);
+    free(argv);
+    free(word);
+    return -1;
+}
+
+static void free_args(ds_jobspec *spec) {
+    for (int i = 0; spec->args && i < spec->nargs; i++) free(spec->args[i]);
+    free(spec->args);
+    spec->args = NULL;
+    spec->nargs = 0;
+}
+
+/* ---- init / free ---- */
+
+void ds_jobspec_init(ds_jobspec *spec) {
+    memset(spec, 0, sizeof *spec);
+    spec->args = calloc(1, sizeof *spec->args);
+    spec->dsrun = default_dsrun();
+    spec->num_nodes = -1;
+    spec->num_gpus = -1;
+    spec->device = DS_DEVICE_AUTO;
+    const char *user = getenv("USER");
+    if (!user || !*user) {
+        struct passwd *pw = getpwuid(getuid());
+        user = pw ? pw->pw_name : "root";
+    }
+    spec->ssh_user = strdup(user);
+    spec->ssh_port = 22;
+    spec->ssh_known_hosts = expand_home("~/.ssh/known_hosts");
+    spec->host_key_check = DS_HOSTKEY_YES;
+    spec->ssh_connect_timeout_ms = 10000;
+    spec->rdzv_port = 0;
+    spec->rdzv_timeout_ms = 300000;
+    spec->master_port = 29500;
+    spec->max_restarts = 0;
+    spec->heartbeat_interval_ms = 5000;
+    spec->heartbeat_timeout_ms = 30000;
+    spec->log_dir = strdup("logs");
+    spec->tee = strdup("all");
+    spec->zero_stage = 0;
+    spec->precision = DS_PREC_FP32;
+    spec->checkpointing = strdup("none");
+    spec->micro_batch = 1;
+    spec->grad_accum = 1;
+    spec->seed = 1234;
+}
+
+void ds_jobspec_free(ds_jobspec *spec) {
+    if (!spec) return;
+    char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
+                     &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
+                     &spec->ssh_identity, &spec->ssh_known_hosts, &spec->rdzv_addr,
+                     &spec->log_dir, &spec->tee, &spec->checkpointing};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
+    free_args(spec);
+    for (int i = 0; i < spec->nenv; i++) {
+        free(spec->env[i].key);
+        free(spec->env[i].value);
+    }
+    free(spec->env);
+    spec->env = NULL;
+    spec->nenv = 0;
+}
+
+/* ---- parsing ---- */
+
+typedef struct parse_state {
+    ds_jobspec *spec;
+    const char *name; /* file name for messages */
+    char *base;       /* absolute directory of the file */
+    const char *p;    /* reader position */
+    int line;         /* line the reader last returned */
+    int err_line;     /* first error we found (0: none) */
+    ds_err *err;
+    int key_line[NKEYS];
+    int *env_line;    /* line of each [env] entry */
+    int job_line;     /* line of the [job] header */
+} parse_state;
+
+static int fail(parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(parse_state *st, const char *fmt, ...) {
+    if (st->err_line) return 0; /* keep the first error */
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    st->err_line = st->line;
+    ds_err_set(st->err, "%s:%d: %s", st->name, st->line, msg);
+    return 0; /* inih: handler failed */
+}
+
+static int known_section(const char *s) {
+    for (int i = 0; i < NSECTIONS; i++)
+        if (!strcmp(s, SECTIONS[i])) return 1;
+    return 0;
+}
+
+static const char *type_expect(const key_def *k, char *buf, size_t cap) {
+    switch (k->type) {
+    case K_STR: return "a non-empty value";
+    case K_NAME: return "a name of letters, digits, '.', '_' or '-' (at most 64)";
+    case K_PATH: return "a path";
+    case K_ABSPATH: return "an absolute path";
+    case K_ARGS: return "arguments";
+    case K_INT:
+    case K_LLONG: snprintf(buf, cap, "an integer in %lld..%lld", k->lo, k->hi); return buf;
+    case K_SECONDS:
+        snprintf(buf, cap, "seconds (up to 3 decimals) in %g..%g", k->lo / 1000.0, k->hi / 1000.0);
+        return buf;
+    case K_BOOL: return "true or false";
+    case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
+    case K_TEE: return "all, none or a list of ranks like 0,2-3";
+    case K_CKPT: return "none, full or every:N (N >= 1)";
+    }
+    return "?";
+}
+
+static int set_env(parse_state *st, const char *key, const char *value) {
+    ds_jobspec *spec = st->spec;
+    if (!valid_env_name(key))
+        return fail(st, "[env] %s: not a valid environment variable name "
+                        "(expected letters, digits and '_', not starting with a digit)", key);
+    if (ds_env_reserved(key))
+        return fail(st, "[env] %s: set by dslaunch for every rank; it cannot be overridden", key);
+    for (int i = 0; i < spec->nenv; i++)
+        if (!strcmp(spec->env[i].key, key))
+            return fail(st, "[env] %s: given twice (first on line %d)", key, st->env_line[i]);
+    ds_env_var *ne = realloc(spec->env, (size_t)(spec->nenv + 1) * sizeof *ne);
+    int *nl = realloc(st->env_line, (size_t)(spec->nenv + 1) * sizeof *nl);
+    if (ne) spec->env = ne;
+    if (nl) st->env_line = nl;
+    if (!ne || !nl) return fail(st, "out of memory");
+    spec->env[spec->nenv].key = strdup(key);
+    spec->env[spec->nenv].value = strdup(value);
+    st->env_line[spec->nenv] = st->line;
+    spec->nenv++;
+    if (!spec->env[spec->nenv - 1].key || !spec->env[spec->nenv - 1].value)
+        return fail(st, "out of memory");
+    return 1;
+}
+
+static int set_key(parse_state *st, int ki, const char *value) {
+    const key_def *k = &KEYS[ki];
+    ds_jobspec *spec = st->spec;
+    char *field = (char *)spec + k->off;
+    char buf[128];
+    const char *what = type_expect(k, buf, sizeof buf);
+    if (!*value && !(k->flags & ALLOW_EMPTY))
+        return fail(st, "[%s] %s: empty value, expected %s", k->section, k->key, what);
+    long long v;
+    int rc, b;
+    switch (k->type) {
+    case K_STR:
+        set_str((char **)field, *value ? strdup(value) : NULL);
+        return 1;
+    case K_NAME:
+        if (!valid_name(value))
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        set_str((char **)field, strdup(value));
+        return 1;
+    case K_PATH: {
+        char *e = expand_home(value);
+        /* relative paths are relative to the job spec, except the log directory, which
+         * is relative to workdir (the controller joins it) */
+        if (e && e[0] != '/' && strcmp(k->key, "dir") != 0) {
+            char *abs = path_join(st->base, e);
+            free(e);
+            e = abs;
+        }
+        set_str((char **)field, e);
+        return 1;
+    }
+    case K_ABSPATH:
+        if (value[0] != '/')
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        set_str((char **)field, strdup(value));
+        return 1;
+    case K_ARGS: {
+        char **argv;
+        int n;
+        const char *why;
+        if (split_args(value, &argv, &n, &why) != 0)
+            return fail(st, "[%s] %s: %s", k->section, k->key, why);
+        free_args(spec);
+        spec->args = argv;
+        spec->nargs = n;
+        return 1;
+    }
+    case K_INT:
+    case K_LLONG:
+        rc = parse_llong(value, &v);
+        if (rc == -1) return fail(st, "[%s] %s: '%s' is not an integer; expected %s", k->section, k->key, value, what);
+        if (rc == -2 || v < k->lo || v > k->hi)
+            return fail(st, "[%s] %s: %s is out of range; expected %s", k->section, k->key, value, what);
+        if (k->type == K_INT) *(int *)field = (int)v;
+        else *(long long *)field = v;
+        return 1;
+    case K_SECONDS:
+        rc = parse_seconds_ms(value, &v);
+        if (rc == -1) return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        if (rc == -2 || v < k->lo || v > k->hi)
+            return fail(st, "[%s] %s: %s is out of range; expected %s", k->section, k->key, value, what);
+        *(int *)field = (int)v;
+        return 1;
+    case K_BOOL:
+        if (parse_bool(value, &b) != 0)
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = b;
+        return 1;
+    case K_ENUM:
+        rc = parse_enum(value, k->choices);
+        if (rc < 0) return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = rc;
+        return 1;
+    case K_TEE: {
+        ds_err e;
+        if (ds_tee_check(value, &e) != 0) return fail(st, "[%s] %s: %s", k->section, k->key, e.msg);
+        set_str((char **)field, strdup(value));
+        return 1;
+    }
+    case K_CKPT:
+        if (strcmp(value, "none") && strcmp(value, "full")) {
+            if (strncmp(value, "every:", 6) || parse_llong(value + 6, &v) != 0 || v < 1 ||
+                v > 1000000)
+                return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        }
+        set_str((char **)field, strdup(value));
+        return 1;
+    }
+    return fail(st, "internal: bad key type");
+}
+
+static int on_key(void *user, const char *section, const char *key, const char *value) {
+    parse_state *st = user;
+    if (st->err_line) return 1; /* already failed: only the first error is reported */
+    if (!*section) return fail(st, "%s: key outside any section (start with a [section])", key);
+    if (!strcmp(section, "env")) return set_env(st, key, value);
+    for (int i = 0; i < NKEYS; i++) {
+        if (strcmp(KEYS[i].section, section) || strcmp(KEYS[i].key, key)) continue;
+        if (st->key_line[i])
+            return fail(st, "[%s] %s: given twice (first on line %d)", section, key, st->key_line[i]);
+        st->key_line[i] = st->line;
+        return set_key(st, i, value);
+    }
+    /* list the section's keys so the fix is in the message */
+    char known[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < NKEYS && len < sizeof known - 40; i++)
+        if (!strcmp(KEYS[i].section, section))
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", KEYS[i].key);
+    return fail(st, "[%s] %s: unknown key (expected one of: %s)", section, key, known);
+}
+
+/* inih's reader: one line per call, left-trimmed, counted; checks section names. */
+static char *read_line(char *str, int num, void *stream) {
+    parse_state *st = stream;
+    if (!*st->p || st->err_line) return NULL;
+    const char *eol = strchr(st->p, '\n');
+    size_t len = eol ? (size_t)(eol - st->p) : strlen(st->p);
+    const char *s = st->p;
+    st->p = eol ? eol + 1 : s + len;
+    st->line++;
+    if (st->line == 1 && len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) s += 3, len -= 3; /* BOM */
+    while (len && (*s == ' ' || *s == '\t')) s++, len--;
+    if (len + 2 > (size_t)num) {
+        fail(st, "line longer than %d characters (inih's limit)", num - 2);
+        return NULL;
+    }
+    memcpy(str, s, len);
+    str[len] = '\n';
+    str[len + 1] = '\0';
+    if (len && str[0] == '[') {
+        const char *close = memchr(str, ']', len);
+        if (close) {
+            char name[64];
+            size_t n = (size_t)(close - str - 1);
+            snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
+            if (n >= sizeof name || !known_section(name)) {
+                fail(st, "[%.*s]: unknown section (expected one of: job, resources, ssh, env, "
+                         "rendezvous, restart, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
+                return NULL;
+            }
+            if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;
+        }
+    }
+    return str;
+}
+
+/* Checks that need the whole file: required keys and keys that depend on each other. */
+static int check_whole(parse_state *st) {
+    ds_jobspec *spec = st->spec;
+    if (!spec->name || !spec->script) {
+        st->line = st->job_line;
+        const char *key = !spec->name ? "name" : "script";
+        if (!st->job_line)
+            return ds_err_set(st->err, "%s: [job] %s: required key missing (there is no [job] section)",
+                              st->name, key);
+        return ds_err_set(st->err, "%s:%d: [job] %s: required key missing", st->name, st->job_line, key);
+    }
+    int li = -1, le = -1, ln = -1, lg = -1, hi = -1, ht = -1;
+    for (int i = 0; i < NKEYS; i++) {
+        if (!strcmp(KEYS[i].key, "include")) li = i;
+        if (!strcmp(KEYS[i].key, "exclude")) le = i;
+        if (!strcmp(KEYS[i].key, "num_nodes")) ln = i;
+        if (!strcmp(KEYS[i].key, "num_gpus")) lg = i;
+        if (!strcmp(KEYS[i].key, "heartbeat_interval")) hi = i;
+        if (!strcmp(KEYS[i].key, "heartbeat_timeout")) ht = i;
+    }
+    if (spec->include && spec->exclude) {
+        int line = st->key_line[li] > st->key_line[le] ? st->key_line[li] : st->key_line[le];
+        return ds_err_set(st->err, "%s:%d: [resources] include and exclude are mutually exclusive",
+                          st->name, line);
+    }
+    if ((spec->include || spec->exclude) && (spec->num_nodes != -1 || spec->num_gpus != -1)) {
+        int line = st->key_line[ln] > st->key_line[lg] ? st->key_line[ln] : st->key_line[lg];
+        return ds_err_set(st->err, "%s:%d: [resources] num_nodes/num_gpus cannot be combined with "
+                                   "include/exclude", st->name, line);
+    }
+    if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms) {
+        int line = st->key_line[ht] > st->key_line[hi] ? st->key_line[ht] : st->key_line[hi];
+        return ds_err_set(st->err, "%s:%d: [restart] heartbeat_timeout (%g s) must be longer than "
+                                   "heartbeat_interval (%g s)",
+                          st->name, line, spec->heartbeat_timeout_ms / 1000.0,
+                          spec->heartbeat_interval_ms / 1000.0);
+    }
+    return 0;
+}
+
+int ds_jobspec_parse(ds_jobspec *spec, const char *name, const char *text, ds_err *err) {
+    ds_jobspec_init(spec);
+    spec->path = strdup(name);
+    parse_state st = {.spec = spec, .name = name, .p = text, .err = err};
+    st.base = dir_of(name);
+    if (!spec->path || !st.base || !spec->args) {
+        free(st.base);
+        ds_jobspec_free(spec);
+        return ds_err_set(err, "%s: out of memory", name);
+    }
+    int rc = ini_parse_stream(read_line, &st, on_key, &st);
+    if (rc > 0 && (!st.err_line || rc < st.err_line)) {
+        ds_err_set(err, "%s:%d: syntax error: expected [section], key = value, or a comment "
+                        "(; or #)", name, rc);
+        rc = -1;
+    } else if (rc < 0) {
+        ds_err_set(err, "%s: out of memory", name);
+    } else if (st.err_line) {
+        rc = -1;
+    } else {
+        rc = check_whole(&st);
+    }
+    if (rc == 0 && !spec->workdir) {
+        spec->workdir = strdup(st.base);
+        if (!spec->workdir) rc = ds_err_set(err, "%s: out of memory", name);
+    }
+    free(st.base);
+    free(st.env_line);
+    if (rc != 0) {
+        ds_jobspec_free(spec);
+        return -1;
+    }
+    return 0;
+}
+
+int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err) {
+    memset(spec, 0, sizeof *spec);
+    FILE *f = fopen(path, "rb");
+    if (!f) return ds_err_errno(err, errno, "%s: cannot open the job spec", path);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = cap <= (64u << 20) ? realloc(buf, cap) : NULL;
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return ds_err_set(err, "%s: too large or out of memory", path);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    if (rerr) {
+        free(buf);
+        return ds_err_set(err, "%s: read error (is it a directory?)", path);
+    }
+    buf[len] = '\0';
+    if (memchr(buf, '\0', len)) {
+        int line = 1;
+        for (const char *c = buf; *c; c++) line += *c == '\n';
+        free(buf);
+        return ds_err_set(err, "%s:%d: NUL byte in the job spec (is it a text file?)", path, line);
+    }
+    int rc = ds_jobspec_parse(spec, path, buf, err);
+    free(buf);
+    return rc;
+}

@@ -9,6 +9,9 @@
 
 typedef enum { DS_HOSTKEY_YES, DS_HOSTKEY_ACCEPT_NEW, DS_HOSTKEY_NO } ds_hostkey_check;
 typedef enum { DS_PREC_FP32, DS_PREC_BF16, DS_PREC_FP16 } ds_precision;
+/* What a slot is: auto = GPUs when the controller's node has CUDA devices, else CPUs
+ * (main.c resolves auto before planning, so a plan only ever sees cpu or cuda). */
+typedef enum { DS_DEVICE_AUTO, DS_DEVICE_CPU, DS_DEVICE_CUDA } ds_device;
 
 typedef struct ds_env_var {
     char *key, *value;
@@ -22,13 +25,17 @@ typedef struct ds_jobspec {
     char *script;  /* required; path of the Lua script (relative to workdir) */
     char **args;   /* `args`, split shell-style (quotes honoured), NULL-terminated */
     int nargs;
-    char *workdir; /* default: the job spec's directory */
+    char *workdir; /* default: the job spec's directory; always absolute after loading */
+    char *dsrun;   /* absolute path of dsrun on the nodes; default: the dsrun beside the
+                      running executable (bin/dsrun, or build/runtime/dsrun from
+                      build/launcher/), resolved through /proc/self/exe */
 
     /* [resources] (command-line options override) */
     char *hostfile; /* NULL: the local node */
     char *include, *exclude;
     int num_nodes; /* -1: all */
     int num_gpus;  /* -1: all slots */
+    ds_device device; /* key `device`: auto | cpu | cuda; default auto */
 
     /* [ssh] */
     char *ssh_user;            /* default: $USER */
@@ -51,11 +58,15 @@ typedef struct ds_jobspec {
 
     /* [restart] */
     int max_restarts;            /* default 0 */
+    int spares;                  /* key spares: the last N hosts (after filtering) are
+                                    held back as spares, besides those marked `spare`;
+                                    default 0 */
     int heartbeat_interval_ms;   /* key heartbeat_interval (s); default 5 s */
     int heartbeat_timeout_ms;    /* key heartbeat_timeout (s); default 30 s */
 
     /* [logs] */
-    char *log_dir;   /* default "logs" (relative to workdir) */
+    char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir
+                        on the command line is made absolute from the current directory) */
     char *tee;       /* which ranks show on the terminal: "all" (default), "none", "0,2-3" */
 
     /* [engine] defaults the Lua script reads and may override per stage */
@@ -75,5 +86,14 @@ int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err);
 /* Same from a string (fuzzers, tests); name is used in messages. */
 int ds_jobspec_parse(ds_jobspec *spec, const char *name, const char *text, ds_err *err);
 void ds_jobspec_free(ds_jobspec *spec);
+
+/* `tee` values: "all", "none", or a list of ranks and ranges ("0,2-3"). */
+int ds_tee_check(const char *tee, ds_err *err);
+/* 1 when rank r is shown on the terminal under tee (which passed ds_tee_check). */
+int ds_tee_selects(const char *tee, int r);
+
+/* Environment names the plan sets for every rank (and DS_RDZV and DS_STORE_TOKEN, which
+ * the controller sets): [env] may not override them. 1 when name is one of them. */
+int ds_env_reserved(const char *name);
 
 #endif

@@ -1,12 +1,92 @@
-/* dslaunch: the controller. Placeholder until planning lands. */
+/* dslaunch: the controller's entry point. Command line -> job spec (+ overrides) ->
+ * hosts (hostfile or this node) -> filters -> plan; then either print the plan
+ * (--dry-run) or run it. Every error before the run exits 2 and leaves nothing behind. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
+#include "controller.h"
+#include "hostfile.h"
+#include "jobspec.h"
+#include "plan.h"
+#ifdef DS_HAVE_CUDA
+#include "kernels_cuda.h"
+#endif
+
+#define EXIT_USAGE 2
+
+static int local_gpu_count(void) {
+#ifdef DS_HAVE_CUDA
+    char why[256];
+    return ds_cuda_device_count(why, sizeof why);
+#else
+    return 0;
+#endif
+}
+
+/* The hosts to plan on: the hostfile's, or this node's slots (GPUs when slots are GPUs). */
+static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, ds_err *err) {
+    int ngpus = spec->hostfile && spec->device != DS_DEVICE_AUTO ? 0 : local_gpu_count();
+    if (spec->device == DS_DEVICE_AUTO) spec->device = ngpus > 0 ? DS_DEVICE_CUDA : DS_DEVICE_CPU;
+    if (spec->hostfile) return ds_hostfile_load(hl, spec->hostfile, err);
+    if (spec->device == DS_DEVICE_CUDA && ngpus == 0)
+        return ds_err_set(err, "[resources] device = cuda, but this node has no CUDA device "
+                               "(and no hostfile was given)");
+    return ds_hostlist_local(hl, spec->device == DS_DEVICE_CUDA ? ngpus : 0, spec->num_gpus, err);
+}
+
+static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
+    ds_hostlist hl = {0};
+    if (load_hosts(&hl, spec, err) != 0) return -1;
+    if (ds_hostlist_filter(&hl, spec->include, spec->exclude, spec->num_nodes, spec->num_gpus,
+                           err) != 0) {
+        ds_hostlist_free(&hl);
+        return -1;
+    }
+    /* one node and no address given: loopback, as DeepSpeed does */
+    const char *addr = spec->rdzv_addr ? spec->rdzv_addr : spec->hostfile ? NULL : "127.0.0.1";
+    int rc = ds_plan_build(plan, &hl, spec, addr, spec->master_port, err);
+    ds_hostlist_free(&hl);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--version")) {
+    ds_cli cli;
+    ds_err err = {""};
+    if (ds_cli_parse(&cli, argc, argv, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n%s\n(dslaunch --help lists the options)\n", err.msg,
+                DS_CLI_USAGE);
+        return EXIT_USAGE;
+    }
+    if (cli.help) {
+        fputs(DS_CLI_HELP, stdout);
+        return 0;
+    }
+    if (cli.version) {
         printf("dslaunch %s\n", DS_VERSION);
         return 0;
     }
-    fprintf(stderr, "usage: dslaunch [options] JOB.ini\n");
-    return 2;
+    ds_jobspec spec;
+    if (ds_jobspec_load(&spec, cli.job, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    ds_plan plan;
+    if (ds_cli_apply(&cli, &spec, &err) != 0 || plan_job(&plan, &spec, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_jobspec_free(&spec);
+        return EXIT_USAGE;
+    }
+    int rc = 0;
+    if (cli.dry_run) {
+        /* a real run's DS_JOB_ID is chosen by the controller; the plan shows the name */
+        ds_plan_write_json_spec(&plan, &spec, spec.name, 0, 1, stdout);
+        if (fflush(stdout) != 0) rc = 1;
+    } else {
+        rc = ds_controller_run(&spec, &plan);
+    }
+    ds_plan_free(&plan);
+    ds_jobspec_free(&spec);
+    return rc;
 }

@@ -1,2 +1,287 @@
-/* plan: see plan.h */
+/* plan: see plan.h and docs/plan.md. */
 #include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds_json.h"
+
+int ds_host_is_local(const char *host) {
+    if (!strcmp(host, "localhost") || !strcmp(host, "127.0.0.1") || !strcmp(host, "::1"))
+        return 1;
+    char me[256];
+    if (gethostname(me, sizeof me) != 0) return 0;
+    me[sizeof me - 1] = '\0';
+    return !strcmp(host, me);
+}
+
+static int copy_host(ds_host *dst, const ds_host *src) {
+    *dst = *src;
+    dst->name = strdup(src->name);
+    dst->slots = malloc((size_t)(src->nkept ? src->nkept : 1) * sizeof *dst->slots);
+    if (!dst->name || !dst->slots) {
+        free(dst->name);
+        free(dst->slots);
+        dst->name = NULL;
+        dst->slots = NULL;
+        return -1;
+    }
+    memcpy(dst->slots, src->slots, (size_t)src->nkept * sizeof *dst->slots);
+    return 0;
+}
+
+void ds_plan_free(ds_plan *plan) {
+    if (!plan) return;
+    for (int i = 0; i < plan->nnodes; i++) {
+        free(plan->nodes[i].host);
+        free(plan->nodes[i].slots);
+    }
+    free(plan->nodes);
+    free(plan->ranks);
+    free(plan->master_addr);
+    ds_hostlist_free(&plan->spares);
+    memset(plan, 0, sizeof *plan);
+}
+
+static int add_node(ds_plan *plan, const ds_host *h) {
+    ds_plan_node *n = &plan->nodes[plan->nnodes];
+    memset(n, 0, sizeof *n);
+    n->host = strdup(h->name);
+    n->slots = malloc((size_t)h->nkept * sizeof *n->slots);
+    if (!n->host || !n->slots) {
+        free(n->host);
+        free(n->slots);
+        return -1;
+    }
+    memcpy(n->slots, h->slots, (size_t)h->nkept * sizeof *n->slots);
+    n->nslots = h->nkept;
+    n->node_rank = plan->nnodes;
+    n->first_rank = plan->world_size;
+    n->local = ds_host_is_local(h->name);
+    plan->nnodes++;
+    plan->world_size += h->nkept;
+    return 0;
+}
+
+int ds_plan_build(ds_plan *plan, const ds_hostlist *hl, const ds_jobspec *spec,
+                  const char *master_addr, int master_port, ds_err *err) {
+    memset(plan, 0, sizeof *plan);
+    int nworld = 0;
+    for (int i = 0; i < hl->nhosts; i++) nworld += !hl->hosts[i].spare && hl->hosts[i].nkept > 0;
+    int held = spec ? spec->spares : 0;
+    if (nworld == 0) return ds_err_set(err, "no slot to run on (every host is a spare or empty)");
+    if (held >= nworld)
+        return ds_err_set(err, "[restart] spares = %d leaves no node to run on (%d node%s after "
+                               "filtering)", held, nworld, nworld == 1 ? "" : "s");
+    if (master_port < 1 || master_port > 65535)
+        return ds_err_set(err, "master port %d: expected 1..65535", master_port);
+    plan->nodes = calloc((size_t)nworld, sizeof *plan->nodes);
+    plan->spares.hosts = calloc((size_t)hl->nhosts, sizeof *plan->spares.hosts);
+    if (!plan->nodes || !plan->spares.hosts) goto oom;
+    int seen = 0;
+    for (int i = 0; i < hl->nhosts; i++) {
+        const ds_host *h = &hl->hosts[i];
+        if (h->nkept == 0) continue;
+        int to_spares = h->spare || seen++ >= nworld - held;
+        if (to_spares) {
+            if (copy_host(&plan->spares.hosts[plan->spares.nhosts], h) != 0) goto oom;
+            plan->spares.nhosts++;
+        } else if (add_node(plan, h) != 0) {
+            goto oom;
+        }
+    }
+    plan->ranks = calloc((size_t)plan->world_size, sizeof *plan->ranks);
+    if (!plan->ranks) goto oom;
+    for (int n = 0; n < plan->nnodes; n++) {
+        const ds_plan_node *node = &plan->nodes[n];
+        for (int l = 0; l < node->nslots; l++) {
+            ds_plan_rank *r = &plan->ranks[node->first_rank + l];
+            r->rank = node->first_rank + l;
+            r->node_rank = n;
+            r->local_rank = l;
+            r->slot = node->slots[l];
+        }
+    }
+    plan->master_addr = strdup(master_addr && *master_addr ? master_addr : plan->nodes[0].host);
+    if (!plan->master_addr) goto oom;
+    plan->master_port = master_port;
+    plan->gpus = spec && spec->device == DS_DEVICE_CUDA;
+    return 0;
+oom:
+    ds_plan_free(plan);
+    return ds_err_set(err, "out of memory");
+}
+
+/* ---- environment ---- */
+
+static int push_env(char **env, int *n, const char *key, const char *value) {
+    size_t len = strlen(key) + strlen(value) + 2;
+    char *kv = malloc(len);
+    if (!kv) return -1;
+    snprintf(kv, len, "%s=%s", key, value);
+    env[(*n)++] = kv;
+    return 0;
+}
+
+static int push_int(char **env, int *n, const char *key, long long v) {
+    char b[32];
+    snprintf(b, sizeof b, "%lld", v);
+    return push_env(env, n, key, b);
+}
+
+char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, const char *job_id,
+                        int attempt) {
+    if (r < 0 || r >= plan->world_size) return NULL;
+    const ds_plan_rank *rk = &plan->ranks[r];
+    const ds_plan_node *node = &plan->nodes[rk->node_rank];
+    int nenv = spec ? spec->nenv : 0;
+    char **env = calloc((size_t)(11 + nenv), sizeof *env);
+    if (!env) return NULL;
+    int n = 0, bad = 0;
+    bad |= push_int(env, &n, "RANK", rk->rank);
+    bad |= push_int(env, &n, "WORLD_SIZE", plan->world_size);
+    bad |= push_int(env, &n, "LOCAL_RANK", rk->local_rank);
+    bad |= push_int(env, &n, "LOCAL_WORLD_SIZE", node->nslots);
+    bad |= push_int(env, &n, "NODE_RANK", rk->node_rank);
+    bad |= push_env(env, &n, "MASTER_ADDR", plan->master_addr);
+    bad |= push_int(env, &n, "MASTER_PORT", plan->master_port);
+    bad |= push_env(env, &n, "DS_JOB_ID", job_id ? job_id : "");
+    bad |= push_int(env, &n, "DS_ATTEMPT", attempt);
+    /* one device per rank, named by its physical index (the slot) */
+    if (plan->gpus) bad |= push_int(env, &n, "CUDA_VISIBLE_DEVICES", rk->slot);
+    for (int i = 0; i < nenv && !bad; i++)
+        bad |= push_env(env, &n, spec->env[i].key, spec->env[i].value);
+    if (bad) {
+        ds_plan_env_free(env);
+        return NULL;
+    }
+    return env;
+}
+
+void ds_plan_env_free(char **env) {
+    if (!env) return;
+    for (char **e = env; *e; e++) free(*e);
+    free(env);
+}
+
+/* ---- JSON ---- */
+
+static void json_slots(ds_json *j, const int *slots, int n) {
+    ds_json_arr(j);
+    for (int i = 0; i < n; i++) ds_json_int(j, slots[i]);
+    ds_json_end(j);
+}
+
+static void json_job(ds_json *j, const ds_jobspec *spec, const char *job_id, int attempt) {
+    static const char *DEVICES[] = {"auto", "cpu", "cuda"};
+    ds_json_key(j, "job");
+    ds_json_obj(j);
+    ds_json_kstr(j, "name", spec->name);
+    ds_json_kstr(j, "id", job_id);
+    ds_json_kint(j, "attempt", attempt);
+    ds_json_kstr(j, "spec", spec->path);
+    ds_json_kstr(j, "script", spec->script);
+    ds_json_key(j, "args");
+    ds_json_arr(j);
+    for (int i = 0; i < spec->nargs; i++) ds_json_str(j, spec->args[i]);
+    ds_json_end(j);
+    ds_json_kstr(j, "workdir", spec->workdir);
+    ds_json_kstr(j, "dsrun", spec->dsrun);
+    ds_json_kstr(j, "device", DEVICES[spec->device]);
+    ds_json_kstr(j, "log_dir", spec->log_dir);
+    ds_json_kstr(j, "tee", spec->tee);
+    ds_json_end(j);
+}
+
+static void json_env(ds_json *j, const ds_plan *plan, const ds_jobspec *spec, int r,
+                     const char *job_id, int attempt) {
+    char **env = ds_plan_rank_env(plan, spec, r, job_id, attempt);
+    ds_json_key(j, "env");
+    if (!env) {
+        j->bad = 1;
+        return;
+    }
+    ds_json_obj(j);
+    for (char **e = env; *e; e++) {
+        char *eq = strchr(*e, '=');
+        *eq = '\0';
+        ds_json_kstr(j, *e, eq + 1);
+    }
+    ds_json_end(j);
+    ds_plan_env_free(env);
+}
+
+static void write_plan(ds_json *j, const ds_plan *plan, const ds_jobspec *spec,
+                       const char *job_id, int attempt) {
+    ds_json_obj(j);
+    if (spec) json_job(j, spec, job_id, attempt);
+    ds_json_kint(j, "world_size", plan->world_size);
+    ds_json_kstr(j, "master_addr", plan->master_addr);
+    ds_json_kint(j, "master_port", plan->master_port);
+    ds_json_kbool(j, "gpus", plan->gpus);
+    ds_json_key(j, "nodes");
+    ds_json_arr(j);
+    for (int i = 0; i < plan->nnodes; i++) {
+        const ds_plan_node *n = &plan->nodes[i];
+        ds_json_obj(j);
+        ds_json_kstr(j, "host", n->host);
+        ds_json_kint(j, "node_rank", n->node_rank);
+        ds_json_key(j, "slots");
+        json_slots(j, n->slots, n->nslots);
+        ds_json_kint(j, "first_rank", n->first_rank);
+        ds_json_kbool(j, "local", n->local);
+        ds_json_end(j);
+    }
+    ds_json_end(j);
+    ds_json_key(j, "ranks");
+    ds_json_arr(j);
+    for (int r = 0; r < plan->world_size; r++) {
+        const ds_plan_rank *rk = &plan->ranks[r];
+        ds_json_obj(j);
+        ds_json_kint(j, "rank", rk->rank);
+        ds_json_kstr(j, "host", plan->nodes[rk->node_rank].host);
+        ds_json_kint(j, "node_rank", rk->node_rank);
+        ds_json_kint(j, "local_rank", rk->local_rank);
+        ds_json_kint(j, "slot", rk->slot);
+        if (spec) json_env(j, plan, spec, r, job_id, attempt);
+        ds_json_end(j);
+    }
+    ds_json_end(j);
+    ds_json_key(j, "spares");
+    ds_json_arr(j);
+    for (int i = 0; i < plan->spares.nhosts; i++) {
+        const ds_host *h = &plan->spares.hosts[i];
+        ds_json_obj(j);
+        ds_json_kstr(j, "host", h->name);
+        ds_json_key(j, "slots");
+        json_slots(j, h->slots, h->nkept);
+        ds_json_end(j);
+    }
+    ds_json_end(j);
+    ds_json_end(j);
+    ds_json_newline(j);
+}
+
+void ds_plan_write_json_spec(const ds_plan *plan, const ds_jobspec *spec, const char *job_id,
+                             int attempt, int pretty, FILE *out) {
+    ds_json j;
+    ds_json_init_file(&j, out, pretty);
+    write_plan(&j, plan, spec, job_id, attempt);
+}
+
+void ds_plan_write_json(const ds_plan *plan, FILE *out) {
+    ds_plan_write_json_spec(plan, NULL, NULL, 0, 1, out);
+}
+
+char *ds_plan_json(const ds_plan *plan, const ds_jobspec *spec, const char *job_id, int attempt,
+                   int pretty) {
+    ds_json j;
+    ds_json_init_buf(&j, pretty);
+    write_plan(&j, plan, spec, job_id, attempt);
+    if (j.bad) {
+        free(j.buf);
+        return NULL;
+    }
+    return j.buf;
+}

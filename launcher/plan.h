@@ -33,19 +33,35 @@ typedef struct ds_plan {
     ds_hostlist spares;   /* hosts marked spare, not in the world */
 } ds_plan;
 
-/* master_addr NULL: the first node's host. Takes no ownership of hl or spec. */
+/* master_addr NULL: the first node's host. Takes no ownership of hl or spec. Hosts
+ * marked spare, and the last spec->spares of the others, go to plan->spares; slots are
+ * GPUs (plan->gpus) when spec->device is DS_DEVICE_CUDA. */
 int ds_plan_build(ds_plan *plan, const ds_hostlist *hl, const ds_jobspec *spec,
                   const char *master_addr, int master_port, ds_err *err);
 
 /* The environment of rank r (DESIGN.md's list + [env] + CUDA_VISIBLE_DEVICES for GPU
- * slots), as a NULL-terminated "KEY=VALUE" array (free with ds_plan_env_free). The store
- * token and DS_RDZV are added by the controller, not here. */
+ * slots), as a NULL-terminated "KEY=VALUE" array (free with ds_plan_env_free); NULL when
+ * r is out of range or memory runs out. spec may be NULL (no [env]). The store token and
+ * DS_RDZV are added by the controller, not here. */
 char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, const char *job_id,
                         int attempt);
 void ds_plan_env_free(char **env);
 
-/* The plan as one JSON document (docs/plan.md). */
+/* The plan as one JSON document (docs/plan.md), indented. */
 void ds_plan_write_json(const ds_plan *plan, FILE *out);
+/* The same with a "job" object and every rank's "env" (what --dry-run prints) when spec
+ * is not NULL; job_id and attempt fill DS_JOB_ID and DS_ATTEMPT. Compact (one line)
+ * when pretty is 0. */
+void ds_plan_write_json_spec(const ds_plan *plan, const ds_jobspec *spec, const char *job_id,
+                             int attempt, int pretty, FILE *out);
+/* Same as a malloc'd string (NULL when out of memory). */
+char *ds_plan_json(const ds_plan *plan, const ds_jobspec *spec, const char *job_id, int attempt,
+                   int pretty);
+
+/* 1 when host names the controller's own node: localhost, 127.0.0.1, ::1 or this
+ * machine's hostname. Other loopback addresses (127.0.0.2, ...) are not local: tests use
+ * them as distinct nodes reached over SSH. */
+int ds_host_is_local(const char *host);
 
 void ds_plan_free(ds_plan *plan);
 

@@ -1,9 +1,32 @@
 -- The ds library: what a rank's script sees with `local ds = require 'ds'`.
--- The C core (runtime) is ds._core; this file wraps it in the torch7-nn idiom.
+-- The C core (runtime) is ds._core; this file wraps it in the torch7-nn idiom:
+--   ds.nn      layers and the criterion          ds.Stage, ds.Model
+--   ds.optim   AdamW, SGD, LR schedules          ds.tensor, ds.memory, ds.now
 local core = require 'ds._core'
 
 local ds = {}
 for k, v in pairs(core) do ds[k] = v end
 ds._core = core
+
+local util = require 'ds.util'
+local model = require 'ds.model'
+ds.nn = require 'ds.nn'
+ds.optim = require 'ds.optim'
+ds.Stage = model.Stage
+ds.Model = model.Model
+ds.error = util.error
+
+-- A table of current and peak bytes per allocation category, as text.
+function ds.memory_report()
+  local m = core.memory()
+  local lines = {string.format('%-12s %14s %14s', 'memory', 'current', 'peak')}
+  for _, cat in ipairs {'params', 'grads', 'optimizer', 'activations', 'workspace', 'comm', 'data', 'total'} do
+    if m[cat] then
+      lines[#lines + 1] = string.format('%-12s %14s %14s', cat, util.human_bytes(m[cat].current),
+                                        util.human_bytes(m[cat].peak))
+    end
+  end
+  return table.concat(lines, '\n')
+end
 
 return ds

@@ -1,16 +1,279 @@
-/* Placeholder until the agent lands. */
+/* `dsrun agent --job ID --node N`: the node's supervisor (agent.h). Single-threaded,
+ * one poll loop: stdin (EOF = stop), the store socket (any byte or hang-up between
+ * requests = the controller is gone), a signalfd (children, TERM), and every worker's
+ * stdout/stderr pipe. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "agent.h"
+#include "store_client.h"
 #include "subcommands.h"
 
-int dsrun_agent_main(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsrun agent: not built yet\n");
-    return 2;
+#define AGENT_DEFAULT_GRACE_MS 3000
+
+long long ds_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int dsrun_worker_main(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsrun worker: not built yet\n");
-    return 2;
+/* Everything the agent says goes out as frames on stdout; a failed write means the
+ * controller is gone, which stops the node like a closed stdin. */
+static void send_frame(ds_agent *a, int type, int rank, const void *p, size_t n) {
+    if (a->controller_gone) return;
+    ds_bytes b = {0};
+    if (ds_frame_append(&b, type, (uint32_t)rank, p, n) != 0 || ds_write_all(1, b.data, b.len) != 0)
+        a->controller_gone = 1;
+    ds_bytes_free(&b);
+}
+
+static void send_text(ds_agent *a, int type, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_text(ds_agent *a, int type, int rank, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    send_frame(a, type, rank, buf, n < 0 ? 0 : (size_t)n >= sizeof buf ? sizeof buf - 1 : (size_t)n);
+}
+
+static void signal_workers(ds_agent *a, int sig) {
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].running) kill(-a->workers[i].pid, sig); /* its whole group */
+}
+
+static void begin_stop(ds_agent *a, const char *why) {
+    if (a->stopping) return;
+    a->stopping = 1;
+    a->kill_at_ms = ds_now_ms() + (a->grace_ms > 0 ? a->grace_ms : AGENT_DEFAULT_GRACE_MS);
+    fprintf(stderr, "dsrun agent %s node %d: stopping (%s)\n", a->job, a->node, why);
+    signal_workers(a, SIGTERM);
+}
+
+/* Forwards what is in one pipe now; closes it at EOF. */
+static void forward(ds_agent *a, ds_agent_worker *w, int *fd, int type) {
+    unsigned char buf[65536];
+    for (;;) {
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n > 0) {
+            send_frame(a, type, w->rank, buf, (size_t)n);
+            if ((size_t)n < sizeof buf) return;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
+        close(*fd);
+        *fd = -1;
+        return;
+    }
+}
+
+static ds_agent_worker *find_worker(ds_agent *a, pid_t pid) {
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].pid == pid) return &a->workers[i];
+    return NULL;
+}
+
+/* Reaps every exited child. As a child subreaper the agent also reaps the workers'
+ * orphaned descendants, which are not reported. */
+static void reap(ds_agent *a) {
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        ds_agent_worker *w = find_worker(a, pid);
+        if (!w || !w->running) continue;
+        w->running = 0;
+        /* Output written before the exit is still in the pipes: send it first. */
+        if (w->out_fd >= 0) forward(a, w, &w->out_fd, DS_FRAME_STDOUT);
+        if (w->err_fd >= 0) forward(a, w, &w->err_fd, DS_FRAME_STDERR);
+        if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d", WTERMSIG(st));
+        else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d", WEXITSTATUS(st));
+        /* Whatever the rank left behind in its group goes with it. */
+        kill(-pid, SIGKILL);
+    }
+}
+
+static int nrunning(const ds_agent *a) {
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++) n += a->workers[i].running;
+    return n;
+}
+
+static int handle_signals(ds_agent *a) {
+    struct signalfd_siginfo si;
+    while (read(a->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) continue;
+        begin_stop(a, strsignal((int)si.ssi_signo));
+    }
+    reap(a);
+    return 0;
+}
+
+static void handle_stdin(ds_agent *a) {
+    char buf[4096];
+    ssize_t n = read(0, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) begin_stop(a, "controller closed the channel");
+}
+
+static void handle_store(ds_agent *a) {
+    /* Requests are synchronous, so nothing may arrive in between: readable means closed. */
+    begin_stop(a, "store connection lost");
+    ds_store_close(a->store);
+    a->store = NULL;
+}
+
+static void heartbeat(ds_agent *a, long long *next) {
+    long long now = ds_now_ms();
+    if (!a->store || now < *next) return;
+    ds_err err = {{0}};
+    if (ds_store_heartbeat(a->store, a->node, &err) != 0) {
+        fprintf(stderr, "dsrun agent %s node %d: heartbeat: %s\n", a->job, a->node, err.msg);
+        handle_store(a);
+        return;
+    }
+    *next = now + (a->heartbeat_ms > 0 ? a->heartbeat_ms : 5000);
+}
+
+static int run_loop(ds_agent *a) {
+    long long next_hb = 0;
+    int stdin_open = 1;
+    struct pollfd *pf = calloc((size_t)(3 + 2 * a->nworkers), sizeof *pf);
+    ds_agent_worker **owner = calloc((size_t)(3 + 2 * a->nworkers), sizeof *owner);
+    if (!pf || !owner) {
+        free(pf);
+        free(owner);
+        begin_stop(a, "out of memory");
+        signal_workers(a, SIGKILL);
+        return 1;
+    }
+    for (;;) {
+        if (!a->stopping) heartbeat(a, &next_hb);
+        if (a->controller_gone) begin_stop(a, "controller unreachable");
+        if (nrunning(a) == 0) break;
+        long long now = ds_now_ms();
+        if (a->stopping && now >= a->kill_at_ms) signal_workers(a, SIGKILL);
+        int n = 0;
+        pf[n++] = (struct pollfd){.fd = a->sigfd, .events = POLLIN};
+        pf[n++] = (struct pollfd){.fd = stdin_open ? 0 : -1, .events = POLLIN};
+        pf[n++] = (struct pollfd){.fd = a->store ? ds_store_fd(a->store) : -1, .events = POLLIN};
+        for (int i = 0; i < a->nworkers; i++) {
+            ds_agent_worker *w = &a->workers[i];
+            owner[n] = w;
+            pf[n++] = (struct pollfd){.fd = w->out_fd, .events = POLLIN};
+            owner[n] = w;
+            pf[n++] = (struct pollfd){.fd = w->err_fd, .events = POLLIN};
+        }
+        long long wake = a->stopping ? a->kill_at_ms : next_hb;
+        int timeout = wake > now ? (int)(wake - now) : 0;
+        if (a->stopping && now >= a->kill_at_ms) timeout = 100;
+        if (poll(pf, (nfds_t)n, timeout) < 0 && errno != EINTR) break;
+        for (int i = 3; i < n; i++) {
+            if (!pf[i].revents) continue;
+            ds_agent_worker *w = owner[i];
+            int *fd = (i - 3) % 2 == 0 ? &w->out_fd : &w->err_fd;
+            if (*fd >= 0) forward(a, w, fd, (i - 3) % 2 == 0 ? DS_FRAME_STDOUT : DS_FRAME_STDERR);
+        }
+        if (pf[0].revents) handle_signals(a);
+        if (pf[1].revents) {
+            handle_stdin(a);
+            if (a->stopping) stdin_open = 0;
+        }
+        if (pf[2].revents && a->store) handle_store(a);
+    }
+    free(pf);
+    free(owner);
+    return 0;
+}
+
+/* Becomes the leader of a new session (or at least a new group) so that everything the
+ * node runs can be found and signalled, and a subreaper so that orphans come back. */
+static void own_process_group(void) {
+    if (getpgrp() != getpid() && setsid() < 0) setpgid(0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+static int setup(ds_agent *a, ds_err *err) {
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    a->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (a->sigfd < 0) return ds_err_errno(err, errno, "signalfd");
+    int life[2];
+    if (pipe2(life, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
+    a->lifeline_r = life[0];
+    a->lifeline_w = life[1];
+    own_process_group();
+    return 0;
+}
+
+static int connect_store(ds_agent *a, ds_err *err) {
+    if (!a->rdzv || !a->rdzv[0]) return 0;
+    char host[256];
+    const char *colon = strrchr(a->rdzv, ':');
+    if (!colon || (size_t)(colon - a->rdzv) >= sizeof host)
+        return ds_err_set(err, "rendezvous address '%s' is not host:port", a->rdzv);
+    memcpy(host, a->rdzv, (size_t)(colon - a->rdzv));
+    host[colon - a->rdzv] = 0;
+    int timeout = a->rdzv_timeout_ms > 0 ? a->rdzv_timeout_ms : 30000;
+    if (timeout > 30000) timeout = 30000; /* the store is up before any agent starts */
+    a->store = ds_store_connect(host, atoi(colon + 1), a->token ? a->token : "", timeout, err);
+    if (!a->store) return ds_err_prefix(err, "rendezvous %s", a->rdzv);
+    return ds_store_heartbeat(a->store, a->node, err) == 0 ? 0 : ds_err_prefix(err, "heartbeat");
+}
+
+static int start_workers(ds_agent *a, ds_err *err) {
+    if (chdir(a->workdir) != 0) return ds_err_errno(err, errno, "workdir %s", a->workdir);
+    for (int i = 0; i < a->nworkers; i++) {
+        if (ds_agent_spawn(a, &a->workers[i], err) != 0) return -1;
+        send_text(a, DS_FRAME_STARTED, a->workers[i].rank, "%d", (int)a->workers[i].pid);
+    }
+    return 0;
+}
+
+int dsrun_agent_main(int argc, char **argv) {
+    (void)argc;
+    (void)argv; /* --job/--node only mark the process in the process table */
+    ds_agent a = {0};
+    a.sigfd = a.lifeline_r = a.lifeline_w = -1;
+    ds_err err = {{0}};
+    int rc = 0;
+    if (setup(&a, &err) != 0 || ds_agent_read_config(&a, 0, &err) != 0 ||
+        connect_store(&a, &err) != 0) {
+        send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
+        fprintf(stderr, "dsrun agent: %s\n", err.msg);
+        rc = 1;
+    } else {
+        send_text(&a, DS_FRAME_HELLO, -1, "%d", (int)getpid());
+        if (start_workers(&a, &err) != 0) {
+            send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
+            begin_stop(&a, "a worker could not start");
+            rc = 1;
+        }
+        run_loop(&a);
+    }
+    /* Nothing of the node outlives the agent. */
+    signal_workers(&a, SIGKILL);
+    close(a.lifeline_w);
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
+    if (a.store) ds_store_close(a.store);
+    ds_agent_free(&a);
+    return rc;
 }

@@ -1,4 +1,8 @@
-/* Placeholder: the engine part adds its Lua functions here. */
+/* The engine's part of ds._core: tensors, stages, criterion, optimizer steps, memory. */
 #include "ds_lua.h"
+#include "lua_engine.h"
 
-void ds_lua_open_engine(lua_State *L) { (void)L; }
+void ds_lua_open_engine(lua_State *L) {
+    ds_lua_open_tensor(L);
+    ds_lua_open_stage(L);
+}

@@ -74,3 +74,47 @@ void ds_tensor_free(ds_tensor *t) {
     if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
     free(t);
 }
+
+int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) {
+    if (ndim < 0 || ndim > DS_MAX_DIMS)
+        return ds_err_set(err, "tensor: %d dimensions (1..%d allowed)", ndim, DS_MAX_DIMS);
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return ds_err_set(err, "tensor: negative size %lld in dimension %d",
+                              (long long)shape[i], i);
+        numel *= shape[i];
+    }
+    if (!t->owns && t->data && numel != t->numel)
+        return ds_err_set(err, "tensor: cannot resize a view from %lld to %lld elements",
+                          (long long)t->numel, (long long)numel);
+    if (numel != t->numel || !t->data) {
+        if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
+        t->data = NULL;
+        t->numel = numel;
+        t->data = ds_alloc((size_t)numel * ds_dtype_size(t->dtype), t->cat);
+        if (!t->data) {
+            t->numel = 0;
+            return ds_err_set(err, "tensor: out of memory for %lld elements of %s",
+                              (long long)numel, ds_mem_cat_name(t->cat));
+        }
+        t->owns = 1;
+    }
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    return 0;
+}
+
+void ds_tensor_release(ds_tensor *t) {
+    if (!t || !t->owns) return;
+    ds_free(t->data, ds_tensor_nbytes(t), t->cat);
+    t->data = NULL;
+    t->numel = 0;
+}
+
+int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}

@@ -37,6 +37,16 @@ ds_tensor *ds_tensor_view(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_
 void ds_tensor_free(ds_tensor *t);
 size_t ds_tensor_nbytes(const ds_tensor *t);
 
+/* Reshapes an owning tensor in place, keeping the struct (so references to it stay
+ * valid, like torch7's resize): storage is reallocated (zeroed) only when the byte size
+ * changes. -1 with err on a bad shape or out of memory. */
+int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err);
+/* Frees an owning tensor's storage but keeps the struct (numel becomes 0); a later
+ * resize allocates again. Activation checkpointing drops a span's buffers this way. */
+void ds_tensor_release(ds_tensor *t);
+/* 1 if a and b have the same ndim and sizes. */
+int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b);
+
 /* Lua: tensors are full userdata of metatable "ds.Tensor" (engine/lua_engine.c defines the
  * methods). push takes ownership of t; check raises a Lua error if idx is not a tensor. */
 struct lua_State;

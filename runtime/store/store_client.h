@@ -1,6 +1,7 @@
 /* Client of the rendezvous key-value store served by the controller (like torchrun's
  * c10d store). Blocking calls with timeouts; one connection per client; not thread-safe
- * (use one client per thread). Keys are namespaced by attempt by the caller's prefix.
+ * (use one client per thread). Keys are namespaced by attempt through the client's
+ * prefix (ds_store_set_prefix). Timeouts: timeout_ms < 0 waits forever.
  *
  * CONTRACT for the parts that use it (agent, worker, comm, Lua bindings). The wire
  * protocol and the server live beside it (store_proto.h, launcher's store server). */
@@ -14,13 +15,24 @@
 
 typedef struct ds_store_client ds_store_client;
 
-/* Connects to host:port and presents the job token. timeout_ms bounds connect + auth. */
+/* Connects to host:port and presents the job token. timeout_ms bounds connect + auth;
+ * refused connections are retried within it (the store may not listen yet). A wrong
+ * token fails with "store H:P refused this client (wrong token, ...)". */
 ds_store_client *ds_store_connect(const char *host, int port, const char *token,
                                   int timeout_ms, ds_err *err);
 void ds_store_close(ds_store_client *c);
 
+/* Prepends prefix to every key this client names from now on (barrier keys included).
+ * The worker sets "a<attempt>/" right after connecting, so every user of its client
+ * (comm, Lua, barrier) is namespaced by attempt without thinking about it. */
+int ds_store_set_prefix(ds_store_client *c, const char *prefix, ds_err *err);
+
+/* "host:port", as error messages name the store. */
+const char *ds_store_where(const ds_store_client *c);
+
 int ds_store_set(ds_store_client *c, const char *key, const void *val, size_t len, ds_err *err);
-/* Blocks until key exists or timeout_ms passes (error naming the key). *val is malloc'd. */
+/* Blocks until key exists or timeout_ms passes (error naming the key). *val is malloc'd
+ * with one NUL byte past *len, so a string value can be used as it is. */
 int ds_store_get(ds_store_client *c, const char *key, void **val, size_t *len,
                  int timeout_ms, ds_err *err);
 /* Atomically adds delta to the integer at key (missing = 0); *result gets the new value. */

@@ -1,0 +1,342 @@
+/* bench_kernels: what the CPU kernels cost on a GPT's shapes.
+ *   1. OpenBLAS sgemm GFLOP/s on every GEMM shape of a training step (forward, dinp,
+ *      dweight), and the whole step's GEMM work at that speed: the machine's ceiling.
+ *   2. The time of each non-GEMM kernel, per call and per step.
+ *   3. A whole training step (forward, backward, grad clip, AdamW) made of the kernels
+ *      alone, as llm.c's loop would run it (gpt_step.c): tokens/s, GFLOP/s counted as
+ *      6*params*tokens + attention (12*L*C*T per token), and its ratio to (1).
+ * Prints a table, then one JSON object per line per measured configuration.
+ * Usage: bench_kernels [--model gpt2|small|all] [--threads N] [--reps N] [--B N] [--T N] */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt_step.h"
+#include "kernels.h"
+
+void openblas_set_num_threads(int num_threads);
+
+typedef struct gpt_shape {
+    const char *name;
+    int V, L, NH, C;
+} gpt_shape;
+
+static const gpt_shape MODELS[] = {
+    {"gpt2-124M", 50257, 12, 12, 768},
+    {"small", 257, 4, 4, 256},
+};
+
+static int g_reps = 5;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float *falloc(size_t n) {
+    float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+    if (!p) {
+        fprintf(stderr, "bench_kernels: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static float *frand(size_t n, float scale) {
+    float *p = falloc(n);
+    uint32_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = scale * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+    return p;
+}
+
+/* best and median seconds of g_reps runs (after one warm-up) */
+typedef struct timing {
+    double best, median;
+} timing;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define TIME_IT(result, stmt)                                            \
+    do {                                                                 \
+        double ts_[64];                                                  \
+        int n_ = g_reps < 64 ? g_reps : 64;                              \
+        stmt;                                                            \
+        for (int r_ = 0; r_ < n_; r_++) {                                \
+            double t0_ = now_s();                                        \
+            stmt;                                                        \
+            ts_[r_] = now_s() - t0_;                                     \
+        }                                                                \
+        qsort(ts_, n_, sizeof(double), cmp_double);                      \
+        (result).best = ts_[0];                                          \
+        (result).median = ts_[n_ / 2];                                   \
+    } while (0)
+
+/* ---- 1. GEMM shapes ----------------------------------------------------------------- */
+typedef struct linear {
+    const char *name;
+    int C, OC, per_step; /* per_step: how many such layers in one step */
+    int bias;
+} linear;
+
+static int model_linears(const gpt_shape *m, linear out[5]) {
+    int C = m->C, L = m->L;
+    out[0] = (linear){"qkv", C, 3 * C, L, 1};
+    out[1] = (linear){"attn_proj", C, C, L, 1};
+    out[2] = (linear){"fc", C, 4 * C, L, 1};
+    out[3] = (linear){"fc_proj", 4 * C, C, L, 1};
+    out[4] = (linear){"lm_head", C, m->V, 1, 0};
+    return 5;
+}
+
+typedef struct gemm_total {
+    double flops, seconds; /* one step's GEMM work at sgemm speed */
+    double ds_seconds;     /* the same through ds_matmul_* */
+} gemm_total;
+
+static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
+    linear lin[5];
+    int nl = model_linears(m, lin);
+    gemm_total tot = {0, 0, 0};
+    printf("\n%s: sgemm on the model's GEMM shapes (N=%d tokens, %d threads)\n", m->name, N,
+           threads);
+    printf("%-10s %-8s %6s %6s %6s %10s %10s %12s\n", "layer", "pass", "M", "N", "K", "ms",
+           "GFLOP/s", "ds GFLOP/s");
+    for (int i = 0; i < nl; i++) {
+        int C = lin[i].C, OC = lin[i].OC;
+        float *inp = frand((size_t)N * C, 1), *w = frand((size_t)OC * C, 0.1f);
+        float *out = frand((size_t)N * OC, 1), *dinp = frand((size_t)N * C, 1);
+        float *dw = frand((size_t)OC * C, 1);
+        const char *pass[3] = {"forward", "dinp", "dweight"};
+        for (int p = 0; p < 3; p++) {
+            timing t, td;
+            int M = p == 0 ? N : p == 1 ? N : OC, NN = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : N;
+            /* OpenBLAS with its own threads: the machine's GEMM speed, the reference */
+            openblas_set_num_threads(threads);
+            if (p == 0)
+                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f,
+                                       inp, C, w, C, 1.0f, out, OC));
+            else if (p == 1)
+                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
+                                       1.0f, out, OC, w, C, 1.0f, dinp, C));
+            else
+                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
+                                       out, OC, inp, C, 1.0f, dw, C));
+            /* the kernels' own path (ds_matmul_*, bias excluded) */
+            ds_kernels_set_threads(threads);
+            if (p == 0)
+                TIME_IT(td, ds_matmul_forward(out, inp, w, NULL, N, C, OC));
+            else if (p == 1)
+                TIME_IT(td, ds_matmul_backward(dinp, NULL, NULL, out, inp, w, N, C, OC));
+            else
+                TIME_IT(td, ds_matmul_backward(NULL, dw, NULL, out, inp, w, N, C, OC));
+            double flops = 2.0 * M * NN * K;
+            tot.flops += flops * lin[i].per_step;
+            tot.seconds += t.best * lin[i].per_step;
+            tot.ds_seconds += td.best * lin[i].per_step;
+            printf("%-10s %-8s %6d %6d %6d %10.3f %10.1f %12.1f\n", lin[i].name, pass[p], M, NN,
+                   K, t.best * 1e3, flops / t.best * 1e-9, flops / td.best * 1e-9);
+            printf("{\"bench\":\"sgemm\",\"model\":\"%s\",\"layer\":\"%s\",\"pass\":\"%s\","
+                   "\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"ms_best\":%.4f,"
+                   "\"ms_median\":%.4f,\"gflop_per_s\":%.2f,\"ds_matmul_ms_best\":%.4f,"
+                   "\"ds_matmul_gflop_per_s\":%.2f}\n",
+                   m->name, lin[i].name, pass[p], M, NN, K, threads, t.best * 1e3,
+                   t.median * 1e3, flops / t.best * 1e-9, td.best * 1e3,
+                   flops / td.best * 1e-9);
+        }
+        free(inp), free(w), free(out), free(dinp), free(dw);
+    }
+    printf("%s: one step's GEMMs: %.1f GFLOP in %.1f ms at sgemm speed = %.1f GFLOP/s "
+           "(ds_matmul: %.1f ms, %.1f GFLOP/s)\n",
+           m->name, tot.flops * 1e-9, tot.seconds * 1e3, tot.flops / tot.seconds * 1e-9,
+           tot.ds_seconds * 1e3, tot.flops / tot.ds_seconds * 1e-9);
+    printf("{\"bench\":\"sgemm_step\",\"model\":\"%s\",\"tokens\":%d,\"threads\":%d,"
+           "\"gemm_gflop\":%.3f,\"gemm_ms\":%.3f,\"gflop_per_s\":%.2f,"
+           "\"ds_matmul_ms\":%.3f,\"ds_matmul_gflop_per_s\":%.2f}\n",
+           m->name, N, threads, tot.flops * 1e-9, tot.seconds * 1e3,
+           tot.flops / tot.seconds * 1e-9, tot.ds_seconds * 1e3,
+           tot.flops / tot.ds_seconds * 1e-9);
+    return tot;
+}
+
+/* ---- 2. non-GEMM kernels ------------------------------------------------------------ */
+static void report_kernel(const char *model, const char *kernel, timing t, int per_step,
+                          int threads, double *step_total) {
+    *step_total += t.best * per_step;
+    printf("%-22s %10.3f %10.3f %8d %10.2f\n", kernel, t.best * 1e3, t.median * 1e3, per_step,
+           t.best * per_step * 1e3);
+    printf("{\"bench\":\"kernel\",\"model\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,"
+           "\"ms_best\":%.4f,\"ms_median\":%.4f,\"calls_per_step\":%d,\"ms_per_step\":%.4f}\n",
+           model, kernel, threads, t.best * 1e3, t.median * 1e3, per_step,
+           t.best * per_step * 1e3);
+}
+
+static size_t model_params(const gpt_shape *m, int T) {
+    size_t C = m->C;
+    return (size_t)m->V * C + (size_t)T * C +
+           (size_t)m->L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
+    int C = m->C, NH = m->NH, V = m->V, L = m->L, N = B * T;
+    size_t NC = (size_t)N * C, P = model_params(m, T);
+    double step = 0;
+    timing t;
+    printf("\n%s: non-GEMM kernels (B=%d T=%d, %d threads)\n", m->name, B, T, threads);
+    printf("%-22s %10s %10s %8s %10s\n", "kernel", "best ms", "median ms", "x/step", "ms/step");
+    float *a = frand(4 * NC, 1), *b = frand(4 * NC, 1), *o = frand(4 * NC, 1);
+    float *w = frand(4 * C, 1), *mean = falloc(N), *rstd = falloc(N);
+    TIME_IT(t, ds_layernorm_forward(o, mean, rstd, a, w, w + C, N, C, 1e-5f));
+    report_kernel(m->name, "layernorm_forward", t, 2 * L + 1, threads, &step);
+    TIME_IT(t, ds_layernorm_backward(o, w + 2 * C, w + 3 * C, b, a, w, mean, rstd, N, C));
+    report_kernel(m->name, "layernorm_backward", t, 2 * L + 1, threads, &step);
+    TIME_IT(t, ds_gelu_forward(o, a, 4 * NC));
+    report_kernel(m->name, "gelu_forward", t, L, threads, &step);
+    TIME_IT(t, ds_gelu_backward(o, a, b, 4 * NC));
+    report_kernel(m->name, "gelu_backward", t, L, threads, &step);
+    TIME_IT(t, ds_add_forward(o, a, b, NC));
+    report_kernel(m->name, "residual_add", t, 2 * L, threads, &step);
+    TIME_IT(t, ds_accumulate(o, a, NC));
+    report_kernel(m->name, "accumulate", t, 2 * L, threads, &step);
+    {
+        float *qkv = frand(3 * NC, 1), *att = falloc((size_t)B * NH * T * T);
+        float *scratch = falloc((size_t)B * NH * T * T), *dqkv = frand(3 * NC, 1);
+        TIME_IT(t, ds_attention_forward(o, att, qkv, B, T, C, NH));
+        report_kernel(m->name, "attention_forward", t, L, threads, &step);
+        TIME_IT(t, ds_attention_backward(dqkv, scratch, b, qkv, att, B, T, C, NH));
+        report_kernel(m->name, "attention_backward", t, L, threads, &step);
+        free(qkv), free(att), free(scratch), free(dqkv);
+    }
+    {
+        float *bias_grad = falloc(4 * (size_t)C);
+        float *dout = frand((size_t)N * 4 * C, 1);
+        /* the bias part of matmul_backward, alone (dinp and dweight NULL) */
+        TIME_IT(t, ds_matmul_backward(NULL, NULL, bias_grad, dout, a, w, N, C, 4 * C));
+        report_kernel(m->name, "bias_backward(4C)", t, L, threads, &step);
+        free(bias_grad), free(dout);
+    }
+    {
+        float *logits = frand((size_t)N * V, 8), *dlogits = frand((size_t)N * V, 1);
+        float *losses = falloc(N);
+        int32_t *tg = malloc(N * sizeof *tg), *ids = malloc(N * sizeof *ids);
+        for (int i = 0; i < N; i++) tg[i] = ids[i] = (i * 7919) % V;
+        TIME_IT(t, ds_crossentropy_forward(losses, logits, tg, N, V));
+        report_kernel(m->name, "crossentropy_forward", t, 0, threads, &step);
+        TIME_IT(t, ds_crossentropy_backward(dlogits, logits, tg, 1.0f / N, N, V));
+        report_kernel(m->name, "crossentropy_backward", t, 0, threads, &step);
+        TIME_IT(t, ds_crossentropy_forward_backward(losses, dlogits, logits, tg, 1.0f / N, N, V));
+        report_kernel(m->name, "crossentropy_fwd_bwd", t, 0, threads, &step);
+        /* in place, as a head's backward would use it (the timing does not depend on the
+         * values, so the overwritten logits need no restoring between runs) */
+        TIME_IT(t, ds_crossentropy_forward_backward(losses, logits, logits, tg, 1.0f / N, N, V));
+        report_kernel(m->name, "crossentropy_fwd_bwd_inplace", t, 1, threads, &step);
+        float *wte = frand((size_t)V * C, 1);
+        TIME_IT(t, ds_embedding_forward(o, ids, wte, N, C));
+        report_kernel(m->name, "embedding_forward", t, 2, threads, &step);
+        TIME_IT(t, ds_embedding_backward(wte, b, ids, N, C));
+        report_kernel(m->name, "embedding_backward", t, 2, threads, &step);
+        free(logits), free(dlogits), free(losses), free(tg), free(ids), free(wte);
+    }
+    {
+        float *p = frand(P, 1), *g = frand(P, 0.01f), *mm = frand(P, 0.01f), *vv = falloc(P);
+        for (size_t i = 0; i < P; i++) vv[i] = 1e-4f;
+        TIME_IT(t, ds_adamw_update(p, g, mm, vv, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10));
+        report_kernel(m->name, "adamw_update", t, 1, threads, &step);
+        TIME_IT(t, ds_sumsq(g, P));
+        report_kernel(m->name, "sumsq(grads)", t, 1, threads, &step);
+        TIME_IT(t, memset(g, 0, P * sizeof(float)));
+        report_kernel(m->name, "memset(grads)", t, 1, threads, &step);
+        free(p), free(g), free(mm), free(vv);
+    }
+    printf("%s: non-GEMM kernels total per step: %.1f ms (%zu params)\n", m->name, step * 1e3, P);
+    printf("{\"bench\":\"non_gemm_step\",\"model\":\"%s\",\"threads\":%d,\"params\":%zu,"
+           "\"ms_per_step\":%.3f}\n", m->name, threads, P, step * 1e3);
+    free(a), free(b), free(o), free(w), free(mean), free(rstd);
+}
+
+/* ---- 3. a whole step -------------------------------------------------------------- */
+static int bench_step(const gpt_shape *m, int B, int T, int threads, gemm_total gt) {
+    gpt_step_cfg cfg = {m->V, T, m->L, m->NH, m->C, B, T};
+    gpt_step *g = gpt_step_new(cfg);
+    if (!g) {
+        fprintf(stderr, "bench_kernels: out of memory for the %s step\n", m->name);
+        return -1;
+    }
+    int N = B * T;
+    int32_t *ids = malloc(2 * N * sizeof *ids), *tg = ids + N;
+    for (int i = 0; i < N; i++) ids[i] = (i * 7919) % m->V, tg[i] = (i * 104729 + 1) % m->V;
+    double steps[64], parts[4], part_sum[4] = {0};
+    int n = g_reps < 64 ? g_reps : 64;
+    double loss0 = gpt_step_run(g, ids, tg, 1, NULL), loss = loss0;
+    for (int r = 0; r < n; r++) {
+        double t0 = now_s();
+        loss = gpt_step_run(g, ids, tg, r + 2, parts);
+        steps[r] = now_s() - t0;
+        for (int k = 0; k < 4; k++) part_sum[k] += parts[k] / n;
+    }
+    qsort(steps, n, sizeof(double), cmp_double);
+    double best = steps[0], median = steps[n / 2];
+    size_t P = gpt_step_params(g);
+    double flops = 6.0 * P * N + 12.0 * m->L * m->C * T * (double)N;
+    double sgemm_gflops = gt.flops / gt.seconds * 1e-9;
+    double gflops = flops / best * 1e-9;
+    printf("\n%s: whole training step from the kernels (B=%d T=%d, %d threads, %zu params)\n",
+           m->name, B, T, threads, P);
+    printf("step best %.1f ms, median %.1f ms (mean: forward %.1f, backward %.1f, clip+AdamW "
+           "%.1f, zero grads %.1f)\n", best * 1e3, median * 1e3, part_sum[0], part_sum[1],
+           part_sum[2], part_sum[3]);
+    printf("%.1f tokens/s, %.1f GFLOP/s = %.0f%% of sgemm's %.1f GFLOP/s on the same shapes; "
+           "loss %.3f -> %.3f\n", N / best, gflops, 100.0 * gflops / sgemm_gflops,
+           sgemm_gflops, loss0, loss);
+    printf("{\"bench\":\"kernel_step\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"threads\":%d,"
+           "\"params\":%zu,\"step_ms_best\":%.2f,\"step_ms_median\":%.2f,"
+           "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,"
+           "\"zero_grad_ms\":%.2f,\"tokens_per_s\":%.2f,\"gflop_per_s\":%.2f,"
+           "\"sgemm_gflop_per_s\":%.2f,\"fraction_of_sgemm\":%.3f}\n",
+           m->name, B, T, threads, P, best * 1e3, median * 1e3, part_sum[0], part_sum[1],
+           part_sum[2], part_sum[3], N / best, gflops, sgemm_gflops, gflops / sgemm_gflops);
+    free(ids);
+    gpt_step_free(g);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *which = "all";
+    int threads = 2, B = 4, T = 64;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--B") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--T") && i + 1 < argc) T = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--model gpt2|small|all] [--threads N] [--reps N] "
+                            "[--B N] [--T N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (threads < 1 || g_reps < 1 || B < 1 || T < 1) {
+        fprintf(stderr, "bench_kernels: --threads, --reps, --B and --T must be >= 1\n");
+        return 2;
+    }
+    ds_kernels_set_threads(threads);
+    for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) {
+        const gpt_shape *m = &MODELS[i];
+        int want = !strcmp(which, "all") || !strcmp(which, m->name) ||
+                   (!strcmp(which, "gpt2") && i == 0);
+        if (!want) continue;
+        gemm_total gt = bench_gemms(m, B * T, threads);
+        bench_non_gemm(m, B, T, threads);
+        if (bench_step(m, B, T, threads, gt) != 0) return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,118 @@
+-- Train a GPT-2 on one rank:
+--   dsrun run examples/gpt/train.lua [CONFIG.lua] [key=value ...]
+-- CONFIG.lua returns a table of settings (examples/gpt/tiny.lua); key=value pairs
+-- override them (numbers, true/false, strings; model.d=128 reaches into tables).
+-- data = 'synthetic' (arithmetic progressions, made here) or a token file written by
+-- `dsrun tokenize`. export = PATH writes the weights as Hugging Face GPT-2 safetensors;
+-- init = PATH loads such a file first. target_loss = X makes the run fail unless the
+-- last logged loss is below X (the test suite uses it).
+local ds = require 'ds'
+local gpt = require 'ds.gpt'
+
+local settings = {
+  model = {vocab = 64, context = 32, layers = 2, heads = 4, d = 64, dropout = 0.0},
+  batch = 8, accum = 1, steps = 100, lr = 1e-3, min_lr = 1e-4, warmup = 10,
+  weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0, seed = 1234,
+  data = 'synthetic', log_every = 10, threads = 0, blocks = {}, optimizer = 'adamw',
+  momentum = 0.9, schedule = 'cosine',
+}
+
+local function merge(dst, src)
+  for k, v in pairs(src) do
+    if type(v) == 'table' and type(dst[k]) == 'table' and #v == 0 then merge(dst[k], v) else dst[k] = v end
+  end
+end
+
+local function parse_value(s)
+  if s == 'true' then return true elseif s == 'false' then return false end
+  return math.tointeger(tonumber(s)) or tonumber(s) or s
+end
+
+for _, a in ipairs(arg) do
+  if a:match('%.lua$') then
+    merge(settings, dofile(a))
+  else
+    local key, value = a:match('^([%w_%.]+)=(.*)$')
+    if not key then error(string.format("argument '%s': expected CONFIG.lua or key=value", a)) end
+    local t, last = settings, nil
+    for part in key:gmatch('[^.]+') do
+      if last then
+        if type(t[last]) ~= 'table' then t[last] = {} end
+        t = t[last]
+      end
+      last = part
+    end
+    t[last] = parse_value(value)
+  end
+end
+
+local S = settings
+if S.threads > 0 then ds.set_threads(S.threads) end
+local cfg = gpt.config(S.model)
+local model = gpt.GPT(cfg, {seed = S.seed, embed = S.embed, blocks = S.blocks, head = S.head})
+if S.init then gpt.load_safetensors(model, S.init) end
+
+local source
+if S.data == 'synthetic' then
+  source = require('ds.synth').progressions {vocab = cfg.vocab, context = cfg.context,
+                                             batch = S.batch, seed = S.seed}
+else
+  source = ds.data.open {path = S.data, context = cfg.context, batch = S.batch, seed = S.seed,
+                         vocab = cfg.vocab}
+end
+
+local opt
+if S.optimizer == 'adamw' then
+  opt = ds.optim.AdamW {model, lr = S.lr, betas = S.betas, eps = S.eps, weight_decay = S.weight_decay}
+elseif S.optimizer == 'sgd' then
+  opt = ds.optim.SGD {model, lr = S.lr, momentum = S.momentum, weight_decay = S.weight_decay}
+else
+  error("optimizer must be 'adamw' or 'sgd', got " .. tostring(S.optimizer))
+end
+local lr_at = S.schedule == 'constant' and ds.optim.constant {lr = S.lr}
+  or ds.optim.warmup_cosine {lr = S.lr, min_lr = S.min_lr, warmup = S.warmup, total = S.steps}
+
+print(string.format('GPT: %d layers, %d heads, d %d, vocab %d, context %d: %.3fM parameters; '
+  .. 'batch %d x %d, accumulation %d; %d threads', cfg.layers, cfg.heads, cfg.d, cfg.vocab,
+  cfg.context, model:num_parameters() / 1e6, S.batch, cfg.context, S.accum, ds.threads()))
+for _, s in ipairs(model.stages) do
+  local i = s:info()
+  print(string.format('  stage %-8s %10d params  zero %d  checkpoint %s  precision %s', i.name,
+    i.numel, i.zero, tostring(i.checkpoint), i.precision))
+end
+
+local metrics = S.metrics and assert(io.open(S.metrics, 'w'))
+local t_last, tokens_since, last_loss = ds.now(), 0, nil
+for step = 1, S.steps do
+  local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
+    lr = lr_at(step), next_batch = function(micro) return source:batch(step, micro) end}
+  tokens_since = tokens_since + st.tokens
+  if step % S.log_every == 0 or step == S.steps then
+    local now = ds.now()
+    local tps = tokens_since / (now - t_last)
+    local mem = ds.memory().total.peak
+    print(string.format('step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | peak mem %.1f MiB',
+      step, S.steps, st.loss, st.lr, st.grad_norm, tps, mem / 2^20))
+    if metrics then
+      metrics:write(string.format('{"step":%d,"loss":%.6f,"lr":%.6g,"grad_norm":%.6f,"tokens_per_s":%.1f,"mem_peak_bytes":%d}\n',
+        step, st.loss, st.lr, st.grad_norm, tps, mem))
+      metrics:flush()
+    end
+    t_last, tokens_since = ds.now(), 0
+  end
+  last_loss = st.loss
+end
+if metrics then metrics:close() end
+print(ds.memory_report())
+
+if S.export then
+  gpt.save_safetensors(model, S.export)
+  print('exported ' .. S.export)
+end
+if S.target_loss then
+  if not (last_loss < S.target_loss) then
+    io.stderr:write(string.format('final loss %.4f is not below target %.4f\n', last_loss, S.target_loss))
+    os.exit(1)
+  end
+  print(string.format('final loss %.4f < target %.4f', last_loss, S.target_loss))
+end

@@ -1,0 +1,113 @@
+/* LayerNorm over the last dimension. Rows are independent in forward and in dinp; the
+ * parameter gradients sum over rows, so they run as a second pass split by columns and
+ * each column sums its rows in order (same bits for any thread count). Row sums use
+ * DS_LANES partial sums (vectorisable, fixed order). */
+#include <math.h>
+
+#include "kernels.h"
+#include "simd.h"
+
+static inline float lane_sum(const float acc[DS_LANES]) {
+    float s = 0.0f;
+    for (int j = 0; j < DS_LANES; j++) s += acc[j];
+    return s;
+}
+
+DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, const float *x,
+                                const float *weight, const float *bias, int C, float eps) {
+    float acc[DS_LANES] = {0};
+    int i = 0, tail = C - C % DS_LANES;
+    for (; i < tail; i += DS_LANES)
+        for (int j = 0; j < DS_LANES; j++) acc[j] += x[i + j];
+    float m = lane_sum(acc);
+    for (; i < C; i++) m += x[i];
+    m /= C;
+    for (int j = 0; j < DS_LANES; j++) acc[j] = 0.0f;
+    for (i = 0; i < tail; i += DS_LANES)
+        for (int j = 0; j < DS_LANES; j++) {
+            float d = x[i + j] - m;
+            acc[j] += d * d;
+        }
+    float var = lane_sum(acc);
+    for (; i < C; i++) var += (x[i] - m) * (x[i] - m);
+    var /= C;
+    float s = 1.0f / sqrtf(var + eps);
+    for (i = 0; i < C; i++) {
+        float xn = (x[i] - m) * s;
+        y[i] = xn * (weight ? weight[i] : 1.0f) + (bias ? bias[i] : 0.0f);
+    }
+    if (mean_out) *mean_out = m;
+    if (rstd_out) *rstd_out = s;
+}
+
+void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 16384)
+    for (int n = 0; n < N; n++)
+        forward_row(out + (size_t)n * C, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
+                    inp + (size_t)n * C, weight, bias, C, eps);
+}
+
+DS_SIMD static void dinp_row(float *dx, const float *dy, const float *x, const float *weight,
+                             float m, float s, int C) {
+    float a1[DS_LANES] = {0}, a2[DS_LANES] = {0};
+    int i = 0, tail = C - C % DS_LANES;
+    for (; i < tail; i += DS_LANES)
+        for (int j = 0; j < DS_LANES; j++) {
+            float dn = (weight ? weight[i + j] : 1.0f) * dy[i + j];
+            a1[j] += dn;
+            a2[j] += dn * (x[i + j] - m) * s;
+        }
+    float dnorm_mean = lane_sum(a1), dnorm_norm_mean = lane_sum(a2);
+    for (; i < C; i++) {
+        float dn = (weight ? weight[i] : 1.0f) * dy[i];
+        dnorm_mean += dn;
+        dnorm_norm_mean += dn * (x[i] - m) * s;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    for (i = 0; i < C; i++) {
+        float xn = (x[i] - m) * s;
+        float dn = (weight ? weight[i] : 1.0f) * dy[i];
+        dx[i] += (dn - dnorm_mean - xn * dnorm_norm_mean) * s;
+    }
+}
+
+DS_SIMD static void dparams_cols(float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd, int N,
+                                 int C, int c0, int c1) {
+    enum { COLS = 128 };
+    float dw[COLS], db[COLS];
+    for (int c = 0; c < c1 - c0; c++) dw[c] = db[c] = 0.0f;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C + c0;
+        const float *dy = dout + (size_t)n * C + c0;
+        float m = mean[n], s = rstd[n];
+        for (int c = 0; c < c1 - c0; c++) {
+            dw[c] += (x[c] - m) * s * dy[c];
+            db[c] += dy[c];
+        }
+    }
+    for (int c = c0; c < c1; c++) {
+        if (dweight) dweight[c] += dw[c - c0];
+        if (dbias) dbias[c] += db[c - c0];
+    }
+}
+
+void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int N, int C) {
+    int big = (size_t)N * C > 16384;
+    if (dinp) {
+#pragma omp parallel for schedule(static) if (big)
+        for (int n = 0; n < N; n++)
+            dinp_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight,
+                     mean[n], rstd[n], C);
+    }
+    if (dweight || dbias) {
+#pragma omp parallel for schedule(static) if (big)
+        for (int c0 = 0; c0 < C; c0 += 128)
+            dparams_cols(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
+                         c0 + 128 < C ? c0 + 128 : C);
+    }
+}

@@ -1,0 +1,91 @@
+/* Linear layer through OpenBLAS. Weights are [OC, C] (nn.Linear layout), so the forward
+ * is a GEMM with the weight transposed; bias is folded in by pre-filling out and beta=1.
+ *
+ * One thread pool: OpenBLAS runs single-threaded and the GEMM's output is split across
+ * the OpenMP threads, each calling sgemm on its own block. With OpenBLAS's own threads
+ * beside OpenMP's on the same cores, each pool's idle threads spin while the other works
+ * (OpenBLAS's for a long timeout), and an OpenMP kernel right after a GEMM ran several
+ * times slower. Each output element is still summed over K by one sgemm call, so the
+ * split does not change the bits. */
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels.h"
+
+void openblas_set_num_threads(int num_threads);
+
+/* OpenBLAS must be single-threaded before two OpenMP threads call it; done once here
+ * too, for programs that never call ds_kernels_set_threads. */
+static void blas_single_threaded(void) {
+    static int done;
+    if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
+#pragma omp critical(ds_blas_init)
+        if (!done) {
+            openblas_set_num_threads(1);
+            __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+/* Row-major C[M,N] = alpha*op(A)op(B) + beta*C, the larger of M and N split in blocks of
+ * 16 over the threads (the other operand, the smaller one, is packed by every thread). */
+static void sgemm_parallel(int transA, int transB, int M, int N, int K, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    blas_single_threaded();
+    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+    int split_m = M >= N;
+    int D = split_m ? M : N;
+    double flops = 2.0 * M * N * K;
+    int nt = flops < 4e6 || D < 32 ? 1 : omp_get_max_threads();
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num(), n = omp_get_num_threads();
+        int per = ((D + n - 1) / n + 15) / 16 * 16;
+        int lo = id * per, hi = lo + per < D ? lo + per : D;
+        if (lo < hi && split_m)
+            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f,
+                        transA ? A + lo : A + (size_t)lo * lda, lda, B, ldb, beta,
+                        C + (size_t)lo * ldc, ldc);
+        else if (lo < hi)
+            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda,
+                        transB ? B + (size_t)lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+    }
+}
+
+void ds_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                       int N, int C, int OC) {
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > 65536)
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    sgemm_parallel(0, 1, N, OC, C, inp, C, weight, C, beta, out, OC);
+}
+
+/* dbias sums each column over rows in row order; threads split the columns, so the
+ * result does not depend on the thread count. */
+static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+    enum { COLS = 256 };
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < OC; c0 += COLS) {
+        int c1 = c0 + COLS < OC ? c0 + COLS : OC;
+        float acc[COLS];
+        for (int c = c0; c < c1; c++) acc[c - c0] = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * OC;
+            for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
+    }
+}
+
+void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, int N, int C, int OC) {
+    if (dinp) sgemm_parallel(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dweight) sgemm_parallel(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}

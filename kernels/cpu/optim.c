@@ -1,0 +1,105 @@
+/* Optimizer steps on a slice of a flat buffer, elementwise (PyTorch's formulas), plus the
+ * sum of squares for the global gradient norm. These stream hundreds of MB per step, so
+ * they run as SIMD-cloned range workers over fixed chunks on all threads. */
+#include <math.h>
+
+#include "kernels.h"
+#include "simd.h"
+
+#define CHUNK 16384
+
+typedef struct adamw_consts {
+    float gscale, beta1, beta2, one_m_b1, one_m_b2, step, rbc2, eps, decay;
+} adamw_consts;
+
+DS_SIMD static void adamw_range(float *param, const float *grad, float *m, float *v, size_t n,
+                                adamw_consts k) {
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * k.gscale;
+        float mi = k.beta1 * m[i] + k.one_m_b1 * g;
+        float vi = k.beta2 * v[i] + k.one_m_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = param[i] * k.decay - k.step * mi / (sqrtf(vi) * k.rbc2 + k.eps);
+    }
+}
+
+void ds_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t) {
+    ds_adamw_update_scaled(param, grad, 1.0f, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+void ds_adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
+                            float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t) {
+    adamw_consts k;
+    k.gscale = grad_scale;
+    k.beta1 = beta1;
+    k.beta2 = beta2;
+    k.one_m_b1 = 1.0f - beta1;
+    k.one_m_b2 = 1.0f - beta2;
+    k.step = (float)(lr / (1.0 - pow(beta1, t)));
+    k.rbc2 = (float)(1.0 / sqrt(1.0 - pow(beta2, t)));
+    k.eps = eps;
+    k.decay = 1.0f - lr * weight_decay;
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * CHUNK, len = lo + CHUNK < n ? CHUNK : n - lo;
+        adamw_range(param + lo, grad + lo, m + lo, v + lo, len, k);
+    }
+}
+
+DS_SIMD static void sgd_range(float *param, const float *grad, float *buf, size_t n, float lr,
+                              float momentum, float weight_decay) {
+    if (momentum != 0.0f) {
+        for (size_t i = 0; i < n; i++) {
+            float g = momentum * buf[i] + grad[i] + weight_decay * param[i];
+            buf[i] = g;
+            param[i] -= lr * g;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+    }
+}
+
+void ds_sgd_update(float *param, const float *grad, float *buf, size_t n, float lr,
+                   float momentum, float weight_decay) {
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * CHUNK, len = lo + CHUNK < n ? CHUNK : n - lo;
+        sgd_range(param + lo, grad + lo, buf ? buf + lo : NULL, len, lr, momentum,
+                  weight_decay);
+    }
+}
+
+DS_SIMD static double sumsq_range(const float *x, size_t n) {
+    double acc[DS_LANES] = {0};
+    size_t i = 0;
+    for (; i + DS_LANES <= n; i += DS_LANES)
+        for (int j = 0; j < DS_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++) acc[0] += (double)x[i] * x[i];
+    double s = 0.0;
+    for (int j = 0; j < DS_LANES; j++) s += acc[j];
+    return s;
+}
+
+/* Fixed-size chunks, each summed by sumsq_range, then the chunk sums in chunk order: the
+ * result is the same for any thread count. */
+double ds_sumsq(const float *x, size_t n) {
+    enum { MAXCHUNKS = 4096 };
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    double partial[MAXCHUNKS];
+    double total = 0.0;
+    for (size_t base = 0; base < nchunks; base += MAXCHUNKS) {
+        size_t cnt = nchunks - base < MAXCHUNKS ? nchunks - base : MAXCHUNKS;
+#pragma omp parallel for schedule(static) if (cnt > 4)
+        for (size_t c = 0; c < cnt; c++) {
+            size_t lo = (base + c) * CHUNK;
+            partial[c] = sumsq_range(x + lo, lo + CHUNK < n ? CHUNK : n - lo);
+        }
+        for (size_t c = 0; c < cnt; c++) total += partial[c];
+    }
+    return total;
+}

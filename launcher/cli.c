@@ -1,0 +1,181 @@
+/* cli: see cli.h. A small hand-written parser instead of getopt_long: no global state,
+ * so tests can call it repeatedly, and the messages name the option. */
+#include "cli.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char DS_CLI_USAGE[] = "usage: dslaunch [options] JOB.ini";
+
+const char DS_CLI_HELP[] =
+    "usage: dslaunch [options] JOB.ini\n"
+    "\n"
+    "Runs the job JOB.ini describes on the hosts of a hostfile (or on this node).\n"
+    "Options override the job spec's keys (docs/jobspec.md).\n"
+    "\n"
+    "  -H, --hostfile FILE     hostfile: `host slots=N` per line (docs/hostfile.md)\n"
+    "  -i, --include SPEC      use only these hosts/slots, e.g. host1@host2:0,2\n"
+    "  -e, --exclude SPEC      use all but these hosts/slots\n"
+    "      --num_nodes N       use the first N hosts\n"
+    "      --num_gpus N        use the first N slots of each host\n"
+    "      --master_addr ADDR  MASTER_ADDR given to ranks (default: the first host)\n"
+    "      --master_port PORT  MASTER_PORT given to ranks (default 29500)\n"
+    "      --tee RANKS         ranks shown on the terminal: all, none, or 0,2-3\n"
+    "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
+    "      --force_ssh         start even this node's ranks over SSH\n"
+    "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
+    "  -h, --help              this text\n"
+    "  -V, --version           the version\n"
+    "\n"
+    "Exit status: the job's (0 when every rank exited 0); 2 for a usage or job spec error.\n";
+
+typedef enum { O_STR, O_INT, O_FLAG } opt_kind;
+
+typedef struct opt {
+    const char *lng;
+    char shrt;
+    opt_kind kind;
+    size_t off;
+    int lo, hi;
+} opt;
+
+#define F(f) offsetof(ds_cli, f)
+static const opt OPTS[] = {
+    {"hostfile", 'H', O_STR, F(hostfile), 0, 0},
+    {"include", 'i', O_STR, F(include), 0, 0},
+    {"exclude", 'e', O_STR, F(exclude), 0, 0},
+    {"num_nodes", 0, O_INT, F(num_nodes), 1, 100000},
+    {"num_gpus", 0, O_INT, F(num_gpus), 1, 4096},
+    {"num_accelerators", 0, O_INT, F(num_gpus), 1, 4096},
+    {"master_addr", 0, O_STR, F(master_addr), 0, 0},
+    {"master_port", 0, O_INT, F(master_port), 1, 65535},
+    {"tee", 0, O_STR, F(tee), 0, 0},
+    {"log_dir", 0, O_STR, F(log_dir), 0, 0},
+    {"force_ssh", 0, O_FLAG, F(force_ssh), 0, 0},
+    {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
+    {"dry_run", 0, O_FLAG, F(dry_run), 0, 0},
+    {"help", 'h', O_FLAG, F(help), 0, 0},
+    {"version", 'V', O_FLAG, F(version), 0, 0},
+};
+#undef F
+#define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+static int set_opt(ds_cli *cli, const opt *o, const char *name, const char *value, ds_err *err) {
+    char *field = (char *)cli + o->off;
+    if (o->kind == O_STR) {
+        if (!*value) return ds_err_set(err, "%s: empty value", name);
+        *(const char **)field = value;
+        return 0;
+    }
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end || value[0] == ' ' || value[0] == '+')
+        return ds_err_set(err, "%s '%s': expected an integer", name, value);
+    if (v < o->lo || v > o->hi)
+        return ds_err_set(err, "%s %s: expected %d..%d", name, value, o->lo, o->hi);
+    *(int *)field = (int)v;
+    return 0;
+}
+
+int ds_cli_parse(ds_cli *cli, int argc, char **argv, ds_err *err) {
+    memset(cli, 0, sizeof *cli);
+    cli->num_nodes = cli->num_gpus = -1;
+    int only_positional = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_positional || a[0] != '-' || !strcmp(a, "-")) {
+            if (cli->job) return ds_err_set(err, "'%s': only one job spec may be given", a);
+            cli->job = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_positional = 1;
+            continue;
+        }
+        const opt *o = NULL;
+        const char *value = NULL, *name = a;
+        char optname[64];
+        if (a[1] == '-') {
+            const char *eq = strchr(a + 2, '=');
+            size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            for (int k = 0; k < NOPTS && !o; k++)
+                if (strlen(OPTS[k].lng) == n && !strncmp(OPTS[k].lng, a + 2, n)) o = &OPTS[k];
+            snprintf(optname, sizeof optname, "--%.*s", (int)(n > 40 ? 40 : n), a + 2);
+            name = optname;
+            if (eq) value = eq + 1;
+        } else {
+            for (int k = 0; k < NOPTS && !o; k++)
+                if (OPTS[k].shrt && OPTS[k].shrt == a[1]) o = &OPTS[k];
+            snprintf(optname, sizeof optname, "-%c", a[1]);
+            name = optname;
+            if (o && a[2]) value = a + 2; /* -Hfile */
+        }
+        if (!o) return ds_err_set(err, "unknown option '%s'", a);
+        if (o->kind == O_FLAG) {
+            if (value) return ds_err_set(err, "%s takes no value", name);
+            *(int *)((char *)cli + o->off) = 1;
+            continue;
+        }
+        if (!value) {
+            if (i + 1 >= argc) return ds_err_set(err, "%s needs a value", name);
+            value = argv[++i];
+        }
+        if (set_opt(cli, o, name, value, err) != 0) return -1;
+    }
+    if (cli->help || cli->version) return 0;
+    if (!cli->job) return ds_err_set(err, "no job spec given");
+    if (cli->tee && ds_tee_check(cli->tee, err) != 0) return ds_err_prefix(err, "--tee");
+    return 0;
+}
+
+/* path as given when absolute, else made absolute from the current directory */
+static char *abs_path(const char *path) {
+    if (path[0] == '/') return strdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return strdup(path);
+    size_t n = strlen(cwd) + strlen(path) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", cwd, path);
+    return p;
+}
+
+static void set_null(char **field) {
+    free(*field);
+    *field = NULL;
+}
+
+static int replace(char **field, char *value, ds_err *err) {
+    if (!value) return ds_err_set(err, "out of memory");
+    free(*field);
+    *field = value;
+    return 0;
+}
+
+int ds_cli_apply(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
+    if (cli->hostfile && replace(&spec->hostfile, abs_path(cli->hostfile), err)) return -1;
+    /* The resource selection is overridden as a whole: a --include on the command line
+     * replaces the spec's num_gpus rather than clashing with it, and vice versa. */
+    if (cli->include || cli->exclude) {
+        set_null(&spec->include);
+        set_null(&spec->exclude);
+        spec->num_nodes = spec->num_gpus = -1;
+    }
+    if (cli->num_nodes != -1 || cli->num_gpus != -1) {
+        set_null(&spec->include);
+        set_null(&spec->exclude);
+    }
+    if (cli->include && replace(&spec->include, strdup(cli->include), err)) return -1;
+    if (cli->exclude && replace(&spec->exclude, strdup(cli->exclude), err)) return -1;
+    if (cli->num_nodes != -1) spec->num_nodes = cli->num_nodes;
+    if (cli->num_gpus != -1) spec->num_gpus = cli->num_gpus;
+    if (cli->master_addr && replace(&spec->rdzv_addr, strdup(cli->master_addr), err)) return -1;
+    if (cli->master_port) spec->master_port = cli->master_port;
+    if (cli->tee && replace(&spec->tee, strdup(cli->tee), err)) return -1;
+    if (cli->log_dir && replace(&spec->log_dir, abs_path(cli->log_dir), err)) return -1;
+    if (cli->force_ssh) spec->ssh_force = 1;
+    return 0;
+}

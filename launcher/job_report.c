@@ -1,0 +1,123 @@
+/* What agents report, applied to the job: ranks started and exited, output to the logs,
+ * node errors. A rank that fails, or a node that errs or vanishes, stops the job. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+
+static int node_index(const ds_job *job, const ds_node *n) { return (int)(n - job->nodes); }
+
+/* A frame may only speak of the ranks of the node that sent it. */
+static int rank_of_node(const ds_job *job, const ds_node *n, uint32_t r) {
+    return r < (uint32_t)job->plan->world_size && job->plan->ranks[r].node_rank == n->plan->node_rank;
+}
+
+static void text(const ds_frame *f, char *buf, size_t cap) {
+    size_t n = f->len < cap - 1 ? f->len : cap - 1;
+    memcpy(buf, f->payload, n);
+    buf[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)buf[i] < 32) buf[i] = ' ';
+}
+
+static void rank_exited(ds_job *job, ds_node *n, int r, const char *how) {
+    ds_rank_status *rs = &job->ranks[r];
+    if (rs->state == DS_RANK_EXITED) return;
+    int v = 0;
+    if (sscanf(how, "signal %d", &v) == 1) rs->sig = v;
+    else if (sscanf(how, "exit %d", &v) == 1) rs->code = v;
+    else rs->code = 255;
+    rs->state = DS_RANK_EXITED;
+    rs->after_stop = job->stopping;
+    job->nexited++;
+    ds_logs_end_rank(job->logs, r);
+    ds_event(job->ev, "rank %d on %s: %s", r, n->plan->host, how);
+    if (rs->code == 0 && rs->sig == 0) {
+        if (job->nexited == job->plan->world_size && !job->stopping)
+            ds_event(job->ev, "all %d ranks exited 0", job->plan->world_size);
+        return;
+    }
+    if (!rs->after_stop) job->nfailed_ranks++;
+    if (job->stopping) return;
+    job->first_failed_rank = r;
+    if (rs->sig) ds_job_stop(job, "rank %d on %s was killed by signal %d (%s)", r, n->plan->host, rs->sig, strsignal(rs->sig));
+    else ds_job_stop(job, "rank %d on %s exited with code %d", r, n->plan->host, rs->code);
+}
+
+void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
+    ds_job *job = ctx;
+    char buf[1024];
+    int r = (int)f->rank;
+    int needs_rank = f->type == DS_FRAME_STARTED || f->type == DS_FRAME_STDOUT ||
+                     f->type == DS_FRAME_STDERR || f->type == DS_FRAME_EXIT;
+    if (needs_rank && !rank_of_node(job, n, f->rank)) {
+        ds_job_stop(job, "node %d (%s): the agent spoke of rank %u, which is not on that node",
+                    node_index(job, n), n->plan->host, f->rank);
+        return;
+    }
+    switch (f->type) {
+    case DS_FRAME_HELLO:
+        text(f, buf, sizeof buf);
+        n->state = DS_NODE_RUNNING;
+        ds_event(job->ev, "node %d (%s): agent up, pid %s", node_index(job, n), n->plan->host, buf);
+        break;
+    case DS_FRAME_STARTED:
+        text(f, buf, sizeof buf);
+        job->ranks[r].state = DS_RANK_RUNNING;
+        job->ranks[r].pid = (pid_t)atoi(buf);
+        ds_event(job->ev, "rank %d on %s: started, pid %s", r, n->plan->host, buf);
+        if (++job->nstarted == job->plan->world_size) {
+            job->all_started_ms = ds_job_now_ms();
+            ds_event(job->ev, "all %d ranks started (%.3f s)", job->nstarted,
+                     (double)(job->all_started_ms - job->t0_ms) / 1000);
+        }
+        break;
+    case DS_FRAME_STDOUT:
+    case DS_FRAME_STDERR:
+        ds_logs_write(job->logs, r, f->type == DS_FRAME_STDOUT ? 1 : 2, f->payload, f->len);
+        break;
+    case DS_FRAME_EXIT:
+        text(f, buf, sizeof buf);
+        rank_exited(job, n, r, buf);
+        break;
+    case DS_FRAME_ERROR:
+        text(f, buf, sizeof buf);
+        snprintf(n->error, sizeof n->error, "%s", buf);
+        n->failed = 1;
+        ds_event(job->ev, "node %d (%s): agent error: %s", node_index(job, n), n->plan->host, buf);
+        ds_job_stop(job, "node %d (%s): %s", node_index(job, n), n->plan->host, buf);
+        break;
+    case DS_FRAME_BYE:
+        n->bye = 1;
+        break;
+    default:
+        ds_job_stop(job, "node %d (%s): unexpected frame type %d from the agent", node_index(job, n),
+                    n->plan->host, f->type);
+    }
+}
+
+void ds_job_on_agent_line(void *ctx, ds_node *n, const char *line) {
+    ds_job *job = ctx;
+    if (!line[0]) return;
+    ds_event(job->ev, "node %d (%s) agent: %s", node_index(job, n), n->plan->host, line);
+    /* Stopping chatter is for launcher.log; anything else the user should see. */
+    if (!job->stopping) fprintf(stderr, "[%s:agent] %s\n", n->plan->host, line);
+}
+
+void ds_job_on_node_done(ds_job *job, ds_node *n) {
+    int idx = node_index(job, n);
+    int missing = 0;
+    for (int r = 0; r < job->plan->world_size; r++) {
+        if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
+        if (job->ranks[r].state == DS_RANK_EXITED) continue;
+        missing++;
+        ds_logs_end_rank(job->logs, r);
+    }
+    ds_event(job->ev, "node %d (%s): agent gone%s%s", idx, n->plan->host, n->failed ? ": " : "",
+             n->failed ? n->error : "");
+    if (job->stopping) return;
+    if (n->failed) ds_job_stop(job, "node %d (%s): %s", idx, n->plan->host, n->error);
+    else if (missing)
+        ds_job_stop(job, "node %d (%s): the agent ended with %d rank(s) unreported", idx, n->plan->host, missing);
+}

@@ -1,0 +1,185 @@
+#include "logs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent_proto.h"
+
+typedef struct rank_stream {
+    int fd;          /* rank-R.out / .err */
+    ds_bytes line;   /* the line being assembled for the terminal */
+} rank_stream;
+
+typedef struct rank_log {
+    char tag[300];   /* "[host:rank] " */
+    int show;        /* passes the tee filter */
+    rank_stream s[2];
+    char *tail[DS_LOG_TAIL_LINES]; /* ring of the last stderr lines */
+    int tail_next, tail_n;
+} rank_log;
+
+struct ds_logs {
+    rank_log *ranks;
+    int n;
+};
+
+static int mkdir_p(const char *dir, ds_err *err) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return ds_err_set(err, "path too long: %s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
+    return 0;
+}
+
+int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *err) {
+    int all = !tee || !tee[0] || !strcmp(tee, "all");
+    memset(show, all ? 1 : 0, (size_t)world);
+    if (all || !strcmp(tee, "none")) return 0;
+    const char *p = tee;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0) return ds_err_set(err, "logs.tee '%s': expected all, none or ranks like 0,2-3", tee);
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a) return ds_err_set(err, "logs.tee '%s': bad range", tee);
+            p = end;
+        }
+        for (long r = a; r <= b && r < world; r++) show[r] = 1;
+        if (*p == ',') p++;
+        else if (*p) return ds_err_set(err, "logs.tee '%s': unexpected '%c'", tee, *p);
+    }
+    return 0;
+}
+
+static int open_rank(rank_log *rl, const char *dir, int rank, ds_err *err) {
+    static const char *ext[2] = {"out", "err"};
+    for (int k = 0; k < 2; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/rank-%d.%s", dir, rank, ext[k]);
+        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (rl->s[k].fd < 0) return ds_err_errno(err, errno, "%s", path);
+    }
+    return 0;
+}
+
+ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_err *err) {
+    ds_logs *l = calloc(1, sizeof *l);
+    unsigned char *show = calloc((size_t)plan->world_size + 1, 1);
+    if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks))) {
+        ds_err_set(err, "out of memory");
+        goto fail;
+    }
+    l->n = plan->world_size;
+    for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
+    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || mkdir_p(dir, err) != 0) goto fail;
+    for (int r = 0; r < l->n; r++) {
+        rank_log *rl = &l->ranks[r];
+        const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];
+        snprintf(rl->tag, sizeof rl->tag, "[%s:%d] ", node->host, r);
+        rl->show = show[r];
+        if (open_rank(rl, dir, r, err) != 0) goto fail;
+    }
+    free(show);
+    return l;
+fail:
+    free(show);
+    ds_logs_close(l);
+    return NULL;
+}
+
+static void keep_tail(rank_log *rl, const unsigned char *p, size_t n) {
+    size_t keep = n > 1000 ? 1000 : n;
+    char *s = malloc(keep + 1);
+    if (!s) return;
+    memcpy(s, p, keep);
+    s[keep] = 0;
+    free(rl->tail[rl->tail_next]);
+    rl->tail[rl->tail_next] = s;
+    rl->tail_next = (rl->tail_next + 1) % DS_LOG_TAIL_LINES;
+    if (rl->tail_n < DS_LOG_TAIL_LINES) rl->tail_n++;
+}
+
+/* One terminal line: tag + bytes + newline in a single write. */
+static void show_line(rank_log *rl, int stream, const unsigned char *p, size_t n) {
+    if (stream == 2) keep_tail(rl, p, n);
+    if (!rl->show) return;
+    size_t tl = strlen(rl->tag);
+    char *buf = malloc(tl + n + 1);
+    if (!buf) return;
+    memcpy(buf, rl->tag, tl);
+    memcpy(buf + tl, p, n);
+    buf[tl + n] = '\n';
+    if (ds_write_all(stream == 2 ? 2 : 1, buf, tl + n + 1) != 0) rl->show = 0;
+    free(buf);
+}
+
+void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
+    if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return;
+    rank_log *rl = &l->ranks[rank];
+    rank_stream *s = &rl->s[stream - 1];
+    if (s->fd >= 0 && ds_write_all(s->fd, p, n) != 0) {
+        close(s->fd); /* a full disk stops the file, not the job */
+        s->fd = -1;
+    }
+    const unsigned char *b = p;
+    while (n > 0) {
+        const unsigned char *nl = memchr(b, '\n', n);
+        size_t take = nl ? (size_t)(nl - b) : n;
+        if (s->line.len + take > DS_LOG_LINE_MAX) take = DS_LOG_LINE_MAX - s->line.len;
+        if (ds_bytes_append(&s->line, b, take) != 0) return;
+        b += take;
+        n -= take;
+        int end_of_line = n > 0 && *b == '\n';
+        if (end_of_line || s->line.len >= DS_LOG_LINE_MAX) {
+            show_line(rl, stream, s->line.data, s->line.len);
+            s->line.len = 0;
+            if (end_of_line) {
+                b++;
+                n--;
+            }
+        }
+    }
+}
+
+void ds_logs_end_rank(ds_logs *l, int rank) {
+    if (!l || rank < 0 || rank >= l->n) return;
+    rank_log *rl = &l->ranks[rank];
+    for (int k = 0; k < 2; k++) {
+        if (rl->s[k].line.len) show_line(rl, k + 1, rl->s[k].line.data, rl->s[k].line.len);
+        rl->s[k].line.len = 0;
+    }
+}
+
+int ds_logs_tail(const ds_logs *l, int rank, const char **lines) {
+    if (!l || rank < 0 || rank >= l->n) return 0;
+    const rank_log *rl = &l->ranks[rank];
+    int start = (rl->tail_next - rl->tail_n + DS_LOG_TAIL_LINES) % DS_LOG_TAIL_LINES;
+    for (int i = 0; i < rl->tail_n; i++) lines[i] = rl->tail[(start + i) % DS_LOG_TAIL_LINES];
+    return rl->tail_n;
+}
+
+void ds_logs_close(ds_logs *l) {
+    if (!l) return;
+    for (int r = 0; l->ranks && r < l->n; r++) {
+        rank_log *rl = &l->ranks[r];
+        for (int k = 0; k < 2; k++) {
+            if (rl->s[k].fd >= 0) close(rl->s[k].fd);
+            ds_bytes_free(&rl->s[k].line);
+        }
+        for (int i = 0; i < DS_LOG_TAIL_LINES; i++) free(rl->tail[i]);
+    }
+    free(l->ranks);
+    free(l);
+}

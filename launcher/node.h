@@ -1,0 +1,67 @@
+/* The controller's link to one node's agent, over either transport: local pipes
+ * (local.h) or an SSH channel (ssh.h). It queues bytes for the agent's stdin, reads the
+ * agent's stdout as frames (agent_proto.h) and its stderr as lines, and knows when the
+ * agent is gone. What the frames mean is the controller's business. */
+#ifndef DS_NODE_H
+#define DS_NODE_H
+
+#include <poll.h>
+
+#include "agent_proto.h"
+#include "ds_err.h"
+#include "local.h"
+#include "plan.h"
+#include "ssh.h"
+
+typedef enum {
+    DS_NODE_CONNECTING, /* SSH session opening */
+    DS_NODE_STARTED,    /* agent process running, HELLO not yet seen */
+    DS_NODE_RUNNING,    /* HELLO seen: store connected, workers starting */
+    DS_NODE_DONE,       /* agent gone (or never started); see failed/error */
+} ds_node_state;
+
+typedef struct ds_node {
+    const ds_plan_node *plan;
+    ds_node_state state;
+    int via_ssh;
+    ds_local local;
+    ds_ssh *ssh;
+    ds_bytes to_agent;   /* queued for its stdin */
+    ds_bytes from_agent; /* stdout bytes not yet parsed into frames */
+    ds_bytes err_line;   /* its stderr line being assembled */
+    int close_stdin;     /* asked to close stdin once to_agent is sent */
+    int stdin_closed;
+    int out_eof, err_eof;
+    int reaped;          /* local agent waited for */
+    int bye;             /* the agent said goodbye: it ended in order */
+    int failed;          /* could not start, protocol error, or lost */
+    char error[1024];
+} ds_node;
+
+typedef struct ds_node_handler {
+    void *ctx;
+    void (*frame)(void *ctx, ds_node *n, const ds_frame *f);
+    void (*agent_line)(void *ctx, ds_node *n, const char *line); /* agent's own stderr */
+} ds_node_handler;
+
+/* Starts the agent: fork/exec (local) or an SSH session (command runs once open). */
+int ds_node_start_local(ds_node *n, char *const argv[], ds_err *err);
+int ds_node_start_ssh(ds_node *n, const ds_ssh_opts *o, const char *command, ds_err *err);
+
+/* Adds the node's descriptors to pf (at most 3); returns how many. */
+int ds_node_pollfds(ds_node *n, struct pollfd *pf);
+/* Does whatever I/O is possible now (never blocks) and calls h for each frame/line.
+ * Sets state DONE when the agent is gone. */
+void ds_node_io(ds_node *n, const ds_node_handler *h);
+/* SIGCHLD arrived: reaps the local agent if it exited. */
+void ds_node_reap(ds_node *n);
+/* Closes the agent's stdin (after what is queued): the agent stops its workers. */
+void ds_node_stop(ds_node *n);
+/* Gives up on the node now: kills a local agent, drops an SSH session. */
+void ds_node_abandon(ds_node *n, const char *why);
+/* The deadline of the opening (SSH), or -1. */
+long long ds_node_deadline_ms(const ds_node *n);
+void ds_node_keepalive(ds_node *n);
+void ds_node_free(ds_node *n);
+
+#endif

@@ -1,0 +1,160 @@
+-- Stages and models. A stage is an ordered list of layers with its own options; its
+-- parameters and gradients are one flat buffer each. A model is an ordered list of
+-- stages plus a criterion; forward and backward walk the stages (one C call each).
+local util = require 'ds.util'
+local core = require 'ds._core'
+local nn = require 'ds.nn'
+
+local M = {}
+
+local STAGE_OPTS = util.set {'name', 'zero', 'checkpoint', 'precision', 'seed'}
+local PRECISIONS = util.set {'fp32', 'bf16', 'fp16'}
+
+-- Validated here with the script's line in the message; the C side checks again.
+local function check_stage_opts(o, what)
+  util.check_keys(o, STAGE_OPTS, what)
+  if o.zero ~= nil and (math.type(o.zero) ~= 'integer' or o.zero < 0 or o.zero > 3) then
+    util.errorf('%s: zero must be 0, 1, 2 or 3, got %s', what, tostring(o.zero))
+  end
+  local c = o.checkpoint
+  if c ~= nil and c ~= 'none' and c ~= 'full' and not (math.type(c) == 'integer' and c >= 1)
+     and not (type(c) == 'table' and math.type(c.every) == 'integer' and c.every >= 1) then
+    util.errorf("%s: checkpoint must be 'none', 'full', N >= 1 or {every = N}, got %s", what, tostring(c))
+  end
+  if o.precision ~= nil and not PRECISIONS[o.precision] then
+    util.errorf("%s: precision must be 'fp32', 'bf16' or 'fp16', got %s", what, tostring(o.precision))
+  end
+  if o.seed ~= nil and math.type(o.seed) ~= 'integer' then
+    util.errorf('%s: seed must be an integer', what)
+  end
+end
+M.check_stage_opts = check_stage_opts
+
+-- ds.Stage{layer1, layer2, ..., name=, zero=, checkpoint=, precision=, seed=}
+function M.Stage(spec)
+  if type(spec) ~= 'table' then util.error('ds.Stage: expected a table {layer, ..., options}') end
+  check_stage_opts(spec, 'ds.Stage')
+  if #spec == 0 then util.error('ds.Stage: no layers') end
+  local desc = {name = spec.name or 'stage', zero = spec.zero, checkpoint = spec.checkpoint,
+                precision = spec.precision, seed = spec.seed or 1234}
+  for i, l in ipairs(spec) do
+    if not nn.is_layer(l) then util.errorf('ds.Stage: element %d is not a layer (%s)', i, type(l)) end
+    desc[i] = l
+  end
+  return core.stage_new(desc)
+end
+
+local Model = {}
+Model.__index = Model
+
+-- ds.Model{stage1, stage2, ..., criterion = nn.CrossEntropy()}
+function M.Model(spec)
+  util.check_keys(spec, util.set {'criterion'}, 'ds.Model')
+  local m = setmetatable({stages = {}, criterion = spec.criterion or nn.CrossEntropy()}, Model)
+  for i, s in ipairs(spec) do
+    if type(s) ~= 'userdata' or not pcall(s.info, s) then
+      util.errorf('ds.Model: element %d is not a ds.Stage', i)
+    end
+    m.stages[i] = s
+  end
+  if #m.stages == 0 then util.error('ds.Model: no stages') end
+  return m
+end
+
+-- Output of the last stage (logits for a GPT). run: {train=, step=, micro=}.
+function Model:predict(x, run)
+  run = run or {}
+  local train = run.train ~= false
+  for _, s in ipairs(self.stages) do x = s:forward(x, train, run.step or 0, run.micro or 0) end
+  return x
+end
+
+-- Forward through every stage and the criterion; returns the mean loss.
+function Model:forward(x, targets, run)
+  self.output = self:predict(x, run)
+  return self.criterion:forward(self.output, targets)
+end
+
+-- Backward of scale * loss (scale = 1/accumulation steps); gradients accumulate.
+function Model:backward(scale)
+  local d = self.criterion:backward(scale or 1.0)
+  for i = #self.stages, 1, -1 do d = self.stages[i]:backward(d) end
+end
+
+function Model:zero_grad()
+  for _, s in ipairs(self.stages) do s:zero_grad() end
+end
+
+-- Global gradient norm over every stage, summed in stage order.
+function Model:grad_norm()
+  local ss = 0
+  for _, s in ipairs(self.stages) do ss = ss + s:grad_sumsq() end
+  return math.sqrt(ss)
+end
+
+-- Scales the gradients so their global norm is at most max_norm; returns the norm
+-- before clipping.
+function Model:clip_grad_norm(max_norm)
+  local n = self:grad_norm()
+  if max_norm and max_norm > 0 and n > max_norm then
+    local k = max_norm / (n + 1e-6)
+    for _, s in ipairs(self.stages) do s:scale_grads(k) end
+  end
+  return n
+end
+
+-- Parameter count (padding in the flat buffers not counted).
+function Model:num_parameters()
+  local n = 0
+  for _, s in ipairs(self.stages) do
+    for _, p in ipairs(s:param_table()) do n = n + p.numel end
+  end
+  return n
+end
+
+-- {name, stage, info} for every parameter, in stage and flat order.
+function Model:parameters()
+  local out = {}
+  for _, s in ipairs(self.stages) do
+    for _, p in ipairs(s:param_table()) do out[#out + 1] = {name = p.name, stage = s, info = p} end
+  end
+  return out
+end
+
+-- A view of the named parameter (or its gradient with grad = true).
+function Model:param(name, grad)
+  for _, s in ipairs(self.stages) do
+    for _, p in ipairs(s:param_table()) do
+      if p.name == name then return s:param(name, grad) end
+    end
+  end
+  util.errorf("model has no parameter '%s'", tostring(name))
+end
+
+-- Frees every activation buffer (they come back with the next forward).
+function Model:release()
+  for _, s in ipairs(self.stages) do s:release() end
+  self.criterion:release()
+end
+
+-- One optimizer step's worth of work: zero the gradients, run `accum` micro-batches
+-- (next_batch(micro) -> x, y), each loss scaled by 1/accum, clip, step.
+-- Returns {loss=, grad_norm=, lr=, tokens=}.
+function Model:train_step(t)
+  util.check_keys(t, util.set {'step', 'next_batch', 'accum', 'optimizer', 'clip', 'lr'}, 'model:train_step')
+  local accum = t.accum or 1
+  if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
+  self:zero_grad()
+  local loss, tokens = 0, 0
+  for micro = 1, accum do
+    local x, y = t.next_batch(micro)
+    loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro}) / accum
+    self:backward(1.0 / accum)
+    tokens = tokens + x:numel()
+  end
+  local gn = self:clip_grad_norm(t.clip)
+  local lr = t.optimizer:step(t.lr)
+  return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens}
+end
+
+return M

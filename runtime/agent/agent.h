@@ -1,0 +1,53 @@
+/* `dsrun agent`: one per node, started by the controller (fork/exec or SSH). Reads the
+ * node's part of the plan as frames on stdin (agent_proto.h), starts the node's workers,
+ * forwards their output, reports their exits, heartbeats to the store, and stops every
+ * worker when stdin reaches EOF, the store connection drops or it gets SIGTERM. */
+#ifndef DS_AGENT_H
+#define DS_AGENT_H
+
+#include <sys/types.h>
+
+#include "agent_proto.h"
+#include "ds_err.h"
+
+struct ds_store_client;
+
+typedef struct ds_agent_worker {
+    int rank;
+    char **env;    /* "KEY=VALUE" from the plan, NULL-terminated */
+    int nenv;
+    pid_t pid;     /* 0 until started */
+    int out_fd, err_fd; /* read ends of its stdout / stderr pipes; -1 once at EOF */
+    int running;
+} ds_agent_worker;
+
+typedef struct ds_agent {
+    /* from CONFIG frames */
+    char *job, *host, *rdzv, *token, *workdir, *script;
+    char **args;
+    int nargs;
+    int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
+
+    ds_agent_worker *workers;
+    int nworkers;
+
+    struct ds_store_client *store;
+    int sigfd;        /* signalfd: SIGCHLD, SIGTERM, SIGINT, SIGHUP */
+    int lifeline_w;   /* write end only the agent holds: workers die when it closes */
+    int lifeline_r;   /* read end every worker inherits as DS_AGENT_FD */
+    int stopping;
+    long long kill_at_ms; /* when stopping: the moment TERM turns into KILL */
+    int controller_gone;  /* stdout write failed: nobody to report to */
+} ds_agent;
+
+/* Reads CONFIG/RANK/ENV frames from fd until GO (agent_config.c). */
+int ds_agent_read_config(ds_agent *a, int fd, ds_err *err);
+void ds_agent_free(ds_agent *a);
+
+/* Starts worker w (spawn.c): its own process group, stdout/stderr pipes, the lifeline as
+ * fd 3, death signal tied to the agent, the plan's environment over the agent's. */
+int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err);
+
+long long ds_now_ms(void); /* CLOCK_MONOTONIC in milliseconds */
+
+#endif

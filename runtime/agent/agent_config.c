@@ -1,0 +1,160 @@
+/* The node's part of the plan, as the controller sends it on the agent's stdin. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+static char *dup_n(const unsigned char *p, size_t n) {
+    char *s = malloc(n + 1);
+    if (!s) return NULL;
+    memcpy(s, p, n);
+    s[n] = 0;
+    return s;
+}
+
+static int parse_int(const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 0 || x > 1000000000) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static int push_str(char ***arr, int *n, char *s) {
+    char **a = realloc(*arr, sizeof *a * (size_t)(*n + 2));
+    if (!a) return -1;
+    a[(*n)++] = s;
+    a[*n] = NULL;
+    *arr = a;
+    return 0;
+}
+
+static int set_config(ds_agent *a, const char *kv, ds_err *err) {
+    const char *eq = strchr(kv, '=');
+    if (!eq) return ds_err_set(err, "config frame without '=': %.64s", kv);
+    size_t klen = (size_t)(eq - kv);
+    const char *v = eq + 1;
+    char **slot = NULL;
+    int *num = NULL;
+#define KEY(k) (klen == strlen(k) && !strncmp(kv, k, klen))
+    if (KEY("job")) slot = &a->job;
+    else if (KEY("host")) slot = &a->host;
+    else if (KEY("rdzv")) slot = &a->rdzv;
+    else if (KEY("token")) slot = &a->token;
+    else if (KEY("workdir")) slot = &a->workdir;
+    else if (KEY("script")) slot = &a->script;
+    else if (KEY("node")) num = &a->node;
+    else if (KEY("heartbeat_ms")) num = &a->heartbeat_ms;
+    else if (KEY("grace_ms")) num = &a->grace_ms;
+    else if (KEY("rdzv_timeout_ms")) num = &a->rdzv_timeout_ms;
+    else if (KEY("arg")) {
+        char *s = strdup(v);
+        if (!s || push_str(&a->args, &a->nargs, s) != 0) return ds_err_set(err, "out of memory");
+        return 0;
+    }
+#undef KEY
+    if (num) {
+        if (parse_int(v, num) != 0) return ds_err_set(err, "config %.*s: bad number '%s'", (int)klen, kv, v);
+        return 0;
+    }
+    if (!slot) return ds_err_set(err, "unknown config key '%.*s'", (int)klen, kv);
+    free(*slot);
+    *slot = strdup(v);
+    return *slot ? 0 : ds_err_set(err, "out of memory");
+}
+
+static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
+    char *s = dup_n(f->payload, f->len);
+    if (!s) return ds_err_set(err, "out of memory");
+    if (f->type == DS_FRAME_CONFIG) {
+        int rc = set_config(a, s, err);
+        free(s);
+        return rc;
+    }
+    if (f->type == DS_FRAME_RANK) {
+        free(s);
+        ds_agent_worker *w = realloc(a->workers, sizeof *w * (size_t)(a->nworkers + 1));
+        if (!w) return ds_err_set(err, "out of memory");
+        a->workers = w;
+        memset(&w[a->nworkers], 0, sizeof *w);
+        w[a->nworkers].rank = (int)f->rank;
+        w[a->nworkers].out_fd = w[a->nworkers].err_fd = -1;
+        a->nworkers++;
+        return 0;
+    }
+    if (f->type == DS_FRAME_ENV) {
+        if (a->nworkers == 0 || a->workers[a->nworkers - 1].rank != (int)f->rank || !strchr(s, '=')) {
+            free(s);
+            return ds_err_set(err, "ENV frame for rank %u out of order", f->rank);
+        }
+        ds_agent_worker *w = &a->workers[a->nworkers - 1];
+        if (push_str(&w->env, &w->nenv, s) != 0) {
+            free(s);
+            return ds_err_set(err, "out of memory");
+        }
+        return 0;
+    }
+    free(s);
+    return ds_err_set(err, "unexpected frame type %d before GO", f->type);
+}
+
+int ds_agent_read_config(ds_agent *a, int fd, ds_err *err) {
+    ds_bytes in = {0};
+    int rc = -1;
+    for (;;) {
+        ds_frame f;
+        int p = ds_frame_parse(&in, &f);
+        if (p < 0) {
+            ds_err_set(err, "malformed frame on stdin");
+            break;
+        }
+        if (p == 0) {
+            unsigned char buf[65536];
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                ds_err_errno(err, errno, "reading the plan on stdin");
+                break;
+            }
+            if (n == 0) {
+                ds_err_set(err, "stdin closed before the plan was complete");
+                break;
+            }
+            if (ds_bytes_append(&in, buf, (size_t)n) != 0) {
+                ds_err_set(err, "out of memory");
+                break;
+            }
+            continue;
+        }
+        if (f.type == DS_FRAME_GO) {
+            rc = in.len == DS_FRAME_HEADER + f.len ? 0 : ds_err_set(err, "bytes after GO");
+            break;
+        }
+        if (apply_frame(a, &f, err) != 0) break;
+        ds_bytes_consume(&in, DS_FRAME_HEADER + f.len);
+    }
+    ds_bytes_free(&in);
+    if (rc == 0 && (!a->job || !a->script || !a->workdir))
+        rc = ds_err_set(err, "plan lacks job, script or workdir");
+    return rc;
+}
+
+void ds_agent_free(ds_agent *a) {
+    free(a->job);
+    free(a->host);
+    free(a->rdzv);
+    if (a->token) memset(a->token, 0, strlen(a->token));
+    free(a->token);
+    free(a->workdir);
+    free(a->script);
+    for (int i = 0; i < a->nargs; i++) free(a->args[i]);
+    free(a->args);
+    for (int i = 0; i < a->nworkers; i++) {
+        for (int j = 0; j < a->workers[i].nenv; j++) free(a->workers[i].env[j]);
+        free(a->workers[i].env);
+    }
+    free(a->workers);
+}

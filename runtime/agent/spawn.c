@@ -1,0 +1,138 @@
+/* Starting one worker. The child is made to die with the agent three ways, because a
+ * node must never keep orphans: PR_SET_PDEATHSIG (the agent dies), the lifeline pipe
+ * on fd 3 that the worker watches (covers the worker's own children too), and its own
+ * process group, which the agent signals as a whole. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+extern char **environ;
+
+static int env_has_key(char **env, int n, const char *kv) {
+    size_t k = strcspn(kv, "=");
+    for (int i = 0; i < n; i++)
+        if (!strncmp(env[i], kv, k) && env[i][k] == '=') return 1;
+    return 0;
+}
+
+/* The plan's variables and the agent's extras win over the agent's own environment. */
+static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
+    int next = 6, nenv = 0;
+    while (environ[nenv]) nenv++;
+    char **env = calloc((size_t)(nenv + w->nenv + next + 1), sizeof *env);
+    if (!env) return NULL;
+    int n = 0, ok = 1;
+    for (int i = 0; i < w->nenv; i++) env[n++] = strdup(w->env[i]);
+    if (a->rdzv) ok &= asprintf(&env[n++], "DS_RDZV=%s", a->rdzv) > 0;
+    if (a->token) ok &= asprintf(&env[n++], "DS_STORE_TOKEN=%s", a->token) > 0;
+    if (a->host) ok &= asprintf(&env[n++], "DS_HOST=%s", a->host) > 0;
+    ok &= asprintf(&env[n++], "DS_AGENT_FD=3") > 0;
+    ok &= asprintf(&env[n++], "DS_RDZV_TIMEOUT_MS=%d", a->rdzv_timeout_ms) > 0;
+    for (int i = 0; i < n; i++) ok &= env[i] != NULL;
+    int planned = n;
+    for (int i = 0; i < nenv && ok; i++) {
+        if (env_has_key(env, planned, environ[i])) continue;
+        if (!(env[n++] = strdup(environ[i]))) ok = 0;
+    }
+    if (!ok) {
+        for (int i = 0; i < n; i++) free(env[i]);
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+static void free_env(char **env) {
+    for (int i = 0; env[i]; i++) {
+        memset(env[i], 0, strlen(env[i])); /* the token was in there */
+        free(env[i]);
+    }
+    free(env);
+}
+
+static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
+    char **argv = calloc((size_t)(a->nargs + 8), sizeof *argv);
+    if (!argv) return NULL;
+    int n = 0;
+    argv[n++] = (char *)self;
+    argv[n++] = "worker";
+    argv[n++] = "--job"; /* a marker, so the process table shows whose job it is */
+    argv[n++] = a->job;
+    argv[n++] = "--rank";
+    argv[n++] = rankbuf;
+    argv[n++] = a->script;
+    for (int i = 0; i < a->nargs; i++) argv[n++] = a->args[i];
+    return argv;
+}
+
+/* In the child, between fork and exec: only async-signal-safe calls. */
+static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w, char **argv,
+                       char **env) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
+        dup2(a->lifeline_r, 3) < 0)
+        _exit(127);
+    fcntl(3, F_SETFD, 0); /* dup2 onto itself would have kept close-on-exec */
+    close_range(4, ~0U, 0);
+    execve(argv[0], argv, env);
+    static const char msg[] = "dsrun agent: cannot exec the worker\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(127);
+}
+
+int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
+    static char self[4096];
+    if (!self[0]) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) return ds_err_errno(err, errno, "readlink /proc/self/exe");
+        self[n] = 0;
+    }
+    int out[2], errp[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+        close(out[0]);
+        close(out[1]);
+        return ds_err_errno(err, errno, "pipe");
+    }
+    char rankbuf[16];
+    snprintf(rankbuf, sizeof rankbuf, "%d", w->rank);
+    char **env = build_env(a, w);
+    char **argv = build_argv(a, self, rankbuf);
+    pid_t agent_pid = getpid();
+    pid_t pid = env && argv ? fork() : -1;
+    int fork_errno = errno;
+    if (pid == 0) exec_child(a, agent_pid, out[1], errp[1], argv, env);
+    if (env) free_env(env);
+    free(argv);
+    close(out[1]);
+    close(errp[1]);
+    if (pid < 0) {
+        close(out[0]);
+        close(errp[0]);
+        return ds_err_errno(err, fork_errno, "starting rank %d", w->rank);
+    }
+    /* Also from the parent: the group must exist before the agent signals it. */
+    setpgid(pid, pid);
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    w->pid = pid;
+    w->out_fd = out[0];
+    w->err_fd = errp[0];
+    w->running = 1;
+    return 0;
+}

@@ -1,0 +1,94 @@
+/* `dsrun worker [--job ID --rank R] SCRIPT [ARGS...]`: one rank, started by its node's
+ * agent. Everything it needs comes from the environment the agent gives it (the --job
+ * and --rank arguments only mark the process in the process table). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_context.h"
+#include "lifeline.h"
+#include "script.h"
+#include "store_client.h"
+#include "subcommands.h"
+
+static int env_int(const char *key, int *out, ds_err *err) {
+    const char *v = getenv(key);
+    if (!v || !v[0]) return ds_err_set(err, "%s is not set (dsrun worker is started by dsrun agent)", key);
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1 << 24) return ds_err_set(err, "%s=%s is not a valid number", key, v);
+    *out = (int)x;
+    return 0;
+}
+
+static void env_str(const char *key, char *dst, size_t cap, const char *fallback) {
+    const char *v = getenv(key);
+    snprintf(dst, cap, "%s", v && v[0] ? v : fallback);
+}
+
+static int context_from_env(ds_context *ctx, ds_err *err) {
+    ds_context_single(ctx);
+    if (env_int("RANK", &ctx->rank, err) || env_int("WORLD_SIZE", &ctx->world_size, err) ||
+        env_int("LOCAL_RANK", &ctx->local_rank, err) ||
+        env_int("LOCAL_WORLD_SIZE", &ctx->local_world_size, err) ||
+        env_int("NODE_RANK", &ctx->node_rank, err))
+        return -1;
+    if (getenv("DS_ATTEMPT") && env_int("DS_ATTEMPT", &ctx->attempt, err)) return -1;
+    if (ctx->rank >= ctx->world_size) return ds_err_set(err, "RANK %d >= WORLD_SIZE %d", ctx->rank, ctx->world_size);
+    env_str("DS_JOB_ID", ctx->job_id, sizeof ctx->job_id, "local");
+    char host[sizeof ctx->host];
+    env_str("DS_HOST", host, sizeof host, ctx->host);
+    memcpy(ctx->host, host, sizeof host);
+    return 0;
+}
+
+/* DS_RDZV is host:port (the last ':' separates, so a bracketless IPv6 works too). */
+static int connect_store(ds_context *ctx, ds_err *err) {
+    const char *rdzv = getenv("DS_RDZV");
+    if (!rdzv || !rdzv[0]) return 0; /* no store: a world that never meets */
+    char host[256];
+    const char *colon = strrchr(rdzv, ':');
+    if (!colon || colon == rdzv || (size_t)(colon - rdzv) >= sizeof host)
+        return ds_err_set(err, "DS_RDZV=%s is not host:port", rdzv);
+    memcpy(host, rdzv, (size_t)(colon - rdzv));
+    host[colon - rdzv] = 0;
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = 0;
+    }
+    int port = atoi(colon + 1), timeout_ms = 30000;
+    if (getenv("DS_RDZV_TIMEOUT_MS")) env_int("DS_RDZV_TIMEOUT_MS", &timeout_ms, NULL);
+    const char *tok = getenv("DS_STORE_TOKEN");
+    char token[256];
+    snprintf(token, sizeof token, "%s", tok ? tok : "");
+    unsetenv("DS_STORE_TOKEN"); /* the script's children need not see it */
+    ctx->store = ds_store_connect(host, port, token, timeout_ms, err);
+    memset(token, 0, sizeof token);
+    if (!ctx->store) return ds_err_prefix(err, "rendezvous %s", rdzv);
+    return 0;
+}
+
+int dsrun_worker_main(int argc, char **argv) {
+    int i = 1;
+    while (i + 1 < argc && (!strcmp(argv[i], "--job") || !strcmp(argv[i], "--rank"))) i += 2;
+    if (i >= argc) {
+        fprintf(stderr, "usage: dsrun worker [--job ID --rank R] SCRIPT.lua [ARGS...]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the controller as they are printed */
+    signal(SIGPIPE, SIG_IGN);         /* a dead peer is an error to handle, not a death */
+    ds_err err = {{0}};
+    ds_context ctx;
+    if (ds_lifeline_watch(&err) != 0 || context_from_env(&ctx, &err) != 0) {
+        fprintf(stderr, "dsrun worker: %s\n", err.msg);
+        return 1;
+    }
+    if (connect_store(&ctx, &err) != 0) {
+        fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
+        return 1;
+    }
+    int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);
+    if (ctx.store) ds_store_close(ctx.store);
+    return rc;
+}

@@ -1,0 +1,150 @@
+#include "ckpt_export.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_json.h"
+#include "safetensors.h"
+
+typedef struct export_job {
+    ds_ckpt *ck;
+    char where[4200]; /* "<step dir>/meta.json: engine.export" for messages */
+    ds_st_tensor *tensors;
+    size_t ntensors;
+    ds_st_kv *meta;
+    size_t nmeta;
+} export_job;
+
+static int st_dtype(ds_dtype t, ds_st_dtype *out) {
+    switch (t) {
+    case DS_F32: *out = DS_ST_F32; return 0;
+    case DS_BF16: *out = DS_ST_BF16; return 0;
+    case DS_F16: *out = DS_ST_F16; return 0;
+    case DS_I32: *out = DS_ST_I32; return 0;
+    }
+    return -1;
+}
+
+static void transpose(const unsigned char *in, unsigned char *out, int64_t rows, int64_t cols,
+                      size_t esz) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            memcpy(out + (size_t)(j * rows + i) * esz, in + (size_t)(i * cols + j) * esz, esz);
+}
+
+static int int_field(const export_job *x, const ds_ckj *t, size_t i, const char *key,
+                     long long *out, ds_err *err) {
+    const ds_ckj *v = ds_ckj_get(t, key);
+    if (!v || v->type != CKJ_NUM || !v->is_int || v->inum < 0)
+        return ds_err_set(err, "%s.tensors[%zu]: \"%s\" missing or not an integer >= 0",
+                          x->where, i, key);
+    *out = v->inum;
+    return 0;
+}
+
+/* Reads tensor i's elements (transposed if asked) into a fresh buffer. */
+static int load_tensor(export_job *x, const ds_ckj *t, size_t i, ds_err *err) {
+    ds_st_tensor *st = &x->tensors[i];
+    const ds_ckj *name = ds_ckj_get(t, "name"), *array = ds_ckj_get(t, "array");
+    const ds_ckj *shape = ds_ckj_get(t, "shape"), *tr = ds_ckj_get(t, "transpose");
+    if (!name || name->type != CKJ_STR || !array || array->type != CKJ_STR)
+        return ds_err_set(err, "%s.tensors[%zu]: \"name\" and \"array\" must be strings",
+                          x->where, i);
+    if (!shape || shape->type != CKJ_ARR || shape->len > DS_ST_MAX_DIMS)
+        return ds_err_set(err, "%s.tensors[%zu] '%s': \"shape\" must be a list of at most %d "
+                               "sizes", x->where, i, name->str, DS_ST_MAX_DIMS);
+    if (tr && tr->type != CKJ_BOOL)
+        return ds_err_set(err, "%s.tensors[%zu]: \"transpose\" must be true or false", x->where, i);
+    long long offset = 0;
+    if (int_field(x, t, i, "offset", &offset, err)) return -1;
+    ds_ckpt_array a;
+    if (ds_ckpt_array_info(x->ck, array->str, &a, err))
+        return ds_err_prefix(err, "export '%s'", name->str);
+    uint64_t numel = 1;
+    st->ndim = (int)shape->len;
+    for (size_t d = 0; d < shape->len; d++) {
+        const ds_ckj *s = &shape->items[d];
+        if (s->type != CKJ_NUM || !s->is_int || s->inum < 0 ||
+            (s->inum && numel > UINT64_MAX / (uint64_t)s->inum))
+            return ds_err_set(err, "%s.tensors[%zu] '%s': bad size in \"shape\"", x->where, i,
+                              name->str);
+        st->shape[d] = s->inum;
+        numel *= (uint64_t)s->inum;
+    }
+    if ((uint64_t)offset > a.numel || numel > a.numel - (uint64_t)offset)
+        return ds_err_set(err, "%s.tensors[%zu] '%s': elements [%lld, +%llu) outside array "
+                               "'%s' of %llu", x->where, i, name->str, offset,
+                          (unsigned long long)numel, a.name, (unsigned long long)a.numel);
+    int transposed = tr && tr->boolean;
+    if (transposed && st->ndim != 2)
+        return ds_err_set(err, "%s.tensors[%zu] '%s': transpose needs a 2-D shape", x->where, i,
+                          name->str);
+    if (st_dtype(a.dtype, &st->dtype))
+        return ds_err_set(err, "export '%s': array dtype has no safetensors name", name->str);
+    size_t esz = ds_st_dtype_size(st->dtype);
+    unsigned char *buf = malloc(numel * esz + 1), *out = buf;
+    if (!buf) return ds_err_set(err, "export '%s': out of memory", name->str);
+    st->name = name->str;
+    st->data = buf; /* owned from here: freed with the job */
+    st->nbytes = numel * esz;
+    if (ds_ckpt_read_range(x->ck, array->str, (uint64_t)offset, (uint64_t)offset + numel, buf, err))
+        return ds_err_prefix(err, "export '%s'", name->str);
+    if (transposed) {
+        if (!(out = malloc(numel * esz + 1))) return ds_err_set(err, "out of memory");
+        transpose(buf, out, st->shape[0], st->shape[1], esz);
+        free(buf);
+        st->data = out;
+        int64_t r = st->shape[0];
+        st->shape[0] = st->shape[1];
+        st->shape[1] = r;
+    }
+    return 0;
+}
+
+static int load_metadata(export_job *x, const ds_ckj *m, ds_err *err) {
+    if (!m) return 0;
+    if (m->type != CKJ_OBJ) return ds_err_set(err, "%s.metadata: must be an object", x->where);
+    x->meta = calloc(m->len ? m->len : 1, sizeof *x->meta);
+    if (!x->meta) return ds_err_set(err, "out of memory");
+    for (size_t i = 0; i < m->len; i++) {
+        if (m->items[i].type != CKJ_STR)
+            return ds_err_set(err, "%s.metadata.%s: must be a string", x->where, m->keys[i]);
+        x->meta[x->nmeta++] = (ds_st_kv){m->keys[i], m->items[i].str};
+    }
+    return 0;
+}
+
+int ds_ckpt_export_safetensors(ds_ckpt *ck, const char *out_path, ds_err *err) {
+    export_job x = {.ck = ck};
+    snprintf(x.where, sizeof x.where, "%s/meta.json: engine.export", ds_ckpt_dir(ck));
+    const char *engine = ds_ckpt_meta_extra(ck);
+    ds_ckj *root = ds_ckj_parse(engine, strlen(engine), err);
+    if (!root) return ds_err_prefix(err, "%s", x.where);
+    const ds_ckj *ex = ds_ckj_get(root, "export");
+    const ds_ckj *list = ds_ckj_get(ex, "tensors");
+    int rc = -1;
+    if (!ex || ex->type != CKJ_OBJ || !list || list->type != CKJ_ARR || list->len == 0) {
+        ds_err_set(err, "%s: missing; this checkpoint's engine did not describe its tensors "
+                        "(\"export\": {\"tensors\": [...]})", x.where);
+        goto out;
+    }
+    x.tensors = calloc(list->len, sizeof *x.tensors);
+    if (!x.tensors) {
+        ds_err_set(err, "out of memory");
+        goto out;
+    }
+    if (load_metadata(&x, ds_ckj_get(ex, "metadata"), err)) goto out;
+    for (; x.ntensors < list->len; x.ntensors++)
+        if (load_tensor(&x, &list->items[x.ntensors], x.ntensors, err)) {
+            x.ntensors++; /* its buffer, if any, is freed below */
+            goto out;
+        }
+    rc = ds_st_write(out_path, x.tensors, x.ntensors, x.meta, x.nmeta, err);
+out:
+    for (size_t i = 0; i < x.ntensors; i++) free((void *)x.tensors[i].data);
+    free(x.tensors);
+    free(x.meta);
+    ds_ckj_free(root);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* Inside a communicator: what comm.c (the engine-independent part: validation, the
+ * issue queue, the communication thread, handles) asks of a backend (self, Gloo, NCCL).
+ * Not for users of comm.h. */
+#ifndef DS_COMM_BACKEND_H
+#define DS_COMM_BACKEND_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "store/store_client.h"
+
+typedef enum ds_comm_kind {
+    DS_COMM_OP_ALLREDUCE,
+    DS_COMM_OP_REDUCE_SCATTER,
+    DS_COMM_OP_ALLGATHER,
+    DS_COMM_OP_BROADCAST,
+    DS_COMM_OP_BARRIER,
+} ds_comm_kind;
+
+/* One op, from its start to its wait. Fields above `done` are set before the op is
+ * queued and read-only afterwards. */
+struct ds_comm_handle {
+    ds_comm *comm;
+    ds_comm_kind kind;
+    void *in, *out; /* allreduce, broadcast: in == out == the buffer */
+    size_t count;   /* elements: whole buffer, or per-rank shard for RS / AG */
+    ds_dtype dtype;
+    ds_comm_reduce op;
+    int root;
+    uint32_t tag; /* sequence number of the op in this communicator: equal on every rank */
+    void *backend_data; /* NCCL: the completion event */
+    struct ds_comm_handle *next;
+    int ran;      /* the backend saw it (zero-size ops are skipped) */
+    int done, rc; /* under the communicator's lock when threaded */
+    ds_err err;
+};
+
+typedef struct ds_comm_vtable {
+    ds_comm_backend backend;
+    /* 1: run() blocks until the op is done and is called on the communication thread;
+     * 0: run() only enqueues (NCCL stream) and finish() waits, on the caller's thread. */
+    int threaded;
+    /* 1: the backend divides by world size itself for DS_COMM_AVG. */
+    int native_avg;
+    int (*run)(void *be, ds_comm_handle *h, ds_err *err);
+    int (*finish)(void *be, ds_comm_handle *h, ds_err *err); /* NULL when run completes */
+    int (*poll)(void *be, ds_comm_handle *h); /* with finish: 1 when finish won't block */
+    void (*close)(void *be);
+} ds_comm_vtable;
+
+/* What a backend's open needs to know. */
+typedef struct ds_comm_join {
+    int rank, world;
+    ds_store_client *store;
+    const char *prefix; /* "comm/<attempt>/<n>/": every store key of this open starts so */
+    const char *node_addr;
+    int timeout_ms;
+} ds_comm_join;
+
+/* Each returns the backend's state (passed back as `be`) and its vtable, or NULL. */
+void *ds_comm_self_open(const ds_comm_vtable **vt, ds_err *err);
+void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);
+#ifdef DS_HAVE_CUDA
+void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);
+#endif
+
+#endif

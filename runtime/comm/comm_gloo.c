@@ -1,0 +1,49 @@
+/* The Gloo backend: ops run one at a time on the communicator's thread (comm.c), each
+ * a call into the C++ shim. One Gloo context, used only by that thread. */
+#include <signal.h>
+
+#include "comm_backend.h"
+#include "gloo_shim.h"
+
+static ds_gloo_type gloo_type(ds_dtype dt) { return dt == DS_I32 ? DS_GLOO_I32 : DS_GLOO_F32; }
+
+static int gloo_run(void *be, ds_comm_handle *h, ds_err *err) {
+    ds_gloo *g = be;
+    size_t bytes = h->count * ds_dtype_size(h->dtype);
+    switch (h->kind) {
+    case DS_COMM_OP_ALLREDUCE:
+        return ds_gloo_allreduce(g, h->out, h->count, gloo_type(h->dtype), h->tag, err);
+    case DS_COMM_OP_REDUCE_SCATTER:
+        return ds_gloo_reduce_scatter(g, h->in, h->out, h->count, gloo_type(h->dtype), h->tag,
+                                      err);
+    case DS_COMM_OP_ALLGATHER:
+        return ds_gloo_allgather(g, h->in, h->out, bytes, h->tag, err);
+    case DS_COMM_OP_BROADCAST:
+        return ds_gloo_broadcast(g, h->out, bytes, h->root, h->tag, err);
+    case DS_COMM_OP_BARRIER:
+        return ds_gloo_barrier(g, h->tag, err);
+    }
+    return ds_err_set(err, "gloo: unknown op %d", (int)h->kind);
+}
+
+static void gloo_close(void *be) { ds_gloo_close(be); }
+
+static const ds_comm_vtable gloo_vtable = {
+    .backend = DS_COMM_GLOO,
+    .threaded = 1,
+    .native_avg = 0,
+    .run = gloo_run,
+    .finish = NULL,
+    .close = gloo_close,
+};
+
+void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
+    /* A peer that dies mid-op closes its sockets; writing to them must fail with EPIPE
+     * (an error we report) instead of killing this process. */
+    signal(SIGPIPE, SIG_IGN);
+    ds_gloo *g = ds_gloo_open(j->store, j->prefix, j->rank, j->world, j->node_addr,
+                              j->timeout_ms, err);
+    if (!g) return NULL;
+    *vt = &gloo_vtable;
+    return g;
+}

@@ -1,0 +1,205 @@
+// Thin extern "C" shim over Gloo (see gloo_shim.h). Every entry point catches every
+// exception: C callers only ever see -1 and a message.
+#include "gloo_shim.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "gloo_store.hh"
+
+struct ds_gloo {
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::chrono::milliseconds timeout;
+  std::vector<char> scratch;  // reduce-scatter receive buffer, grown on demand
+};
+
+// Our slot prefix for the reduce-scatter ring; Gloo's own collectives use 0x01..0x08.
+static const uint8_t kRingSlotPrefix = 0x40;
+// Segment of a ring step: reduce one while the next is in flight.
+static const size_t kRingSegmentBytes = 1 << 20;
+
+static int fail(ds_err* err, const char* what, const char* why) {
+  return ds_err_set(err, "gloo %s: %s", what, why);
+}
+
+// Runs fn, turning any exception into -1 + err.
+template <typename F>
+static int guarded(ds_err* err, const char* what, F fn) {
+  try {
+    fn();
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(err, what, e.what());
+  } catch (...) {
+    return fail(err, what, "unknown exception");
+  }
+}
+
+// Element-wise sums written here (not gloo::sum) so the order and rounding are ours:
+// c[i] = a[i] + b[i], one addition per element.
+static void sum_f32(void* c, const void* a, const void* b, size_t n) {
+  float* o = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+}
+
+static void sum_i32(void* c, const void* a, const void* b, size_t n) {
+  int32_t* o = static_cast<int32_t*>(c);
+  const int32_t* x = static_cast<const int32_t*>(a);
+  const int32_t* y = static_cast<const int32_t*>(b);
+  // Wrap-around like NCCL's int sum, without signed overflow UB.
+  for (size_t i = 0; i < n; i++) o[i] = (int32_t)((uint32_t)x[i] + (uint32_t)y[i]);
+}
+
+extern "C" ds_gloo* ds_gloo_open(ds_store_client* store, const char* prefix, int rank,
+                                 int world, const char* addr, int timeout_ms, ds_err* err) {
+  ds_gloo* g = new (std::nothrow) ds_gloo();
+  if (!g) {
+    ds_err_set(err, "gloo open: out of memory");
+    return nullptr;
+  }
+  g->timeout = std::chrono::milliseconds(timeout_ms);
+  int rc = guarded(err, "device", [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = addr;
+    g->dev = gloo::transport::tcp::CreateDevice(attr);
+  });
+  if (rc == 0)
+    rc = guarded(err, "connect", [&] {
+      DsGlooStore st(store, std::string(prefix) + "gloo/", timeout_ms);
+      g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+      g->ctx->setTimeout(g->timeout);
+      g->ctx->connectFullMesh(st, g->dev);
+    });
+  if (rc != 0) {
+    ds_gloo_close(g);
+    return nullptr;
+  }
+  return g;
+}
+
+extern "C" void ds_gloo_close(ds_gloo* g) {
+  if (!g) return;
+  try {
+    g->ctx.reset();
+    g->dev.reset();
+  } catch (...) {
+    // Closing a mesh with dead peers must not take the process down.
+  }
+  delete g;
+}
+
+extern "C" int ds_gloo_allreduce(ds_gloo* g, void* buf, size_t count, ds_gloo_type t,
+                                 uint32_t tag, ds_err* err) {
+  return guarded(err, "allreduce", [&] {
+    gloo::AllreduceOptions opts(g->ctx);
+    if (t == DS_GLOO_F32) {
+      opts.setOutput(static_cast<float*>(buf), count);
+      opts.setReduceFunction(sum_f32);
+    } else {
+      opts.setOutput(static_cast<int32_t*>(buf), count);
+      opts.setReduceFunction(sum_i32);
+    }
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTag(tag);
+    opts.setTimeout(g->timeout);
+    gloo::allreduce(opts);
+  });
+}
+
+// Ring reduce-scatter on unbound buffers. At step s rank r sends its partial sum of
+// chunk (r-s-1) to r+1 and adds the partial sum of chunk (r-s-2) received from r-1;
+// after world-1 steps chunk r holds the sum over all ranks, accumulated in ring order
+// starting at rank r+1 (fixed for a fixed world size: deterministic). Each step moves
+// its chunk in segments so the addition of one overlaps the transfer of the next.
+extern "C" int ds_gloo_reduce_scatter(ds_gloo* g, void* in, void* out, size_t count,
+                                      ds_gloo_type t, uint32_t tag, ds_err* err) {
+  return guarded(err, "reduce-scatter", [&] {
+    const int rank = g->ctx->rank, world = g->ctx->size;
+    const size_t esize = 4, bytes = count * esize;
+    char* base = static_cast<char*>(in);
+    if (g->scratch.size() < bytes) g->scratch.resize(bytes);
+    auto inbuf = g->ctx->createUnboundBuffer(in, bytes * world);
+    auto tmpbuf = g->ctx->createUnboundBuffer(g->scratch.data(), bytes);
+    const int right = (rank + 1) % world, left = (rank + world - 1) % world;
+    const size_t seg = kRingSegmentBytes;
+    const size_t nseg = (bytes + seg - 1) / seg;
+    const uint64_t slot0 = gloo::Slot::build(kRingSlotPrefix, tag);
+    auto sum = t == DS_GLOO_F32 ? sum_f32 : sum_i32;
+    for (int s = 0; s < world - 1; s++) {
+      const size_t send_chunk = (size_t)((rank - s - 1 + 2 * world) % world);
+      const size_t recv_chunk = (size_t)((rank - s - 2 + 2 * world) % world);
+      const uint64_t slot = slot0 + (uint64_t)s;
+      // Receives on one slot from one peer complete in the order they were posted.
+      for (size_t k = 0; k < nseg; k++) {
+        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
+        tmpbuf->recv(left, slot, off, len);
+      }
+      for (size_t k = 0; k < nseg; k++) {
+        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
+        inbuf->send(right, slot, send_chunk * bytes + off, len);
+      }
+      for (size_t k = 0; k < nseg; k++) {
+        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
+        if (!tmpbuf->waitRecv(g->timeout)) throw std::runtime_error("receive aborted");
+        char* acc = base + recv_chunk * bytes + off;
+        sum(acc, acc, g->scratch.data() + off, len / esize);
+      }
+      for (size_t k = 0; k < nseg; k++)
+        if (!inbuf->waitSend(g->timeout)) throw std::runtime_error("send aborted");
+    }
+    char* mine = base + (size_t)rank * bytes;
+    if (out != mine && bytes > 0) std::memmove(out, mine, bytes);
+  });
+}
+
+extern "C" int ds_gloo_allgather(ds_gloo* g, const void* in, void* out, size_t bytes,
+                                 uint32_t tag, ds_err* err) {
+  return guarded(err, "allgather", [&] {
+    gloo::AllgatherOptions opts(g->ctx);
+    uint8_t* o = static_cast<uint8_t*>(out);
+    if (in != o + (size_t)g->ctx->rank * bytes)
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), bytes);
+    opts.setOutput(o, bytes * (size_t)g->ctx->size);
+    opts.setTag(tag);
+    opts.setTimeout(g->timeout);
+    gloo::allgather(opts);
+  });
+}
+
+extern "C" int ds_gloo_broadcast(ds_gloo* g, void* buf, size_t bytes, int root,
+                                 uint32_t tag, ds_err* err) {
+  return guarded(err, "broadcast", [&] {
+    gloo::BroadcastOptions opts(g->ctx);
+    opts.setOutput(static_cast<uint8_t*>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(g->timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+extern "C" int ds_gloo_barrier(ds_gloo* g, uint32_t tag, ds_err* err) {
+  return guarded(err, "barrier", [&] {
+    gloo::BarrierOptions opts(g->ctx);
+    opts.setTag(tag);
+    opts.setTimeout(g->timeout);
+    gloo::barrier(opts);
+  });
+}

@@ -1,0 +1,144 @@
+/* What every layer kind shares: allocation, parameters, buffers, the error path. */
+#include "layer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ds_layer *ds_layer_alloc(const ds_layer_ops *ops, ds_err *err) {
+    ds_layer *l = calloc(1, sizeof *l);
+    if (!l) return ds_err_set(err, "%s: out of memory", ops->kind), NULL;
+    l->ops = ops;
+    return l;
+}
+
+int ds_layer_add_child(ds_layer *parent, ds_layer *child, ds_err *err) {
+    ds_layer **c = realloc(parent->child, (size_t)(parent->nchild + 1) * sizeof *c);
+    if (!c) return ds_err_set(err, "%s: out of memory", parent->ops->kind);
+    parent->child = c;
+    parent->child[parent->nchild++] = child;
+    return 0;
+}
+
+ds_param *ds_layer_add_param(ds_layer *l, const char *name, int ndim, int64_t d0, int64_t d1,
+                             int decay, ds_init_kind init, float std, ds_err *err) {
+    if (l->nparam == DS_LAYER_MAX_PARAMS)
+        return ds_err_set(err, "%s: too many parameters", l->ops->kind), NULL;
+    ds_param *p = calloc(1, sizeof *p);
+    if (!p) return ds_err_set(err, "%s: out of memory", l->ops->kind), NULL;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 1;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->decay = decay;
+    p->init = init;
+    p->std = std;
+    l->param[l->nparam] = p;
+    l->tied[l->nparam] = 0;
+    l->nparam++;
+    return p;
+}
+
+int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err) {
+    ds_param *mine = l->param[slot];
+    if (mine->ndim != p->ndim || mine->shape[0] != p->shape[0] || mine->shape[1] != p->shape[1])
+        return ds_err_set(err, "%s: cannot tie %s [%lld,%lld] to %s [%lld,%lld]", l->ops->kind,
+                          mine->name, (long long)mine->shape[0], (long long)mine->shape[1],
+                          p->name, (long long)p->shape[0], (long long)p->shape[1]);
+    if (!l->tied[slot]) free(mine);
+    l->param[slot] = p;
+    l->tied[slot] = 1;
+    return 0;
+}
+
+static void free_buffers(ds_layer *l) {
+    if (!l->out_borrowed) ds_tensor_free(l->out);
+    l->out = NULL;
+    l->out_borrowed = 0;
+    for (int i = 0; i < DS_LAYER_MAX_BUFS; i++) {
+        ds_tensor_free(l->buf[i]);
+        l->buf[i] = NULL;
+    }
+    if (l->gbuf)
+        for (int i = 0; i < l->nchild; i++) ds_tensor_free(l->gbuf[i]);
+}
+
+void ds_layer_free(ds_layer *l) {
+    if (!l) return;
+    for (int i = 0; i < l->nchild; i++) ds_layer_free(l->child[i]);
+    free(l->child);
+    free_buffers(l);
+    free(l->gbuf);
+    for (int i = 0; i < l->nparam; i++)
+        if (!l->tied[i]) free(l->param[i]);
+    free(l);
+}
+
+void ds_layer_release(ds_layer *l) {
+    for (int i = 0; i < l->nchild; i++) ds_layer_release(l->child[i]);
+    if (!l->out_borrowed) ds_tensor_release(l->out);
+    for (int i = 0; i < DS_LAYER_MAX_BUFS; i++) ds_tensor_release(l->buf[i]);
+    if (l->gbuf)
+        for (int i = 0; i < l->nchild; i++) ds_tensor_release(l->gbuf[i]);
+}
+
+static int with_path(const ds_layer *l, ds_err *err) {
+    /* Innermost layer names itself once; outer containers do not repeat the chain. */
+    if (err && strncmp(err->msg, "layer ", 6) != 0)
+        ds_err_prefix(err, "layer %s (%s)", l->path[0] ? l->path : "<root>", l->ops->kind);
+    return -1;
+}
+
+int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    if (l->ops->forward(l, r, in, err) != 0) return with_path(l, err);
+    return 0;
+}
+
+int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
+                      ds_tensor *din, ds_err *err) {
+    if (!l->out || !ds_tensor_same_shape(l->out, dout)) {
+        ds_err_set(err, "backward: gradient shape does not match the last forward's output "
+                        "(run forward first, with the same input)");
+        return with_path(l, err);
+    }
+    if (l->ops->backward(l, r, in, dout, din, err) != 0) return with_path(l, err);
+    return 0;
+}
+
+ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat) {
+    ds_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->dtype = dtype;
+    t->device = DS_CPU;
+    t->cat = cat;
+    return t;
+}
+
+int ds_buf(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+           ds_err *err) {
+    if (!*slot && !(*slot = ds_tensor_empty(dtype, cat)))
+        return ds_err_set(err, "out of memory");
+    return ds_tensor_resize(*slot, ndim, shape, err);
+}
+
+int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err) {
+    int64_t shape[DS_MAX_DIMS];
+    for (int i = 0; i < in->ndim; i++) shape[i] = in->shape[i];
+    shape[in->ndim - 1] = last;
+    if (l->out_borrowed) {
+        l->out = NULL;
+        l->out_borrowed = 0;
+    }
+    return ds_buf(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
+}
+
+int ds_check_f32_last(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err) {
+    (void)l;
+    if (in->dtype != DS_F32)
+        return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    if (in->ndim < 1 || ds_last(in) != c)
+        return ds_err_set(err, "input's last dimension is %lld, expected %lld",
+                          (long long)ds_last(in), (long long)c);
+    return 0;
+}

@@ -1,0 +1,121 @@
+/* Layers: C modules with explicit forward and backward (torch7 nn style). A layer reads
+ * its input tensor, writes its output into a tensor it keeps (l->out, reused across
+ * calls), and in backward ACCUMULATES the gradient of its input into a tensor the caller
+ * gives (the kernels' += convention) and the gradients of its parameters into its
+ * stage's flat gradient buffer. Containers (sequential, residual, checkpoint) compose
+ * layers; the whole tree runs in C without calling back into Lua. */
+#ifndef DS_LAYER_H
+#define DS_LAYER_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+struct ds_stage;
+
+/* Where a pass is: keys the dropout RNG, so a recomputation draws the same masks. */
+typedef struct ds_run {
+    int train; /* 0: evaluation, dropout off */
+    uint64_t seed;
+    uint32_t step, micro;
+} ds_run;
+
+typedef enum ds_init_kind { DS_INIT_ZEROS, DS_INIT_ONES, DS_INIT_NORMAL } ds_init_kind;
+
+/* One parameter: a slice of its owner stage's flat buffers. */
+typedef struct ds_param {
+    char name[160]; /* dotted path of named layers, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    int decay; /* 1: AdamW applies weight decay (not to biases and LayerNorm weights) */
+    ds_init_kind init;
+    float std;
+    size_t offset; /* elements from the start of the owner's flat buffers */
+    float *data, *grad;
+    struct ds_stage *owner;
+} ds_param;
+
+typedef struct ds_layer ds_layer;
+
+typedef struct ds_layer_ops {
+    const char *kind;
+    /* Computes l->out from in. Errors (shape, range) fill err and return -1. */
+    int (*forward)(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
+    /* Given the input of the last forward and dout (shaped like l->out), accumulates
+     * d(input) into din (may be NULL: not wanted) and the parameter gradients. */
+    int (*backward)(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
+                    ds_tensor *din, ds_err *err);
+} ds_layer_ops;
+
+#define DS_LAYER_MAX_PARAMS 2
+#define DS_LAYER_MAX_BUFS 3
+
+struct ds_layer {
+    const ds_layer_ops *ops;
+    char name[64];  /* "" for an anonymous layer: adds nothing to parameter names */
+    char path[192]; /* full path with child indices: unique, keys the dropout RNG */
+    uint32_t rng_id;
+
+    /* configuration (what each kind uses) */
+    int in_dim, out_dim; /* linear; embedding: vocab -> out_dim; posemb: context */
+    int heads;
+    int has_bias;
+    float eps, p, init_std;
+
+    ds_param *param[DS_LAYER_MAX_PARAMS];
+    int tied[DS_LAYER_MAX_PARAMS]; /* 1: param belongs to another layer (not owned) */
+    int nparam;
+
+    ds_layer **child;
+    int nchild;
+
+    ds_tensor *out;                   /* forward output */
+    int out_borrowed;                 /* 1: out points at a child's or the input's tensor */
+    ds_tensor *buf[DS_LAYER_MAX_BUFS]; /* saved activations / scratch, kind-specific */
+    ds_tensor **gbuf;                 /* sequential: gradients at child boundaries */
+};
+
+/* Constructors: NULL with err on a bad configuration. */
+ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err);
+ds_layer *ds_embedding_new(int vocab, int dim, float init_std, ds_err *err);
+ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err);
+ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err);
+ds_layer *ds_gelu_new(ds_err *err);
+ds_layer *ds_dropout_new(float p, ds_err *err);
+ds_layer *ds_attention_new(int heads, ds_err *err); /* qkv [B,T,3C] -> [B,T,C] */
+ds_layer *ds_sequential_new(ds_err *err);
+ds_layer *ds_residual_new(ds_layer *inner, ds_err *err);   /* out = x + inner(x) */
+ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err); /* keeps only its input */
+
+/* Shared by the kinds. */
+ds_layer *ds_layer_alloc(const ds_layer_ops *ops, ds_err *err);
+int ds_layer_add_child(ds_layer *parent, ds_layer *child, ds_err *err);
+ds_param *ds_layer_add_param(ds_layer *l, const char *name, int ndim, int64_t d0, int64_t d1,
+                             int decay, ds_init_kind init, float std, ds_err *err);
+/* Ties slot `slot` of l to p (owned by another layer); shapes must match. */
+int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err);
+void ds_layer_free(ds_layer *l); /* the whole subtree; not tied params */
+/* Frees every activation buffer of the subtree (checkpointing, or end of training). */
+void ds_layer_release(ds_layer *l);
+/* Runs forward / backward through the ops with the layer's path added to errors. */
+int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
+int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
+                      ds_tensor *din, ds_err *err);
+
+/* An empty owning tensor for l->out / buffers: storage comes with ds_tensor_resize. */
+ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat);
+/* Ensures *slot exists (dtype, cat) and has the given shape. */
+int ds_buf(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+           ds_err *err);
+/* l->out shaped like in, but with the last dimension set to last. */
+int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err);
+/* Rows = all but the last dimension. */
+static inline int64_t ds_rows(const ds_tensor *t) {
+    return t->ndim ? t->numel / t->shape[t->ndim - 1] : 0;
+}
+static inline int64_t ds_last(const ds_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 0; }
+/* Checks an input is fp32 with last dimension c; err names the layer. */
+int ds_check_f32_last(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err);
+
+#endif

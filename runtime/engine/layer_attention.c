@@ -1,0 +1,44 @@
+/* Causal multi-head self-attention core: packed qkv [B,T,3C] -> [B,T,C]. The projections
+ * around it (c_attn, c_proj) are Linear layers; nn.CausalSelfAttention composes them. */
+#include "kernels.h"
+#include "layer.h"
+
+enum { ATT, SCRATCH };
+
+static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    (void)r;
+    if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    if (in->ndim != 3) return ds_err_set(err, "input has %d dimensions, expected [B,T,3C]", in->ndim);
+    int64_t B = in->shape[0], T = in->shape[1], C3 = in->shape[2];
+    if (C3 % 3 || (C3 / 3) % l->heads)
+        return ds_err_set(err, "input width %lld is not 3*C with C divisible by %d heads",
+                          (long long)C3, l->heads);
+    int64_t att_shape[4] = {B, l->heads, T, T};
+    if (ds_out_like(l, in, C3 / 3, err) != 0 ||
+        ds_buf(&l->buf[ATT], DS_F32, DS_MEM_ACTIVATIONS, 4, att_shape, err) != 0)
+        return -1;
+    ds_attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
+                         (int)(C3 / 3), l->heads);
+    return 0;
+}
+
+static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    (void)r;
+    if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
+    int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
+    int64_t att_shape[4] = {B, l->heads, T, T};
+    if (ds_buf(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
+    ds_attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+                          l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads);
+    return 0;
+}
+
+static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward};
+
+ds_layer *ds_attention_new(int heads, ds_err *err) {
+    if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;
+    ds_layer *l = ds_layer_alloc(&ATTENTION, err);
+    if (l) l->heads = heads;
+    return l;
+}

@@ -1,0 +1,111 @@
+/* Containers: sequential (children in order), residual (x + f(x)) and checkpoint (keeps
+ * only its input; recomputes the inner activations in backward). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "layer.h"
+
+static void borrow_out(ds_layer *l, const ds_tensor *t) {
+    if (!l->out_borrowed) ds_tensor_free(l->out);
+    l->out = (ds_tensor *)t;
+    l->out_borrowed = 1;
+}
+
+static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    const ds_tensor *x = in;
+    for (int i = 0; i < l->nchild; i++) {
+        if (ds_layer_forward(l->child[i], r, x, err) != 0) return -1;
+        x = l->child[i]->out;
+    }
+    borrow_out(l, x);
+    return 0;
+}
+
+/* *dx: the gradient at the boundary after child i, shaped like child i's output and
+ * zeroed; NULL when that output is int32 ids (no gradient flows into them). */
+static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
+    *dx = NULL;
+    if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
+        return ds_err_set(err, "out of memory");
+    const ds_tensor *o = l->child[i]->out;
+    if (o->dtype != DS_F32) return 0;
+    if (ds_buf(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
+    memset(l->gbuf[i]->data, 0, ds_tensor_nbytes(l->gbuf[i]));
+    *dx = l->gbuf[i];
+    return 0;
+}
+
+static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    const ds_tensor *d = dout;
+    for (int i = l->nchild - 1; i >= 0; i--) {
+        const ds_tensor *x = i ? l->child[i - 1]->out : in;
+        ds_tensor *dx = din;
+        if (i && boundary_grad(l, i - 1, &dx, err) != 0) return -1;
+        if (ds_layer_backward(l->child[i], r, x, d, dx, err) != 0) return -1;
+        d = dx;
+        if (!d && i) return 0; /* nothing flows further back */
+    }
+    return 0;
+}
+
+static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward};
+
+ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
+
+static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    ds_layer *f = l->child[0];
+    if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    if (ds_layer_forward(f, r, in, err) != 0) return -1;
+    if (!ds_tensor_same_shape(f->out, in))
+        return ds_err_set(err, "the residual branch changes the shape of its input");
+    if (ds_out_like(l, in, ds_last(in), err) != 0) return -1;
+    ds_add_forward(l->out->data, in->data, f->out->data, (size_t)in->numel);
+    return 0;
+}
+
+static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                             const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    if (!din) return ds_err_set(err, "a residual needs its input gradient buffer");
+    ds_accumulate(din->data, dout->data, (size_t)dout->numel);
+    return ds_layer_backward(l->child[0], r, in, dout, din, err);
+}
+
+static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward};
+
+static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
+    ds_layer *l = ds_layer_alloc(ops, err);
+    if (!l) return NULL;
+    if (ds_layer_add_child(l, inner, err) != 0) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+ds_layer *ds_residual_new(ds_layer *inner, ds_err *err) { return wrap(&RESIDUAL, inner, err); }
+
+static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    ds_layer *f = l->child[0];
+    if (ds_layer_forward(f, r, in, err) != 0) return -1;
+    const ds_tensor *o = f->out;
+    if (ds_buf(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
+    memcpy(l->out->data, o->data, ds_tensor_nbytes(o));
+    ds_layer_release(f);
+    return 0;
+}
+
+static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    ds_layer *f = l->child[0];
+    /* Same run keys as the forward: the recomputation is exact (dropout included). */
+    int rc = ds_layer_forward(f, r, in, err);
+    if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, err);
+    ds_layer_release(f);
+    return rc;
+}
+
+static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward};
+
+ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

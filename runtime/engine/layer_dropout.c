@@ -1,0 +1,46 @@
+/* Dropout with a counter-based mask keyed by (seed, step, layer, micro-batch): backward
+ * and a checkpoint recomputation redraw the same mask instead of saving it. In
+ * evaluation, or with p = 0, the layer passes its input through untouched. */
+#include "kernels.h"
+#include "layer.h"
+
+static ds_rng_key key_of(const ds_layer *l, const ds_run *r) {
+    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro};
+}
+
+static int active(const ds_layer *l, const ds_run *r) { return r->train && l->p > 0; }
+
+/* l->out is either the input (inactive) or buf[MASKED], never a struct freed while a
+ * script may still hold it. */
+enum { MASKED };
+
+static int dropout_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    l->out_borrowed = 1;
+    if (!active(l, r)) {
+        l->out = (ds_tensor *)in;
+        return 0;
+    }
+    if (ds_buf(&l->buf[MASKED], DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0) return -1;
+    l->out = l->buf[MASKED];
+    ds_dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r));
+    return 0;
+}
+
+static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                            const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    (void)err;
+    if (!din) return 0;
+    if (!active(l, r)) ds_accumulate(din->data, dout->data, (size_t)in->numel);
+    else ds_dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r));
+    return 0;
+}
+
+static const ds_layer_ops DROPOUT = {"Dropout", dropout_forward, dropout_backward};
+
+ds_layer *ds_dropout_new(float p, ds_err *err) {
+    if (!(p >= 0 && p < 1)) return ds_err_set(err, "Dropout: p=%g (0 <= p < 1)", (double)p), NULL;
+    ds_layer *l = ds_layer_alloc(&DROPOUT, err);
+    if (l) l->p = p;
+    return l;
+}

@@ -1,0 +1,46 @@
+/* Token embedding: int32 ids [B,T] -> rows of the table [vocab, dim]. */
+#include "kernels.h"
+#include "layer.h"
+
+static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    (void)r;
+    if (in->dtype != DS_I32)
+        return ds_err_set(err, "input is %s, expected int32 token ids", ds_dtype_name(in->dtype));
+    if (in->ndim < 1 || in->ndim >= DS_MAX_DIMS)
+        return ds_err_set(err, "token ids have %d dimensions (1..%d allowed)", in->ndim,
+                          DS_MAX_DIMS - 1);
+    const int32_t *ids = in->data;
+    for (int64_t i = 0; i < in->numel; i++)
+        if (ids[i] < 0 || ids[i] >= l->in_dim)
+            return ds_err_set(err, "token id %d at position %lld is outside the vocabulary 0..%d",
+                              (int)ids[i], (long long)i, l->in_dim - 1);
+    int64_t shape[DS_MAX_DIMS];
+    for (int i = 0; i < in->ndim; i++) shape[i] = in->shape[i];
+    shape[in->ndim] = l->out_dim;
+    if (ds_buf(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
+    ds_embedding_forward(l->out->data, ids, l->param[0]->data, (int)in->numel, l->out_dim);
+    return 0;
+}
+
+static int embedding_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    (void)r; (void)din; (void)err;
+    ds_embedding_backward(l->param[0]->grad, dout->data, in->data, (int)in->numel, l->out_dim);
+    return 0;
+}
+
+static const ds_layer_ops EMBEDDING = {"Embedding", embedding_forward, embedding_backward};
+
+ds_layer *ds_embedding_new(int vocab, int dim, float init_std, ds_err *err) {
+    if (vocab < 1 || dim < 1)
+        return ds_err_set(err, "Embedding: vocab=%d, d=%d (both must be >= 1)", vocab, dim), NULL;
+    ds_layer *l = ds_layer_alloc(&EMBEDDING, err);
+    if (!l) return NULL;
+    l->in_dim = vocab;
+    l->out_dim = dim;
+    if (!ds_layer_add_param(l, "weight", 2, vocab, dim, 1, DS_INIT_NORMAL, init_std, err)) {
+        ds_layer_free(l);
+        return NULL;
+    }
+    return l;
+}

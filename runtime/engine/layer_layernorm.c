@@ -1,0 +1,45 @@
+/* LayerNorm over the last dimension; weight (ones) and bias (zeros), neither decayed. */
+#include "kernels.h"
+#include "layer.h"
+
+enum { MEAN, RSTD };
+
+static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    (void)r;
+    if (ds_check_f32_last(l, in, l->in_dim, err) != 0) return -1;
+    int64_t rows = ds_rows(in);
+    if (ds_out_like(l, in, l->in_dim, err) != 0 ||
+        ds_buf(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
+        ds_buf(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
+        return -1;
+    ds_layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
+                         l->param[0]->data, l->param[1]->data, (int)rows, l->in_dim, l->eps);
+    return 0;
+}
+
+static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+    (void)r;
+    if (!din) return ds_err_set(err, "LayerNorm needs its input gradient buffer");
+    ds_layernorm_backward(din->data, l->param[0]->grad, l->param[1]->grad, dout->data, in->data,
+                          l->param[0]->data, l->buf[MEAN]->data, l->buf[RSTD]->data,
+                          (int)ds_rows(in), l->in_dim);
+    return 0;
+}
+
+static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward};
+
+ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err) {
+    if (dim < 1) return ds_err_set(err, "LayerNorm: d=%d (must be >= 1)", dim), NULL;
+    if (!(eps > 0)) return ds_err_set(err, "LayerNorm: eps=%g (must be > 0)", (double)eps), NULL;
+    ds_layer *l = ds_layer_alloc(&LAYERNORM, err);
+    if (!l) return NULL;
+    l->in_dim = l->out_dim = dim;
+    l->eps = eps;
+    if (!ds_layer_add_param(l, "weight", 1, dim, 1, 0, DS_INIT_ONES, 0, err) ||
+        !ds_layer_add_param(l, "bias", 1, dim, 1, 0, DS_INIT_ZEROS, 0, err)) {
+        ds_layer_free(l);
+        return NULL;
+    }
+    return l;
+}

@@ -1,0 +1,22 @@
+/* Inside the engine's Lua bindings: what the binding files share. */
+#ifndef DS_LUA_ENGINE_H
+#define DS_LUA_ENGINE_H
+
+#include <lua.h>
+
+#include "tensor.h"
+
+/* Pushes a userdata for a tensor the engine owns: not freed with the userdata; the value
+ * at owner_idx (the owner's userdata) is kept alive as long as the tensor is. */
+void ds_lua_push_tensor_ref(lua_State *L, ds_tensor *t, int owner_idx);
+/* Pushes a view struct (freed with the userdata, data not) kept alive with its owner. */
+void ds_lua_push_tensor_view(lua_State *L, ds_tensor *view, int owner_idx);
+int ds_lua_check_dtype(lua_State *L, int idx);
+/* luaL_error with "file:line: " of the first caller outside the ds Lua library, so a
+ * script's error names the script's line. Does not return. */
+int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void ds_lua_open_tensor(lua_State *L); /* ds.tensor, metatable ds.Tensor */
+void ds_lua_open_stage(lua_State *L);  /* stage, criterion, memory, clock */
+
+#endif

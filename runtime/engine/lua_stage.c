@@ -1,0 +1,711 @@
+/* Stages, the criterion and the engine's utilities in Lua. A stage is built from the
+ * layer descriptions lua/ds/nn.lua makes (plain tables with a `kind`); the C layers are
+ * made here, so after building, forward and backward over a stage are one C call each.
+ *
+ * Errors name the script line: ds_lua_raise finds the first caller outside the ds
+ * library and puts its file:line in front of the message. */
+#include <lauxlib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "criterion.h"
+#include "ds_lua.h"
+#include "kernels.h"
+#include "lua_engine.h"
+#include "optim.h"
+#include "stage.h"
+
+#define STAGE_MT "ds.Stage"
+#define XENT_MT "ds.CrossEntropy"
+
+int ds_lua_raise(lua_State *L, const char *fmt, ...) {
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+        if (strstr(ar.source, "lua/ds/")) continue; /* inside the ds library: the author's line is further up */
+        lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline, msg);
+        return lua_error(L);
+    }
+    lua_pushstring(L, msg);
+    return lua_error(L);
+}
+
+/* ---- reading layer descriptions ----------------------------------------------------- */
+
+/* Reading never raises (a Lua error would leak the C layers built so far): the first
+ * problem is kept in err and the build unwinds. */
+typedef struct desc_reader {
+    lua_State *L;
+    int idx;          /* the description table */
+    const char *kind;
+    char where[96];   /* for messages: "Linear 'c_fc'" */
+    ds_err *err;
+    int failed;
+} desc_reader;
+
+static void bad(desc_reader *d, const char *key, const char *what) {
+    if (!d->failed)
+        ds_err_set(d->err, "%s: '%s' %s, got %s", d->where, key, what, luaL_typename(d->L, -1));
+    d->failed = 1;
+}
+
+static int get_int(desc_reader *d, const char *key, int dflt, int required) {
+    lua_getfield(d->L, d->idx, key);
+    int v = dflt;
+    if (lua_isnil(d->L, -1)) {
+        if (required) bad(d, key, "is required");
+    } else if (!lua_isinteger(d->L, -1) || lua_tointeger(d->L, -1) < -2147483647 ||
+               lua_tointeger(d->L, -1) > 2147483647) {
+        bad(d, key, "must be an integer");
+    } else {
+        v = (int)lua_tointeger(d->L, -1);
+    }
+    lua_pop(d->L, 1);
+    return v;
+}
+
+static double get_num(desc_reader *d, const char *key, double dflt) {
+    lua_getfield(d->L, d->idx, key);
+    double v = dflt;
+    if (!lua_isnil(d->L, -1)) {
+        if (lua_type(d->L, -1) != LUA_TNUMBER) bad(d, key, "must be a number");
+        else v = lua_tonumber(d->L, -1);
+    }
+    lua_pop(d->L, 1);
+    return v;
+}
+
+static int get_bool(desc_reader *d, const char *key, int dflt) {
+    lua_getfield(d->L, d->idx, key);
+    int v = dflt;
+    if (!lua_isnil(d->L, -1)) {
+        if (!lua_isboolean(d->L, -1)) bad(d, key, "must be a boolean");
+        else v = lua_toboolean(d->L, -1);
+    }
+    lua_pop(d->L, 1);
+    return v;
+}
+
+/* The C layer already built for the description at idx: from this build (map at
+ * map_idx) or an earlier stage (its _built field). NULL if not built. */
+static ds_layer *built_layer(lua_State *L, int idx, int map_idx) {
+    lua_pushvalue(L, idx);
+    lua_rawget(L, map_idx);
+    ds_layer *l = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (l) return l;
+    lua_getfield(L, idx, "_built");
+    l = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return l;
+}
+
+typedef struct build_ctx {
+    lua_State *L;
+    int map_idx;  /* desc -> lightuserdata of its C layer, this build */
+    int deps_idx; /* stages this one must keep alive (tied parameters) */
+} build_ctx;
+
+static ds_layer *build_layer(build_ctx *b, int idx, ds_err *err);
+
+static int build_children(build_ctx *b, ds_layer *parent, int idx, desc_reader *d, ds_err *err) {
+    lua_State *L = b->L;
+    int n = (int)luaL_len(L, idx);
+    for (int i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        if (!lua_istable(L, -1)) {
+            ds_err_set(err, "%s: child %d is a %s, not a layer", d->where, i, luaL_typename(L, -1));
+            lua_pop(L, 1);
+            return -1;
+        }
+        ds_layer *c = build_layer(b, lua_gettop(L), err);
+        lua_pop(L, 1);
+        if (!c || ds_layer_add_child(parent, c, err) != 0) {
+            ds_layer_free(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int tie_linear(build_ctx *b, ds_layer *l, int idx, desc_reader *d, ds_err *err) {
+    lua_State *L = b->L;
+    lua_getfield(L, idx, "tie");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    int t = lua_gettop(L);
+    ds_layer *other = lua_istable(L, t) ? built_layer(L, t, b->map_idx) : NULL;
+    if (!other || other->nparam < 1) {
+        lua_pop(L, 1);
+        return ds_err_set(err, "%s: 'tie' must be a layer with a weight built before this one "
+                               "(in an earlier stage, or earlier in this stage)", d->where);
+    }
+    int rc = ds_layer_tie_param(l, 0, other->param[0], err);
+    lua_getfield(L, t, "_stage");
+    if (!lua_isnil(L, -1)) { /* keep the owner stage alive */
+        lua_pushboolean(L, 1);
+        lua_rawset(L, b->deps_idx);
+    } else {
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return rc;
+}
+
+static ds_layer *make_kind(build_ctx *b, int idx, desc_reader *d, ds_err *err) {
+    const char *k = d->kind;
+    ds_layer *l = NULL;
+    if (!strcmp(k, "Linear")) {
+        int in = get_int(d, "in", 0, 1), out = get_int(d, "out", 0, 1);
+        int bias = get_bool(d, "bias", 1);
+        double std = get_num(d, "std", 0.02);
+        if (d->failed || !(l = ds_linear_new(in, out, bias, (float)std, err))) return NULL;
+        if (tie_linear(b, l, idx, d, err) != 0) {
+            ds_layer_free(l);
+            return NULL;
+        }
+    } else if (!strcmp(k, "Embedding") || !strcmp(k, "PositionEmbedding")) {
+        int pos = k[0] == 'P';
+        int n = get_int(d, pos ? "context" : "vocab", 0, 1), dim = get_int(d, "d", 0, 1);
+        double std = get_num(d, "std", 0.02);
+        if (d->failed) return NULL;
+        l = pos ? ds_posemb_new(n, dim, (float)std, err) : ds_embedding_new(n, dim, (float)std, err);
+    } else if (!strcmp(k, "LayerNorm")) {
+        int dim = get_int(d, "d", 0, 1);
+        double eps = get_num(d, "eps", 1e-5);
+        if (!d->failed) l = ds_layernorm_new(dim, (float)eps, err);
+    } else if (!strcmp(k, "GELU")) {
+        l = ds_gelu_new(err);
+    } else if (!strcmp(k, "Dropout")) {
+        double p = get_num(d, "p", 0.0);
+        if (!d->failed) l = ds_dropout_new((float)p, err);
+    } else if (!strcmp(k, "Attention")) {
+        int heads = get_int(d, "heads", 0, 1);
+        if (!d->failed) l = ds_attention_new(heads, err);
+    } else if (!strcmp(k, "Sequential")) {
+        if ((l = ds_sequential_new(err)) && build_children(b, l, idx, d, err) != 0) {
+            ds_layer_free(l);
+            return NULL;
+        }
+    } else if (!strcmp(k, "Residual")) {
+        ds_layer *inner = ds_sequential_new(err);
+        if (!inner) return NULL;
+        if (build_children(b, inner, idx, d, err) != 0 || !(l = ds_residual_new(inner, err))) {
+            ds_layer_free(inner);
+            return NULL;
+        }
+    } else {
+        ds_err_set(err, "unknown layer kind '%s'", k);
+    }
+    return l;
+}
+
+static ds_layer *build_layer(build_ctx *b, int idx, ds_err *err) {
+    lua_State *L = b->L;
+    luaL_checkstack(L, 16, "layer nesting too deep");
+    desc_reader d = {L, idx, NULL, "", err, 0};
+    lua_getfield(L, idx, "kind");
+    d.kind = lua_tostring(L, -1);
+    lua_pop(L, 1); /* the string stays referenced by the table */
+    if (!d.kind) return ds_err_set(err, "a layer description has no 'kind'"), NULL;
+    lua_getfield(L, idx, "name");
+    const char *name = lua_tostring(L, -1);
+    snprintf(d.where, sizeof d.where, "%s%s%s%s", d.kind, name ? " '" : "", name ? name : "",
+             name ? "'" : "");
+    char namebuf[64] = "";
+    if (name) {
+        if (strlen(name) >= sizeof namebuf) {
+            lua_pop(L, 1);
+            return ds_err_set(err, "%s: name longer than %zu bytes", d.where, sizeof namebuf - 1), NULL;
+        }
+        snprintf(namebuf, sizeof namebuf, "%s", name);
+    }
+    lua_pop(L, 1);
+    if (built_layer(L, idx, b->map_idx))
+        return ds_err_set(err, "%s is already part of a stage: a layer object is placed once "
+                               "(share weights with tie=)", d.where), NULL;
+    ds_layer *l = make_kind(b, idx, &d, err);
+    if (!l) return NULL;
+    snprintf(l->name, sizeof l->name, "%s", namebuf);
+    lua_pushvalue(L, idx);
+    lua_pushlightuserdata(L, l);
+    lua_rawset(L, b->map_idx);
+    return l;
+}
+
+/* ---- stage userdata ----------------------------------------------------------------- */
+
+typedef struct lua_stage {
+    ds_stage *s;
+} lua_stage;
+
+/* User value slots of a stage userdata. */
+enum { UV_KEEP = 1 }; /* table: deps (tied owners), "input" (last forward's input) */
+
+static ds_stage *check_stage(lua_State *L, int idx) {
+    lua_stage *u = luaL_checkudata(L, idx, STAGE_MT);
+    if (!u->s) luaL_argerror(L, idx, "stage was freed");
+    return u->s;
+}
+
+static int parse_checkpoint(lua_State *L, int idx) {
+    if (lua_isnil(L, idx)) return 0;
+    if (lua_isinteger(L, idx)) {
+        lua_Integer n = lua_tointeger(L, idx);
+        if (n < 1) ds_lua_raise(L, "stage option checkpoint = %d: a span must be >= 1 layer", (int)n);
+        return (int)n;
+    }
+    const char *s = lua_tostring(L, idx);
+    if (s && !strcmp(s, "none")) return 0;
+    if (s && !strcmp(s, "full")) return 1;
+    if (lua_istable(L, idx)) {
+        lua_getfield(L, idx, "every");
+        int ok = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1;
+        int n = ok ? (int)lua_tointeger(L, -1) : 0;
+        lua_pop(L, 1);
+        if (ok) return n;
+    }
+    return ds_lua_raise(L, "stage option checkpoint: expected 'none', 'full', N >= 1 or "
+                           "{every = N}, got %s", luaL_tolstring(L, idx, NULL));
+}
+
+static ds_stage_opts read_opts(lua_State *L, int idx) {
+    ds_stage_opts o = {0, 0, DS_F32};
+    lua_getfield(L, idx, "zero");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > 3)
+            ds_lua_raise(L, "stage option zero: expected 0, 1, 2 or 3, got %s",
+                         luaL_tolstring(L, -1, NULL));
+        o.zero = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "checkpoint");
+    o.checkpoint = parse_checkpoint(L, lua_gettop(L));
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "precision");
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (p && !strcmp(p, "fp32")) o.precision = DS_F32;
+        else if (p && !strcmp(p, "bf16")) o.precision = DS_BF16;
+        else if (p && !strcmp(p, "fp16")) o.precision = DS_F16;
+        else ds_lua_raise(L, "stage option precision: expected 'fp32', 'bf16' or 'fp16', got %s",
+                          luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    return o;
+}
+
+/* core.stage_new{name=, seed=, zero=, checkpoint=, precision=, layer1, layer2, ...} */
+static int l_stage_new(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "name");
+    const char *name = lua_isnil(L, -1) ? "stage" : lua_tostring(L, -1);
+    if (!name) return ds_lua_raise(L, "stage name must be a string");
+    lua_getfield(L, 1, "seed");
+    if (!lua_isnil(L, -1) && !lua_isinteger(L, -1))
+        return ds_lua_raise(L, "stage seed must be an integer");
+    uint64_t seed = (uint64_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    ds_stage_opts opts = read_opts(L, 1);
+    int n = (int)luaL_len(L, 1);
+    if (n < 1) return ds_lua_raise(L, "stage '%s' has no layers", name);
+
+    lua_newtable(L);
+    int map_idx = lua_gettop(L);
+    lua_newtable(L);
+    int keep_idx = lua_gettop(L);
+    build_ctx b = {L, map_idx, keep_idx};
+    luaL_checkstack(L, 40, "stage");
+    ds_layer **layers = calloc((size_t)n, sizeof *layers);
+    if (!layers) return ds_lua_raise(L, "out of memory");
+    ds_err err = {{0}};
+    int i;
+    for (i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        if (!lua_istable(L, -1)) {
+            ds_err_set(&err, "stage '%s': element %d is a %s, not a layer", name, i + 1,
+                       luaL_typename(L, -1));
+            lua_pop(L, 1);
+            break;
+        }
+        layers[i] = build_layer(&b, lua_gettop(L), &err);
+        lua_pop(L, 1);
+        if (!layers[i]) break;
+    }
+    if (i < n) {
+        for (int j = 0; j < i; j++) ds_layer_free(layers[j]);
+        free(layers);
+        return ds_lua_raise(L, "%s", err.msg);
+    }
+    lua_stage *u = lua_newuserdatauv(L, sizeof *u, 1); /* before: a raise here leaks nothing */
+    u->s = NULL;
+    luaL_setmetatable(L, STAGE_MT);
+    int ud = lua_gettop(L);
+    ds_stage *s = ds_stage_new(name, layers, n, &opts, seed, &err);
+    free(layers);
+    if (!s) return ds_lua_raise(L, "%s", err.msg);
+    u->s = s;
+    lua_pushvalue(L, keep_idx);
+    lua_setiuservalue(L, ud, UV_KEEP);
+    /* Mark the descriptions built: later stages can tie to them. */
+    lua_pushnil(L);
+    while (lua_next(L, map_idx)) {
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "_built");
+        lua_pushvalue(L, ud);
+        lua_setfield(L, -3, "_stage");
+        lua_pop(L, 1);
+    }
+    return 1;
+}
+
+static int l_stage_gc(lua_State *L) {
+    lua_stage *u = luaL_checkudata(L, 1, STAGE_MT);
+    ds_stage_free(u->s);
+    u->s = NULL;
+    return 0;
+}
+
+static void keep(lua_State *L, int ud, const char *key, int val) {
+    lua_getiuservalue(L, ud, UV_KEEP);
+    lua_pushvalue(L, val);
+    lua_setfield(L, -2, key);
+    lua_pop(L, 1);
+}
+
+/* stage:forward(x [, train, step, micro]) -> output tensor (owned by the stage; valid
+ * until its next forward, like torch7's module.output). */
+static int l_stage_forward(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    ds_tensor *x = ds_lua_check_tensor(L, 2);
+    ds_run r = {.train = lua_isnone(L, 3) ? 1 : lua_toboolean(L, 3),
+                .seed = s->seed,
+                .step = (uint32_t)luaL_optinteger(L, 4, 0),
+                .micro = (uint32_t)luaL_optinteger(L, 5, 0)};
+    ds_err err = {{0}};
+    if (ds_stage_forward(s, x, &r, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    keep(L, 1, "input", 2);
+    ds_lua_push_tensor_ref(L, (ds_tensor *)ds_stage_output(s), 1);
+    return 1;
+}
+
+/* stage:backward(dout) -> d(input), or nil when the input was token ids. */
+static int l_stage_backward(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    ds_tensor *d = ds_lua_check_tensor(L, 2);
+    ds_err err = {{0}};
+    if (ds_stage_backward(s, d, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    if (s->last_in->dtype == DS_F32) ds_lua_push_tensor_ref(L, s->grad_in, 1);
+    else lua_pushnil(L);
+    return 1;
+}
+
+static int l_stage_zero_grad(lua_State *L) {
+    ds_stage_zero_grad(check_stage(L, 1));
+    return 0;
+}
+
+static int l_stage_release(lua_State *L) {
+    ds_stage_release(check_stage(L, 1));
+    return 0;
+}
+
+static void push_flat_view(lua_State *L, ds_tensor *flat, size_t off, int ndim,
+                           const int64_t *shape) {
+    ds_err err = {{0}};
+    ds_tensor *v = ds_tensor_view(DS_F32, flat->cat, ndim, shape, (float *)flat->data + off, &err);
+    if (!v) ds_lua_raise(L, "%s", err.msg);
+    ds_lua_push_tensor_view(L, v, 1);
+}
+
+static int l_stage_params(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    int64_t n = (int64_t)s->numel;
+    push_flat_view(L, s->flat_params, 0, 1, &n);
+    return 1;
+}
+
+static int l_stage_grads(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    int64_t n = (int64_t)s->numel;
+    push_flat_view(L, s->flat_grads, 0, 1, &n);
+    return 1;
+}
+
+/* stage:param_table() -> { {name=, offset= (0-based, elements), numel=, shape={}, decay=}, ... } */
+static int l_stage_param_table(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    lua_createtable(L, s->nparams, 0);
+    for (int i = 0; i < s->nparams; i++) {
+        const ds_param *p = s->params[i];
+        lua_createtable(L, 0, 5);
+        lua_pushstring(L, p->name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, (lua_Integer)p->offset);
+        lua_setfield(L, -2, "offset");
+        lua_pushinteger(L, (lua_Integer)p->numel);
+        lua_setfield(L, -2, "numel");
+        lua_pushboolean(L, p->decay);
+        lua_setfield(L, -2, "decay");
+        lua_createtable(L, p->ndim, 0);
+        for (int d = 0; d < p->ndim; d++) {
+            lua_pushinteger(L, p->shape[d]);
+            lua_rawseti(L, -2, d + 1);
+        }
+        lua_setfield(L, -2, "shape");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static const ds_param *find_param(lua_State *L, ds_stage *s, int idx) {
+    const char *name = luaL_checkstring(L, idx);
+    for (int i = 0; i < s->nparams; i++)
+        if (!strcmp(s->params[i]->name, name)) return s->params[i];
+    ds_lua_raise(L, "stage '%s' has no parameter '%s'", s->name, name);
+    return NULL;
+}
+
+/* stage:param(name [, "grad"]) -> a view of that parameter (or its gradient), shaped. */
+static int l_stage_param(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    const ds_param *p = find_param(L, s, 2);
+    int grad = lua_toboolean(L, 3);
+    push_flat_view(L, grad ? s->flat_grads : s->flat_params, p->offset, p->ndim, p->shape);
+    return 1;
+}
+
+static int l_stage_info(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, s->name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)s->numel);
+    lua_setfield(L, -2, "numel");
+    lua_pushinteger(L, s->opts.zero);
+    lua_setfield(L, -2, "zero");
+    if (s->opts.checkpoint) lua_pushinteger(L, s->opts.checkpoint);
+    else lua_pushstring(L, "none");
+    lua_setfield(L, -2, "checkpoint");
+    lua_pushstring(L, ds_dtype_name(s->opts.precision));
+    lua_setfield(L, -2, "precision");
+    lua_pushinteger(L, (lua_Integer)s->seed);
+    lua_setfield(L, -2, "seed");
+    return 1;
+}
+
+static float opt_float(lua_State *L, int t, const char *key, double dflt) {
+    lua_getfield(L, t, key);
+    double v = dflt;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1)) ds_lua_raise(L, "optimizer: '%s' must be a number", key);
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return (float)v;
+}
+
+static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) {
+    lua_getfield(L, t, "lo");
+    lua_getfield(L, t, "hi");
+    lua_Integer a = luaL_optinteger(L, -2, 0), b = luaL_optinteger(L, -1, (lua_Integer)s->numel);
+    lua_pop(L, 2);
+    if (a < 0 || b < a || (size_t)b > s->numel)
+        ds_lua_raise(L, "optimizer range [%lld, %lld) outside stage '%s' (0..%zu)", (long long)a,
+                     (long long)b, s->name, s->numel);
+    *lo = (size_t)a;
+    *hi = (size_t)b;
+}
+
+/* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [lo=, hi=]} */
+static int l_stage_adamw(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    ds_adamw_cfg c = {opt_float(L, 2, "lr", 1e-3),   opt_float(L, 2, "beta1", 0.9),
+                      opt_float(L, 2, "beta2", 0.999), opt_float(L, 2, "eps", 1e-8),
+                      opt_float(L, 2, "weight_decay", 0.0), 1};
+    lua_getfield(L, 2, "t");
+    c.t = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    if (c.t < 1) return ds_lua_raise(L, "adamw: step t = %d (1-based)", c.t);
+    size_t lo, hi;
+    opt_range(L, s, 2, &lo, &hi);
+    ds_err err = {{0}};
+    if (ds_adamw_step(s, lo, hi, &c, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    return 0;
+}
+
+/* stage:sgd_step{lr=, momentum=, weight_decay=, [lo=, hi=]} */
+static int l_stage_sgd(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    ds_sgd_cfg c = {opt_float(L, 2, "lr", 1e-2), opt_float(L, 2, "momentum", 0.0),
+                    opt_float(L, 2, "weight_decay", 0.0)};
+    size_t lo, hi;
+    opt_range(L, s, 2, &lo, &hi);
+    ds_err err = {{0}};
+    if (ds_sgd_step(s, lo, hi, &c, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    return 0;
+}
+
+static int l_stage_grad_sumsq(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    lua_pushnumber(L, ds_stage_grad_sumsq(s, (size_t)luaL_optinteger(L, 2, 0),
+                                          (size_t)luaL_optinteger(L, 3, (lua_Integer)s->numel)));
+    return 1;
+}
+
+static int l_stage_scale_grads(lua_State *L) {
+    ds_stage_scale_grads(check_stage(L, 1), (float)luaL_checknumber(L, 2));
+    return 0;
+}
+
+/* ---- criterion ------------------------------------------------------------------------ */
+
+typedef struct lua_xent {
+    ds_xent *x;
+} lua_xent;
+
+static ds_xent *check_xent(lua_State *L, int idx) {
+    return ((lua_xent *)luaL_checkudata(L, idx, XENT_MT))->x;
+}
+
+static int l_xent_new(lua_State *L) {
+    ds_err err = {{0}};
+    lua_xent *u = lua_newuserdatauv(L, sizeof *u, 1);
+    u->x = NULL;
+    luaL_setmetatable(L, XENT_MT);
+    if (!(u->x = ds_xent_new(&err))) return ds_lua_raise(L, "%s", err.msg);
+    lua_newtable(L);
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+static int l_xent_gc(lua_State *L) {
+    lua_xent *u = luaL_checkudata(L, 1, XENT_MT);
+    ds_xent_free(u->x);
+    u->x = NULL;
+    return 0;
+}
+
+/* crit:forward(logits, targets) -> mean loss */
+static int l_xent_forward(lua_State *L) {
+    ds_xent *x = check_xent(L, 1);
+    ds_tensor *logits = ds_lua_check_tensor(L, 2), *targets = ds_lua_check_tensor(L, 3);
+    double loss;
+    ds_err err = {{0}};
+    if (ds_xent_forward(x, logits, targets, &loss, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    keep(L, 1, "logits", 2);
+    keep(L, 1, "targets", 3);
+    lua_pushnumber(L, loss);
+    return 1;
+}
+
+/* crit:backward([scale]) -> dlogits */
+static int l_xent_backward(lua_State *L) {
+    ds_xent *x = check_xent(L, 1);
+    ds_err err = {{0}};
+    if (ds_xent_backward(x, (float)luaL_optnumber(L, 2, 1.0), &err) != 0)
+        return ds_lua_raise(L, "%s", err.msg);
+    ds_lua_push_tensor_ref(L, x->dlogits, 1);
+    return 1;
+}
+
+static int l_xent_release(lua_State *L) {
+    ds_xent_release(check_xent(L, 1));
+    return 0;
+}
+
+/* ---- utilities ---------------------------------------------------------------------- */
+
+static void push_pair(lua_State *L, size_t cur, size_t peak, const char *name) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)cur);
+    lua_setfield(L, -2, "current");
+    lua_pushinteger(L, (lua_Integer)peak);
+    lua_setfield(L, -2, "peak");
+    lua_setfield(L, -2, name);
+}
+
+/* core.memory() -> {params={current=,peak=}, grads=..., ..., total=...} in bytes */
+static int l_memory(lua_State *L) {
+    ds_mem_stats st;
+    ds_mem_get_stats(&st);
+    lua_createtable(L, 0, DS_MEM_NCAT + 1);
+    for (int c = 0; c < DS_MEM_NCAT; c++)
+        push_pair(L, st.current[c], st.peak[c], ds_mem_cat_name((ds_mem_cat)c));
+    push_pair(L, st.total_current, st.total_peak, "total");
+    return 1;
+}
+
+static int l_memory_reset_peaks(lua_State *L) {
+    (void)L;
+    ds_mem_reset_peaks();
+    return 0;
+}
+
+static int l_now(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static int l_set_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 0 || n > 1024) return ds_lua_raise(L, "set_threads(%d): expected 0..1024", (int)n);
+    ds_kernels_set_threads((int)n);
+    return 0;
+}
+
+static int l_threads(lua_State *L) {
+    lua_pushinteger(L, ds_kernels_threads());
+    return 1;
+}
+
+static void new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction gc) {
+    if (luaL_newmetatable(L, mt)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+}
+
+void ds_lua_open_stage(lua_State *L) {
+    static const luaL_Reg stage_methods[] = {
+        {"forward", l_stage_forward},       {"backward", l_stage_backward},
+        {"zero_grad", l_stage_zero_grad},   {"release", l_stage_release},
+        {"params", l_stage_params},         {"grads", l_stage_grads},
+        {"param_table", l_stage_param_table}, {"param", l_stage_param},
+        {"info", l_stage_info},             {"adamw_step", l_stage_adamw},
+        {"sgd_step", l_stage_sgd},          {"grad_sumsq", l_stage_grad_sumsq},
+        {"scale_grads", l_stage_scale_grads}, {NULL, NULL}};
+    static const luaL_Reg xent_methods[] = {{"forward", l_xent_forward},
+                                            {"backward", l_xent_backward},
+                                            {"release", l_xent_release},
+                                            {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"stage_new", l_stage_new},
+                                   {"crossentropy_new", l_xent_new},
+                                   {"memory", l_memory},
+                                   {"memory_reset_peaks", l_memory_reset_peaks},
+                                   {"now", l_now},
+                                   {"set_threads", l_set_threads},
+                                   {"threads", l_threads},
+                                   {NULL, NULL}};
+    new_class(L, STAGE_MT, stage_methods, l_stage_gc);
+    new_class(L, XENT_MT, xent_methods, l_xent_gc);
+    luaL_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,26 @@
+/* Optimizers on ranges of a stage's flat buffers: [lo, hi) in elements. A whole stage is
+ * [0, numel); a ZeRO shard is any sub-range. Each parameter that overlaps the range is
+ * updated on the overlap, with weight decay as its flag says. */
+#ifndef DS_OPTIM_H
+#define DS_OPTIM_H
+
+#include "stage.h"
+
+typedef struct ds_adamw_cfg {
+    float lr, beta1, beta2, eps, weight_decay;
+    int t; /* 1-based step, for bias correction */
+} ds_adamw_cfg;
+
+typedef struct ds_sgd_cfg {
+    float lr, momentum, weight_decay;
+} ds_sgd_cfg;
+
+/* Moments live in the stage (optimizer category), made zeroed on first use. */
+int ds_adamw_step(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c, ds_err *err);
+int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *err);
+
+/* Sum of squares of the gradients in [lo, hi), in double, fixed order. */
+double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi);
+void ds_stage_scale_grads(ds_stage *s, float k);
+
+#endif

@@ -1,0 +1,221 @@
+#include "stage.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static uint32_t fnv1a(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* Names: parameters take the dotted chain of named layers ("h.0.attn.c_attn.weight");
+ * paths add child indices for anonymous layers and the stage name, so every layer has a
+ * unique RNG id. Done before checkpoint wrapping: checkpointing changes no mask. */
+static int assign_names(ds_layer *l, const char *prefix, const char *path, ds_err *err) {
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->rng_id = fnv1a(path);
+    for (int i = 0; i < l->nparam; i++) {
+        if (l->tied[i]) continue;
+        char full[sizeof l->param[i]->name];
+        int n = snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "",
+                         l->param[i]->name);
+        if (n >= (int)sizeof full) return ds_err_set(err, "parameter name too long: %s", full);
+        memcpy(l->param[i]->name, full, sizeof full);
+    }
+    for (int i = 0; i < l->nchild; i++) {
+        ds_layer *c = l->child[i];
+        char cprefix[160], cpath[192];
+        if (c->name[0])
+            snprintf(cprefix, sizeof cprefix, "%s%s%s", prefix, prefix[0] ? "." : "", c->name);
+        else
+            snprintf(cprefix, sizeof cprefix, "%s", prefix);
+        if (c->name[0]) snprintf(cpath, sizeof cpath, "%s.%s", path, c->name);
+        else snprintf(cpath, sizeof cpath, "%s.%d", path, i);
+        if (assign_names(c, cprefix, cpath, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int collect_params(ds_stage *s, ds_layer *l, ds_err *err) {
+    for (int i = 0; i < l->nparam; i++) {
+        if (l->tied[i]) continue;
+        ds_param **p = realloc(s->params, (size_t)(s->nparams + 1) * sizeof *p);
+        if (!p) return ds_err_set(err, "out of memory");
+        s->params = p;
+        s->params[s->nparams++] = l->param[i];
+    }
+    for (int i = 0; i < l->nchild; i++)
+        if (collect_params(s, l->child[i], err) != 0) return -1;
+    return 0;
+}
+
+static int check_unique_names(const ds_stage *s, ds_err *err) {
+    for (int i = 0; i < s->nparams; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(s->params[i]->name, s->params[j]->name))
+                return ds_err_set(err, "two parameters are named '%s': name the layers apart",
+                                  s->params[i]->name);
+    return 0;
+}
+
+void ds_param_init(ds_param *p, uint64_t seed) {
+    switch (p->init) {
+    case DS_INIT_ZEROS: memset(p->data, 0, p->numel * sizeof(float)); return;
+    case DS_INIT_ONES:
+        for (size_t i = 0; i < p->numel; i++) p->data[i] = 1.0f;
+        return;
+    case DS_INIT_NORMAL: break;
+    }
+    /* Box-Muller on Philox draws keyed by (seed, name): two normals per counter. */
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ fnv1a(p->name)};
+    for (size_t i = 0; i < p->numel; i += 2) {
+        uint32_t ctr[4] = {(uint32_t)(i / 2), (uint32_t)((uint64_t)(i / 2) >> 32), 0x494e4954u, 0};
+        uint32_t r[4];
+        ds_philox4x32(r, ctr, key);
+        double u1 = ((double)r[0] + 0.5) / 4294967296.0, u2 = ((double)r[1] + 0.5) / 4294967296.0;
+        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        p->data[i] = (float)(p->std * rad * cos(th));
+        if (i + 1 < p->numel) p->data[i + 1] = (float)(p->std * rad * sin(th));
+    }
+}
+
+static int layout(ds_stage *s, ds_err *err) {
+    size_t off = 0;
+    for (int i = 0; i < s->nparams; i++) {
+        s->params[i]->offset = off;
+        off += (s->params[i]->numel + DS_PARAM_ALIGN - 1) / DS_PARAM_ALIGN * DS_PARAM_ALIGN;
+    }
+    s->numel = off;
+    int64_t n = (int64_t)(off ? off : DS_PARAM_ALIGN);
+    s->flat_params = ds_tensor_new(DS_F32, DS_MEM_PARAMS, 1, &n, err);
+    s->flat_grads = ds_tensor_new(DS_F32, DS_MEM_GRADS, 1, &n, err);
+    if (!s->flat_params || !s->flat_grads) return -1;
+    for (int i = 0; i < s->nparams; i++) {
+        ds_param *p = s->params[i];
+        p->data = (float *)s->flat_params->data + p->offset;
+        p->grad = (float *)s->flat_grads->data + p->offset;
+        p->owner = s;
+        ds_param_init(p, s->seed);
+    }
+    return 0;
+}
+
+/* Wraps spans of `every` consecutive layers in checkpoint containers. */
+static int insert_checkpoints(ds_stage *s, ds_layer **layers, int n, ds_err *err) {
+    int every = s->opts.checkpoint;
+    for (int i = 0; i < n; i += every) {
+        int m = n - i < every ? n - i : every;
+        ds_layer *span = layers[i];
+        if (m > 1) {
+            if (!(span = ds_sequential_new(err))) return -1;
+            for (int j = 0; j < m; j++) {
+                if (ds_layer_add_child(span, layers[i + j], err) != 0) return -1;
+                layers[i + j] = NULL; /* owned by span now */
+            }
+        } else {
+            layers[i] = NULL;
+        }
+        ds_layer *ck = ds_checkpoint_new(span, err);
+        if (!ck) {
+            ds_layer_free(span);
+            return -1;
+        }
+        if (ds_layer_add_child(s->root, ck, err) != 0) {
+            ds_layer_free(ck);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int add_layers(ds_stage *s, ds_layer **layers, int n, ds_err *err) {
+    if (s->opts.checkpoint > 0) return insert_checkpoints(s, layers, n, err);
+    for (int i = 0; i < n; i++) {
+        if (ds_layer_add_child(s->root, layers[i], err) != 0) return -1;
+        layers[i] = NULL;
+    }
+    return 0;
+}
+
+ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                       uint64_t seed, ds_err *err) {
+    ds_stage *s = calloc(1, sizeof *s);
+    if (!s) {
+        ds_err_set(err, "stage: out of memory");
+        goto fail_layers;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->opts = *opts;
+    s->seed = seed;
+    if (!(s->root = ds_sequential_new(err))) goto fail;
+    /* Names first, on the layers as the script built them. */
+    for (int i = 0; i < n; i++) {
+        char path[192];
+        if (layers[i]->name[0]) snprintf(path, sizeof path, "%s/%s", name, layers[i]->name);
+        else snprintf(path, sizeof path, "%s/%d", name, i);
+        if (assign_names(layers[i], layers[i]->name, path, err) != 0) goto fail;
+    }
+    for (int i = 0; i < n; i++)
+        if (collect_params(s, layers[i], err) != 0) goto fail;
+    if (check_unique_names(s, err) != 0 || add_layers(s, layers, n, err) != 0) goto fail;
+    if (layout(s, err) != 0) goto fail;
+    return s;
+fail:
+    ds_stage_free(s);
+fail_layers:
+    for (int i = 0; i < n; i++) ds_layer_free(layers[i]);
+    ds_err_prefix(err, "stage '%s'", name);
+    return NULL;
+}
+
+void ds_stage_free(ds_stage *s) {
+    if (!s) return;
+    ds_layer_free(s->root);
+    free(s->params);
+    ds_tensor_free(s->flat_params);
+    ds_tensor_free(s->flat_grads);
+    ds_tensor_free(s->adam_m);
+    ds_tensor_free(s->adam_v);
+    ds_tensor_free(s->momentum);
+    ds_tensor_free(s->grad_in);
+    free(s);
+}
+
+int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err) {
+    s->last_in = NULL;
+    s->run = *r;
+    if (ds_layer_forward(s->root, r, in, err) != 0)
+        return ds_err_prefix(err, "stage '%s' forward", s->name);
+    s->last_in = in;
+    return 0;
+}
+
+int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
+    if (!s->last_in)
+        return ds_err_set(err, "stage '%s' backward: no forward to go back through", s->name);
+    const ds_tensor *in = s->last_in;
+    ds_tensor *din = NULL;
+    if (in->dtype == DS_F32) {
+        if (ds_buf(&s->grad_in, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0)
+            return ds_err_prefix(err, "stage '%s' backward", s->name);
+        memset(s->grad_in->data, 0, ds_tensor_nbytes(s->grad_in));
+        din = s->grad_in;
+    }
+    if (ds_layer_backward(s->root, &s->run, in, dout, din, err) != 0)
+        return ds_err_prefix(err, "stage '%s' backward", s->name);
+    return 0;
+}
+
+void ds_stage_zero_grad(ds_stage *s) {
+    memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
+}
+
+void ds_stage_release(ds_stage *s) {
+    ds_layer_release(s->root);
+    ds_tensor_release(s->grad_in);
+}

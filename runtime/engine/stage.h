@@ -1,0 +1,53 @@
+/* A stage: an ordered list of layers with its own options, whose parameters and
+ * gradients live in ONE flat contiguous buffer each (what ZeRO shards: a shard is a range
+ * of the flat buffer). The parameter table (name, offset, size, shape, decay flag) says
+ * what each range of the buffer is, so an optimizer can work on any sub-range. */
+#ifndef DS_STAGE_H
+#define DS_STAGE_H
+
+#include "layer.h"
+
+typedef struct ds_stage_opts {
+    int zero;           /* 0..3 (ZeRO acts in issue 5; validated now) */
+    int checkpoint;     /* 0: none; N >= 1: checkpoint spans of N consecutive layers */
+    ds_dtype precision; /* fp32 | bf16 | fp16 (mixed precision acts in issue 5) */
+} ds_stage_opts;
+
+typedef struct ds_stage {
+    char name[64];
+    ds_stage_opts opts;
+    uint64_t seed;
+    ds_layer *root;    /* sequential over the layers, checkpoint spans inserted */
+    ds_param **params; /* the parameters this stage owns, in flat-buffer order */
+    int nparams;
+    size_t numel;      /* flat buffer length, alignment padding included */
+    ds_tensor *flat_params, *flat_grads;
+    ds_tensor *adam_m, *adam_v, *momentum; /* optimizer state, made on first use */
+    ds_tensor *grad_in;        /* d(input) of the last backward */
+    const ds_tensor *last_in;  /* input of the last forward */
+    ds_run run;                /* keys of the last forward */
+} ds_stage;
+
+/* Parameters start on 16-float (64-byte) boundaries inside the flat buffer. */
+#define DS_PARAM_ALIGN 16
+
+/* Takes ownership of layers[0..n) (also on failure). Assigns names and RNG ids, lays out
+ * and allocates the flat buffers and initialises the parameters from seed: each
+ * parameter's values depend only on (seed, its name), not on how the model is staged. */
+ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                       uint64_t seed, ds_err *err);
+void ds_stage_free(ds_stage *s);
+
+int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err);
+static inline const ds_tensor *ds_stage_output(const ds_stage *s) { return s->root->out; }
+/* Backward of the last forward; afterwards s->grad_in holds d(input), or is NULL when the
+ * input was int32 token ids. */
+int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err);
+void ds_stage_zero_grad(ds_stage *s);
+/* Frees every activation buffer (they come back with the next forward). */
+void ds_stage_release(ds_stage *s);
+
+/* Initialises p's values as ds_stage_new does. */
+void ds_param_init(ds_param *p, uint64_t seed);
+
+#endif

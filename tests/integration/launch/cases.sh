@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# The launcher's integration cases: cases.sh CASE (see CMakeLists.txt for the list).
+# Needs DSLAUNCH, DSRUN, SILENT_PORT, SSHD_DIR (started by sshd.sh) and WORK in the
+# environment. Every case runs a job with a name unique to this run, then checks the
+# process table: no process of that job may be left, whatever happened.
+set -uo pipefail
+
+case_name=${1:?usage: cases.sh CASE}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$SSHD_DIR/env"
+name="it-${case_name//_/-}-$$"
+job="$WORK/$name"
+rm -rf "$job"
+mkdir -p "$job"
+cp "$here"/scripts/*.lua "$job/"
+bg_pids=()
+
+cleanup() {
+    for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    # Belt and braces: anything of this job still around after a failed case goes too.
+    for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL [$case_name]: $*" >&2
+    for f in "$job"/out "$job"/err "$job"/logs/"$name"/launcher.log; do
+        [[ -f $f ]] && { echo "--- $f" >&2; tail -n 40 "$f" >&2; }
+    done
+    exit 1
+}
+
+# Processes whose command line or environment names this job (agents and workers carry
+# "--job NAME-..." and DS_JOB_ID=NAME-...; a worker's children inherit the latter).
+job_pids() {
+    {
+        grep -lsazx -- "$name-[0-9a-f]\{8\}" /proc/[0-9]*/cmdline
+        grep -lsaz -- "^DS_JOB_ID=$name-" /proc/[0-9]*/environ
+    } | sed -n 's#^/proc/\([0-9]*\)/.*#\1#p' | sort -u | grep -vx "$$"
+}
+
+# Bounded wait for a condition (a command); fails the case with msg on timeout.
+wait_for() {
+    local secs=$1 msg=$2
+    shift 2
+    local end=$((SECONDS + secs))
+    until "$@"; do
+        ((SECONDS >= end)) && fail "timed out after ${secs}s waiting for: $msg"
+        sleep 0.05
+    done
+}
+
+no_job_processes() { [[ -z $(job_pids) ]]; }
+assert_no_orphans() {
+    # dslaunch only returns once every agent is gone; zombies may take a moment to reap.
+    wait_for 3 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
+# write_job SCRIPT [extra ini lines...]: job.ini for a 2-node x 2-slot job over SSH.
+write_job() {
+    local script=$1
+    shift
+    printf '127.0.0.2 slots=2\n127.0.0.3 slots=2\n' > "$job/hosts"
+    {
+        printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n' "$name" "$script" "$DSRUN"
+        printf '[resources]\nhostfile = hosts\n'
+        printf '[ssh]\nport = %s\nidentity = %s\nknown_hosts = %s\nconnect_timeout = 5\n' \
+            "$SSHD_PORT" "$SSH_IDENTITY" "$SSH_KNOWN_HOSTS"
+        for line in "$@"; do printf '%s\n' "$line"; done
+    } > "$job/job.ini"
+}
+
+# Runs dslaunch in the foreground (bounded); sets rc.
+run_job() {
+    timeout -s KILL 45 "$DSLAUNCH" "$@" "$job/job.ini" > "$job/out" 2> "$job/err"
+    rc=$?
+}
+
+start_job_bg() {
+    "$DSLAUNCH" "$job/job.ini" > "$job/out" 2> "$job/err" &
+    dl_pid=$!
+    bg_pids+=("$dl_pid")
+}
+
+wait_job_bg() {
+    local end=$((SECONDS + 30))
+    while kill -0 "$dl_pid" 2>/dev/null; do
+        ((SECONDS >= end)) && fail "dslaunch did not end within 30 s"
+        sleep 0.05
+    done
+    wait "$dl_pid"
+    rc=$?
+}
+
+logs="$job/logs/$name/attempt-0"
+has() { grep -aq -- "$2" "$1" 2>/dev/null; }
+
+# ---- cases ----
+
+# A job on this node alone: fork/exec, no SSH.
+case_local() {
+    {
+        printf '[job]\nname = %s\nscript = hello.lua\ndsrun = %s\n' "$name" "$DSRUN"
+        printf '[resources]\nnum_gpus = 3\ndevice = cpu\n'
+    } > "$job/job.ini"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2; do
+        has "$logs/rank-$r.out" "rank $r of 3 past the barrier" || fail "rank $r's log lacks its barrier line"
+        grep -aq "^\[localhost:$r\] rank $r of 3 past the barrier" "$job/out" || fail "terminal lacks [localhost:$r]"
+    done
+    has "$job/logs/$name/launcher.log" "agent started locally" || fail "launcher.log does not say the node started locally"
+    assert_no_orphans
+}
+
+# 2 nodes x 2 slots over SSH: barrier, every rank prints, logs in the right files,
+# long lines, binary bytes and a last line without newline intact.
+case_two_nodes() {
+    write_job hello.lua
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2 3; do
+        host=127.0.0.$((2 + r / 2))
+        grep -aq "^\[$host:$r\] rank $r of 4 past the barrier$" "$job/out" || fail "terminal lacks rank $r's line tagged [$host:$r]"
+        grep -aq "^\[$host:$r\] rank $r says goodbye without newline$" "$job/out" || fail "rank $r's last unterminated line is missing on the terminal"
+        grep -aq "^\[$host:$r\] to stderr from rank $r$" "$job/err" || fail "rank $r's stderr line is missing on the terminal"
+        # The files get the bytes exactly as the script wrote them.
+        expected=$("$DSRUN" run "$job/hello.lua" --expect "$r" 4 | od -c)
+        [[ $(od -c < "$logs/rank-$r.out") == "$expected" ]] || fail "rank-$r.out differs from what rank $r wrote"
+        has "$logs/rank-$r.err" "to stderr from rank $r" || fail "rank-$r.err lacks its line"
+        ! has "$logs/rank-$r.out" "to stderr" || fail "stderr leaked into rank-$r.out"
+    done
+    # One terminal line per printed line: no line split or merged.
+    [[ $(grep -ac "past the barrier" "$job/out") == 4 ]] || fail "barrier lines split or merged on the terminal"
+    # The 100000-byte line: on the terminal in pieces of at most 64 KiB, every byte there.
+    [[ $(grep -a "^\[127.0.0.3:3\] " "$job/out" | tr -cd x | wc -c) == 100000 ]] || fail "the long line lost bytes on the terminal"
+    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.3): connecting over SSH" || fail "launcher.log lacks the SSH connection"
+    has "$job/logs/$name/launcher.log" "all 4 ranks exited 0" || fail "launcher.log lacks the end"
+    assert_no_orphans
+}
+
+# Rank 3 exits 3 midway: every other rank is stopped, the summary names rank 3, its host
+# and its stderr, dslaunch exits non-zero, nothing is left.
+case_rank_fails() {
+    write_job fail.lua
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 after a rank failed"
+    has "$job/err" "rank 3 on 127.0.0.3 exited with code 3" || fail "summary does not name rank 3, its host and code"
+    has "$job/err" "rank 3 is failing on purpose" || fail "summary lacks rank 3's last stderr lines"
+    for r in 0 1 2; do grep -Eq "^dslaunch: +$r +127\.0\.0\.[23] +stopped by signal 15" "$job/err" || fail "rank $r not reported stopped"; done
+    assert_no_orphans
+}
+
+# SIGINT to dslaunch stops the whole job the same way.
+case_sigint() {
+    write_job spin.lua
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    kill -INT "$dl_pid"
+    wait_job_bg
+    [[ $rc == 130 ]] || fail "exit status $rc after SIGINT, expected 130"
+    has "$job/err" "interrupted by SIGINT" || fail "summary does not say it was interrupted"
+    assert_no_orphans
+}
+
+# A node's agent killed with SIGKILL: its workers die with it (death signal, lifeline),
+# the controller notices the node is gone and stops the rest.
+case_agent_killed() {
+    write_job spin.lua
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    agent=$(for p in $(job_pids); do tr '\0' ' ' < /proc/$p/cmdline | grep -q "agent --job $name-.* --node 1" && echo "$p"; done)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    kill -KILL $agent
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after an agent died"
+    has "$job/err" "node 1 (127.0.0.3)" || fail "summary does not name the lost node"
+    assert_no_orphans
+}
+
+case_host_key_changed() {
+    write_job hello.lua
+    echo "[127.0.0.3]:$SSHD_PORT $SSH_OTHER_HOST_KEY" > "$job/known_hosts"
+    grep "^\[127.0.0.2\]" "$SSH_KNOWN_HOSTS" >> "$job/known_hosts"
+    sed -i "s#^known_hosts = .*#known_hosts = $job/known_hosts#" "$job/job.ini"
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with a changed host key"
+    has "$job/err" "host key of \[127.0.0.3\]:$SSHD_PORT has CHANGED" || fail "error does not name the host and the change"
+    has "$job/err" "ssh-ed25519 SHA256:" || fail "error does not give the key type and fingerprint"
+    has "$job/err" "ssh-keygen -R" || fail "error does not say what to do"
+    ! has "$logs/rank-2.out" "past the barrier" || fail "a rank ran on the refused node"
+    assert_no_orphans
+}
+
+# Unknown key: refused by default, recorded and accepted with accept-new.
+case_host_key_unknown() {
+    write_job hello.lua
+    : > "$job/known_hosts"
+    sed -i "s#^known_hosts = .*#known_hosts = $job/known_hosts#" "$job/job.ini"
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unknown host key"
+    has "$job/err" "host key of \[127.0.0.[23]\]:$SSHD_PORT is unknown" || fail "error does not say the key is unknown"
+    has "$job/err" "accept-new" || fail "error does not say what to do"
+    printf 'host_key_check = accept-new\n' >> "$job/job.ini"
+    run_job
+    [[ $rc == 0 ]] || fail "accept-new: exit status $rc, expected 0"
+    [[ $(grep -c "^\[127.0.0.[23]\]:$SSHD_PORT ssh-ed25519 " "$job/known_hosts") == 2 ]] || fail "accept-new did not record both keys"
+    assert_no_orphans
+}
+
+case_bad_identity() {
+    write_job hello.lua
+    ssh-keygen -q -t ed25519 -N '' -f "$job/stranger"
+    sed -i "s#^identity = .*#identity = $job/stranger#" "$job/job.ini"
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with a key the node does not know"
+    has "$job/err" "public-key authentication failed" || fail "no clear authentication error"
+    has "$job/err" "$job/stranger" || fail "error does not name the identity tried"
+    assert_no_orphans
+}
+
+# Nothing listens on the port of 127.0.0.3: refused at once, a clear error.
+case_unreachable() {
+    write_job hello.lua
+    # sshd listens on 127.0.0.2-17 only at its port; 127.0.0.18 has nothing.
+    printf '127.0.0.2 slots=2\n127.0.0.18 slots=2\n' > "$job/hosts"
+    start=$SECONDS
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unreachable node"
+    ((SECONDS - start <= 6)) || fail "took $((SECONDS - start)) s, more than the 5 s connect timeout"
+    has "$job/err" "127.0.0.18:$SSHD_PORT: cannot connect" || fail "error does not name the unreachable node"
+    assert_no_orphans
+}
+
+# A node that accepts TCP but never speaks SSH: error within the connect timeout.
+case_connect_timeout() {
+    coproc SILENT { "$SILENT_PORT" 127.0.0.4; }
+    bg_pids+=("$SILENT_PID")
+    read -r port <&"${SILENT[0]}" || fail "silent_port did not start"
+    write_job hello.lua
+    sed -i "s#^port = .*#port = $port#; s#^connect_timeout = .*#connect_timeout = 2#" "$job/job.ini"
+    printf '127.0.0.4 slots=1\n' > "$job/hosts"
+    start=$SECONDS
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with a silent node"
+    ((SECONDS - start <= 4)) || fail "took $((SECONDS - start)) s, connect timeout is 2 s"
+    has "$job/err" "127.0.0.4:$port: no answer within the connect timeout (2 s)" || fail "error does not say it timed out"
+    assert_no_orphans
+}
+
+# A client with a wrong token is dropped and logged; the job goes on and succeeds.
+case_bad_token() {
+    write_job token.lua "[env]" "FLAG_FILE = $job/flag"
+    start_job_bg
+    listening() { has "$job/logs/$name/launcher.log" "store listening on"; }
+    wait_for 20 "the store to listen" listening
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "waiting $r" || return 1; done; }
+    wait_for 20 "every rank to be waiting" all_ready
+    addr=$(sed -n 's/.*store listening on \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/launcher.log")
+    set -- $addr
+    # AUTH frame: u32 length 69, op 1, u32 version 1, 64 wrong hex chars.
+    exec {fd}<>/dev/tcp/$1/$2 || fail "cannot reach the store at $1:$2"
+    printf '\x00\x00\x00\x45\x01\x00\x00\x00\x01%s' "$(printf '0%.0s' $(seq 64))" >&$fd
+    timeout 5 cat <&$fd > /dev/null # returns when the store closes the connection
+    [[ $? == 0 ]] || fail "the store did not drop the client with the wrong token"
+    exec {fd}>&-
+    dropped() { has "$job/logs/$name/launcher.log" "store: dropped client"; }
+    wait_for 10 "launcher.log to record the dropped client" dropped
+    touch "$job/flag"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc after a bad client, expected 0 (job must be unaffected)"
+    for r in 0 1 2 3; do has "$logs/rank-$r.out" "done $r" || fail "rank $r did not finish"; done
+    assert_no_orphans
+}
+
+"case_$case_name"
+echo "PASS [$case_name]"

@@ -1,0 +1,14 @@
+-- Every rank waits for the test to create FLAG_FILE (after it tried a bad store
+-- client), then passes a barrier: the store must still work.
+local ds = require 'ds'
+print('waiting ' .. ds.rank())
+local flag = assert(os.getenv('FLAG_FILE'), 'FLAG_FILE not set')
+local deadline = os.time() + 60
+while true do
+  local f = io.open(flag)
+  if f then f:close() break end
+  if os.time() > deadline then error('no flag file after 60 s') end
+  os.execute('sleep 0.05')
+end
+ds.barrier()
+print('done ' .. ds.rank())

@@ -1,0 +1,129 @@
+/* `dsrun ckpt export`: a sharded checkpoint becomes one safetensors file holding the
+ * tensors the engine's export table names, transposed where it asks, read back with the
+ * data part's safetensors reader. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ckpt_export.h"
+#include "ckpt_test_util.h"
+#include "safetensors.h"
+
+static const char *TABLE =
+    "{\"zero\":3,\"export\":{\"metadata\":{\"format\":\"pt\"},\"tensors\":["
+    "{\"name\":\"transformer.h.0.mlp.c_fc.weight\",\"array\":\"embed/params\",\"offset\":0,"
+    "\"shape\":[2,3],\"transpose\":true},"
+    "{\"name\":\"transformer.wpe.weight\",\"array\":\"embed/params\",\"offset\":6,\"shape\":[5]},"
+    "{\"name\":\"transformer.h.0.ln_1.weight\",\"array\":\"h/params\",\"offset\":0,\"shape\":[2,2,2]}]}}";
+
+typedef struct fixture {
+    char *dir, out[4300];
+    test_array a[2];
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    f->dir = make_scratch_dir();
+    f->a[0] = (test_array){"embed/params", DS_F32, 11, 0, NULL};
+    f->a[1] = (test_array){"h/params", DS_BF16, 8, 0, NULL};
+    fill_array(&f->a[0], 5);
+    fill_array(&f->a[1], 6);
+    snprintf(f->out, sizeof f->out, "%s/model.safetensors", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    rm_rf(f->dir);
+    free(f->dir);
+    free_arrays(f->a, 2);
+    free(f);
+    return 0;
+}
+
+static int export_with(fixture *f, const char *engine, ds_err *err) {
+    if (save_sequential(f->dir, 1, 3, f->a, 2, engine, err)) return -2;
+    ds_ckpt *ck = ds_ckpt_open(f->dir, err);
+    if (!ck) return -2;
+    int rc = ds_ckpt_export_safetensors(ck, f->out, err);
+    ds_ckpt_close(ck);
+    rm_rf(f->dir); /* fresh directory for the next call */
+    return rc;
+}
+
+static void test_export_gpt_names(void **state) {
+    fixture *f = *state;
+    ds_err err = {""};
+    char keep[4300];
+    snprintf(keep, sizeof keep, "%s.out", f->dir);
+    snprintf(f->out, sizeof f->out, "%s", keep);
+    if (export_with(f, TABLE, &err)) fail_msg("export: %s", err.msg);
+    ds_st_file *st = ds_st_open(keep, &err);
+    if (!st) fail_msg("read back: %s", err.msg);
+    assert_int_equal(ds_st_count(st), 3);
+    assert_string_equal(ds_st_meta_get(st, "format"), "pt");
+
+    const ds_st_tensor *t = ds_st_find(st, "transformer.h.0.mlp.c_fc.weight");
+    assert_non_null(t);
+    assert_int_equal(t->dtype, DS_ST_F32);
+    assert_int_equal(t->ndim, 2);
+    assert_int_equal(t->shape[0], 3);
+    assert_int_equal(t->shape[1], 2);
+    const float *src = f->a[0].data;
+    float got[6];
+    memcpy(got, t->data, sizeof got);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) assert_true(got[j * 2 + i] == src[i * 3 + j]);
+
+    t = ds_st_find(st, "transformer.wpe.weight");
+    assert_int_equal(t->ndim, 1);
+    assert_int_equal(t->shape[0], 5);
+    assert_memory_equal(t->data, src + 6, 5 * sizeof(float));
+
+    t = ds_st_find(st, "transformer.h.0.ln_1.weight");
+    assert_int_equal(t->dtype, DS_ST_BF16);
+    assert_int_equal(t->ndim, 3);
+    assert_memory_equal(t->data, f->a[1].data, 8 * 2);
+    ds_st_close(st);
+    remove(keep);
+}
+
+static void test_export_refusals(void **state) {
+    fixture *f = *state;
+    ds_err err = {""};
+    struct { const char *engine, *frag; } cases[] = {
+        {"{\"zero\":1}", "engine.export: missing"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"embed/params\",\"offset\":9,"
+         "\"shape\":[3]}]}}", "'x': elements [9, +3) outside array 'embed/params' of 11"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"nope\",\"offset\":0,"
+         "\"shape\":[3]}]}}", "export 'x': "},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\",\"offset\":0,"
+         "\"shape\":[2,2,2],\"transpose\":true}]}}", "transpose needs a 2-D shape"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\",\"offset\":-1,"
+         "\"shape\":[2]}]}}", "\"offset\" missing or not an integer"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\",\"offset\":0,"
+         "\"shape\":[4294967296,4294967296]}]}}", "bad size in \"shape\""},
+        {"{\"export\":{\"metadata\":{\"a\":1},\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\","
+         "\"offset\":0,\"shape\":[2]}]}}", "metadata.a: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(export_with(f, cases[i].engine, &err), -1);
+        if (!strstr(err.msg, cases[i].frag) || !strstr(err.msg, "meta.json"))
+            fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, cases[i].frag);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_export_gpt_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_export_refusals, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

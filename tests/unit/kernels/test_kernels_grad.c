@@ -1,0 +1,514 @@
+/* Every differentiable CPU kernel against a double-precision reference forward written
+ * here, and every backward against central finite differences of that forward. Gradient
+ * buffers start non-zero, so the checks also assert the accumulate (+=) contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "kernels.h"
+#include "kernels_testutil.h"
+
+#define FWD_ATOL 2e-5
+#define FWD_RTOL 2e-4
+#define BWD_ATOL 2e-4
+#define BWD_RTOL 2e-3
+
+/* got must equal base + fd (the kernel added its gradient to what was there). */
+static void expect_accumulated(const char *what, const float *got, const float *base,
+                               const double *fd, size_t n) {
+    double *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) want[i] = (double)base[i] + fd[i];
+    assert_int_equal(tu_mismatch(what, got, want, n, BWD_ATOL, BWD_RTOL), 0);
+    free(want);
+}
+
+static double dot_fd(const float *grad, const float *base, const double *d, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += ((double)grad[i] - base[i]) * d[i];
+    return s;
+}
+
+static void expect_close(const char *what, double got, double want, double rtol) {
+    if (!(fabs(got - want) <= rtol * (fabs(want) + 1e-3))) {
+        fprintf(stderr, "%s: got %.9g want %.9g\n", what, got, want);
+        fail();
+    }
+}
+
+/* ---- matmul ----------------------------------------------------------------------- */
+typedef struct { int N, C, OC; } mm_shape;
+
+static void ref_matmul(const double *x, double *y, const void *ctx) {
+    const mm_shape *s = ctx;
+    const double *inp = x, *w = x + s->N * s->C, *b = w + s->OC * s->C;
+    for (int n = 0; n < s->N; n++)
+        for (int o = 0; o < s->OC; o++) {
+            double acc = b[o];
+            for (int c = 0; c < s->C; c++) acc += inp[n * s->C + c] * w[o * s->C + c];
+            y[n * s->OC + o] = acc;
+        }
+}
+
+static void check_matmul(int N, int C, int OC, int full_fd) {
+    mm_shape s = {N, C, OC};
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    size_t nx = ni + nw + OC;
+    float *x = tu_randf(nx, -1.0f, 1.0f);
+    float *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1.0f, 1.0f);
+    ds_matmul_forward(out, x, x + ni, x + ni + nw, N, C, OC);
+    double *xd = tu_to_double(x, nx), *yd = malloc(ny * sizeof *yd);
+    ref_matmul(xd, yd, &s);
+    assert_int_equal(tu_mismatch("matmul out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
+
+    float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
+    ds_matmul_backward(grad, grad + ni, grad + ni + nw, dout, x, x + ni, N, C, OC);
+    double *g = tu_to_double(dout, ny);
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_matmul, &s, xd, nx, g, ny, fd);
+        expect_accumulated("matmul dinp", grad, base, fd, ni);
+        expect_accumulated("matmul dweight", grad + ni, base + ni, fd + ni, nw);
+        expect_accumulated("matmul dbias", grad + ni + nw, base + ni + nw, fd + ni + nw, OC);
+        free(fd);
+    } else {
+        for (int k = 0; k < 2; k++) {
+            float *df = tu_randf(nx, -1.0f, 1.0f);
+            double *d = tu_to_double(df, nx);
+            expect_close("matmul directional", dot_fd(grad, base, d, nx),
+                         tu_fd_dir(ref_matmul, &s, xd, d, nx, g, ny), 1e-4);
+            free(df);
+            free(d);
+        }
+    }
+    /* NULL gradients are skipped; the others still accumulate the same values */
+    float *only_w = tu_copyf(base, nx);
+    ds_matmul_backward(NULL, only_w + ni, NULL, dout, x, x + ni, N, C, OC);
+    assert_memory_equal(only_w, base, ni * sizeof(float));
+    assert_memory_equal(only_w + ni + nw, base + ni + nw, OC * sizeof(float));
+    free(only_w);
+    free(x), free(out), free(dout), free(xd), free(yd), free(base), free(grad), free(g);
+}
+
+static void test_matmul_small(void **state) {
+    (void)state;
+    tu_seed(1);
+    check_matmul(5, 7, 6, 1);
+    check_matmul(1, 3, 1, 1);
+}
+
+static void test_matmul_large(void **state) {
+    (void)state;
+    tu_seed(2);
+    check_matmul(64, 96, 300, 0);
+}
+
+static void test_matmul_no_bias(void **state) {
+    (void)state;
+    tu_seed(3);
+    int N = 4, C = 5, OC = 3;
+    float *inp = tu_randf(N * C, -1, 1), *w = tu_randf(OC * C, -1, 1);
+    float *zero = calloc(OC, sizeof(float)), out1[12], out2[12];
+    ds_matmul_forward(out1, inp, w, NULL, N, C, OC);
+    ds_matmul_forward(out2, inp, w, zero, N, C, OC);
+    assert_memory_equal(out1, out2, sizeof out1);
+    free(inp), free(w), free(zero);
+}
+
+/* ---- gelu ------------------------------------------------------------------------- */
+static void ref_gelu(const double *x, double *y, const void *ctx) {
+    size_t n = *(const size_t *)ctx;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+}
+
+static void check_gelu(size_t n) {
+    float *x = tu_randf(n, -6.0f, 6.0f), *out = tu_randf(n, 0, 1), *dout = tu_randf(n, -1, 1);
+    x[0] = 0.0f;
+    ds_gelu_forward(out, x, n);
+    double *xd = tu_to_double(x, n), *yd = malloc(n * sizeof *yd), *fd = malloc(n * sizeof *fd);
+    ref_gelu(xd, yd, &n);
+    assert_int_equal(tu_mismatch("gelu out", out, yd, n, FWD_ATOL, FWD_RTOL), 0);
+    float *base = tu_randf(n, -1, 1), *grad = tu_copyf(base, n);
+    ds_gelu_backward(grad, x, dout, n);
+    double *g = tu_to_double(dout, n);
+    tu_fd_grad(ref_gelu, &n, xd, n, g, n, fd);
+    expect_accumulated("gelu dinp", grad, base, fd, n);
+    free(x), free(out), free(dout), free(xd), free(yd), free(fd), free(base), free(grad), free(g);
+}
+
+static void test_gelu(void **state) {
+    (void)state;
+    tu_seed(4);
+    check_gelu(37);
+    check_gelu(1000); /* crosses SIMD widths and tails */
+}
+
+/* ---- elementwise ------------------------------------------------------------------ */
+static void test_add_accumulate_scale(void **state) {
+    (void)state;
+    tu_seed(5);
+    size_t n = 100003;
+    float *a = tu_randf(n, -1, 1), *b = tu_randf(n, -1, 1), *o = tu_randf(n, 0, 1);
+    float *acc = tu_copyf(a, n);
+    ds_add_forward(o, a, b, n);
+    ds_accumulate(acc, b, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(o[i] == a[i] + b[i]);
+        assert_true(acc[i] == a[i] + b[i]);
+    }
+    ds_scale(acc, 0.5f, n);
+    for (size_t i = 0; i < n; i++) assert_true(acc[i] == (a[i] + b[i]) * 0.5f);
+    free(a), free(b), free(o), free(acc);
+}
+
+/* ---- layernorm -------------------------------------------------------------------- */
+typedef struct { int N, C; } ln_shape;
+
+static void ref_layernorm(const double *x, double *y, const void *ctx) {
+    const ln_shape *s = ctx;
+    const double *inp = x, *w = x + s->N * s->C, *b = w + s->C;
+    for (int n = 0; n < s->N; n++) {
+        const double *r = inp + n * s->C;
+        double m = 0, v = 0;
+        for (int c = 0; c < s->C; c++) m += r[c];
+        m /= s->C;
+        for (int c = 0; c < s->C; c++) v += (r[c] - m) * (r[c] - m);
+        v /= s->C;
+        double rs = 1.0 / sqrt(v + 1e-5);
+        for (int c = 0; c < s->C; c++) y[n * s->C + c] = (r[c] - m) * rs * w[c] + b[c];
+    }
+}
+
+static void check_layernorm(int N, int C, int full_fd) {
+    ln_shape s = {N, C};
+    size_t ni = (size_t)N * C, nx = ni + 2 * (size_t)C;
+    float *x = tu_randf(nx, -2.0f, 2.0f);
+    for (size_t i = 0; i < ni; i++) x[i] += (float)(i % 3); /* non-zero mean */
+    float *out = tu_randf(ni, 0, 1), *mean = malloc(N * sizeof(float)),
+          *rstd = malloc(N * sizeof(float)), *dout = tu_randf(ni, -1, 1);
+    ds_layernorm_forward(out, mean, rstd, x, x + ni, x + ni + C, N, C, 1e-5f);
+    double *xd = tu_to_double(x, nx), *yd = malloc(ni * sizeof *yd);
+    ref_layernorm(xd, yd, &s);
+    assert_int_equal(tu_mismatch("layernorm out", out, yd, ni, FWD_ATOL, FWD_RTOL), 0);
+    for (int n = 0; n < N; n++) {
+        double m = 0;
+        for (int c = 0; c < C; c++) m += xd[n * C + c];
+        expect_close("layernorm mean", mean[n], m / C, 1e-5);
+    }
+    float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
+    ds_layernorm_backward(grad, grad + ni, grad + ni + C, dout, x, x + ni, mean, rstd, N, C);
+    double *g = tu_to_double(dout, ni);
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_layernorm, &s, xd, nx, g, ni, fd);
+        expect_accumulated("layernorm dinp", grad, base, fd, ni);
+        expect_accumulated("layernorm dweight", grad + ni, base + ni, fd + ni, C);
+        expect_accumulated("layernorm dbias", grad + ni + C, base + ni + C, fd + ni + C, C);
+        free(fd);
+    } else {
+        for (int k = 0; k < 2; k++) {
+            float *df = tu_randf(nx, -1, 1);
+            double *d = tu_to_double(df, nx);
+            expect_close("layernorm directional", dot_fd(grad, base, d, nx),
+                         tu_fd_dir(ref_layernorm, &s, xd, d, nx, g, ni), 1e-4);
+            free(df), free(d);
+        }
+    }
+    free(x), free(out), free(mean), free(rstd), free(dout), free(xd), free(yd), free(base),
+        free(grad), free(g);
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    tu_seed(6);
+    check_layernorm(4, 9, 1);
+    check_layernorm(3, 33, 1);
+    check_layernorm(64, 768, 0);
+}
+
+/* ---- embedding -------------------------------------------------------------------- */
+typedef struct { int N, C; const int32_t *ids; } emb_ctx;
+
+static void ref_embedding(const double *x, double *y, const void *ctx) {
+    const emb_ctx *e = ctx;
+    for (int n = 0; n < e->N; n++)
+        for (int c = 0; c < e->C; c++) y[n * e->C + c] = x[e->ids[n] * e->C + c];
+}
+
+static void test_embedding(void **state) {
+    (void)state;
+    tu_seed(7);
+    int V = 6, N = 9, C = 5;
+    int32_t ids[9] = {0, 3, 3, 5, 1, 3, 0, 2, 5}; /* repeats: rows must accumulate */
+    emb_ctx e = {N, C, ids};
+    size_t nt = (size_t)V * C, ny = (size_t)N * C;
+    float *table = tu_randf(nt, -1, 1), *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1, 1);
+    ds_embedding_forward(out, ids, table, N, C);
+    for (int n = 0; n < N; n++)
+        assert_memory_equal(out + n * C, table + ids[n] * C, C * sizeof(float));
+    float *base = tu_randf(nt, -1, 1), *grad = tu_copyf(base, nt);
+    ds_embedding_backward(grad, dout, ids, N, C);
+    double *td = tu_to_double(table, nt), *g = tu_to_double(dout, ny), *fd = malloc(nt * 8);
+    tu_fd_grad(ref_embedding, &e, td, nt, g, ny, fd);
+    expect_accumulated("embedding dtable", grad, base, fd, nt);
+    free(table), free(out), free(dout), free(base), free(grad), free(td), free(g), free(fd);
+}
+
+/* ---- attention -------------------------------------------------------------------- */
+typedef struct { int B, T, C, NH; } att_shape;
+
+static void ref_attention(const double *qkv, double *y, const void *ctx) {
+    const att_shape *s = ctx;
+    int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH;
+    double *p = malloc((size_t)T * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                    p[u] = d / sqrt((double)hs);
+                    if (p[u] > mx) mx = p[u];
+                }
+                for (int u = 0; u <= t; u++) sum += (p[u] = exp(p[u] - mx));
+                double *o = y + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++)
+                        acc += p[u] / sum * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+                    o[i] = acc;
+                }
+            }
+    free(p);
+}
+
+static void check_attention(int B, int T, int C, int NH, int full_fd) {
+    att_shape s = {B, T, C, NH};
+    size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = tu_randf(nx, -1.5f, 1.5f), *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1, 1);
+    float *att = tu_randf(na, 5, 6), *scratch = tu_randf(na, 5, 6);
+    ds_attention_forward(out, att, qkv, B, T, C, NH);
+    double *xd = tu_to_double(qkv, nx), *yd = malloc(ny * sizeof *yd);
+    ref_attention(xd, yd, &s);
+    assert_int_equal(tu_mismatch("attention out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
+    for (int r = 0; r < B * NH * T; r++) { /* rows are distributions, causal */
+        int t = r % T;
+        double sum = 0;
+        for (int u = 0; u < T; u++) {
+            float a = att[(size_t)r * T + u];
+            if (u > t) assert_true(a == 0.0f);
+            else assert_true(a >= 0.0f);
+            sum += a;
+        }
+        expect_close("attention row sum", sum, 1.0, 1e-5);
+    }
+    float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
+    ds_attention_backward(grad, scratch, dout, qkv, att, B, T, C, NH);
+    double *g = tu_to_double(dout, ny);
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_attention, &s, xd, nx, g, ny, fd);
+        expect_accumulated("attention dqkv", grad, base, fd, nx);
+        free(fd);
+    } else {
+        for (int k = 0; k < 2; k++) {
+            float *df = tu_randf(nx, -1, 1);
+            double *d = tu_to_double(df, nx);
+            expect_close("attention directional", dot_fd(grad, base, d, nx),
+                         tu_fd_dir(ref_attention, &s, xd, d, nx, g, ny), 1e-4);
+            free(df), free(d);
+        }
+    }
+    free(qkv), free(out), free(dout), free(att), free(scratch), free(xd), free(yd), free(base),
+        free(grad), free(g);
+}
+
+static void test_attention_small(void **state) {
+    (void)state;
+    tu_seed(8);
+    check_attention(2, 5, 8, 2, 1);
+    check_attention(1, 7, 12, 3, 1);
+    check_attention(1, 1, 4, 1, 1);
+}
+
+static void test_attention_large(void **state) {
+    (void)state;
+    tu_seed(9);
+    check_attention(2, 64, 128, 2, 0);
+    check_attention(1, 37, 96, 3, 0); /* odd T and head size not a multiple of 16 */
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------- */
+typedef struct { int N, V; const int32_t *targets; } ce_ctx;
+
+static void ref_crossentropy(const double *x, double *y, const void *ctx) {
+    const ce_ctx *e = ctx;
+    for (int n = 0; n < e->N; n++) {
+        const double *r = x + (size_t)n * e->V;
+        if (e->targets[n] < 0) {
+            y[n] = 0;
+            continue;
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < e->V; v++) mx = r[v] > mx ? r[v] : mx;
+        for (int v = 0; v < e->V; v++) sum += exp(r[v] - mx);
+        y[n] = mx + log(sum) - r[e->targets[n]];
+    }
+}
+
+static void check_crossentropy(int N, int V, const int32_t *targets, float spread, int full_fd) {
+    ce_ctx e = {N, V, targets};
+    size_t nx = (size_t)N * V;
+    float *logits = tu_randf(nx, -spread, spread), *losses = tu_randf(N, 5, 6);
+    double total = ds_crossentropy_forward(losses, logits, targets, N, V);
+    double *xd = tu_to_double(logits, nx), *yd = malloc(N * sizeof *yd), want_total = 0;
+    ref_crossentropy(xd, yd, &e);
+    for (int n = 0; n < N; n++) want_total += yd[n];
+    assert_int_equal(tu_mismatch("crossentropy losses", losses, yd, N, FWD_ATOL, FWD_RTOL), 0);
+    expect_close("crossentropy total", total, want_total, 1e-5);
+    float dloss = 0.7f;
+    float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
+    ds_crossentropy_backward(grad, logits, targets, dloss, N, V);
+    double *g = malloc(N * sizeof *g);
+    for (int n = 0; n < N; n++) g[n] = dloss;
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_crossentropy, &e, xd, nx, g, N, fd);
+        expect_accumulated("crossentropy dlogits", grad, base, fd, nx);
+        free(fd);
+    } else {
+        float *df = tu_randf(nx, -1, 1);
+        double *d = tu_to_double(df, nx);
+        expect_close("crossentropy directional", dot_fd(grad, base, d, nx),
+                     tu_fd_dir(ref_crossentropy, &e, xd, d, nx, g, N), 1e-4);
+        free(df), free(d);
+    }
+    free(logits), free(losses), free(xd), free(yd), free(base), free(grad), free(g);
+}
+
+static void test_crossentropy_small(void **state) {
+    (void)state;
+    tu_seed(10);
+    int32_t t1[4] = {3, -1, 0, 10};
+    check_crossentropy(4, 11, t1, 3.0f, 1);
+    int32_t t2[3] = {0, 1, 2};
+    check_crossentropy(3, 3, t2, 40.0f, 1); /* large logits: needs the max shift */
+}
+
+static void test_crossentropy_gpt2_vocab(void **state) {
+    (void)state;
+    tu_seed(11);
+    int32_t t[3] = {50256, 17, -1};
+    check_crossentropy(3, 50257, t, 8.0f, 0);
+}
+
+/* The fused forward+backward equals forward then backward into a zeroed buffer, also
+ * when it overwrites the logits in place; ignored rows get a zero gradient. */
+static void test_crossentropy_fused(void **state) {
+    (void)state;
+    tu_seed(13);
+    int N = 5, V = 1031;
+    int32_t t[5] = {7, -1, 1030, 0, 512};
+    size_t nx = (size_t)N * V;
+    float *logits = tu_randf(nx, -6, 6), *l1 = malloc(N * 4), *l2 = malloc(N * 4);
+    float *l3 = malloc(N * 4), *d1 = calloc(nx, 4), *d2 = tu_randf(nx, 3, 4);
+    float *inplace = tu_copyf(logits, nx);
+    double s1 = ds_crossentropy_forward(l1, logits, t, N, V);
+    ds_crossentropy_backward(d1, logits, t, 0.25f, N, V);
+    double s2 = ds_crossentropy_forward_backward(l2, d2, logits, t, 0.25f, N, V);
+    double s3 = ds_crossentropy_forward_backward(l3, inplace, inplace, t, 0.25f, N, V);
+    expect_close("fused total", s2, s1, 1e-6);
+    assert_memory_equal(&s2, &s3, sizeof s2);
+    double *want = tu_to_double(d1, nx), *lw = tu_to_double(l1, N);
+    assert_int_equal(tu_mismatch("fused dlogits", d2, want, nx, 1e-7, 1e-5), 0);
+    assert_int_equal(tu_mismatch("fused losses", l2, lw, N, 1e-6, 1e-6), 0);
+    assert_memory_equal(d2, inplace, nx * 4);
+    assert_memory_equal(l2, l3, N * 4);
+    for (int v = 0; v < V; v++) assert_true(d2[V + v] == 0.0f);
+    free(logits), free(l1), free(l2), free(l3), free(d1), free(d2), free(inplace), free(want),
+        free(lw);
+}
+
+/* ---- determinism ------------------------------------------------------------------ */
+/* Same call twice => same bits; for the non-GEMM kernels also the same bits with 1 and 2
+ * threads, since they split work so that no sum depends on the thread count. */
+static void run_non_gemm(float *res, const float *x, int threads) {
+    enum { B = 2, T = 33, C = 64, NH = 4, V = 1000, N = B * T };
+    ds_kernels_set_threads(threads);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 7) % 13;
+    float mean[N], rstd[N];
+    size_t off = 0;
+    ds_layernorm_forward(res + off, mean, rstd, x, x + N * C, x + N * C + C, N, C, 1e-5f);
+    off += N * C;
+    memset(res + off, 0, (N * C + 2 * C) * sizeof(float));
+    ds_layernorm_backward(res + off, res + off + N * C, res + off + N * C + C, x + 5, x, x + 1,
+                          mean, rstd, N, C);
+    off += N * C + 2 * C;
+    ds_attention_forward(res + off, res + off + N * C, x, B, T, C, NH);
+    const float *att = res + off + N * C;
+    off += N * C + B * NH * T * T;
+    memset(res + off, 0, (size_t)N * 3 * C * sizeof(float));
+    ds_attention_backward(res + off, res + off + N * 3 * C, x + 3, x, att, B, T, C, NH);
+    off += N * 3 * C + B * NH * T * T;
+    int32_t tg[N];
+    for (int i = 0; i < N; i++) tg[i] = (i * 31) % V;
+    double tot = ds_crossentropy_forward(res + off, x, tg, N, V);
+    memcpy(res + off + N, &tot, sizeof tot);
+    off += N + 2;
+    memset(res + off, 0, (size_t)N * V * sizeof(float));
+    ds_crossentropy_backward(res + off, x, tg, 0.01f, N, V);
+    off += (size_t)N * V;
+    memset(res + off, 0, 13 * C * sizeof(float));
+    ds_embedding_backward(res + off, x, ids, N, C);
+    off += 13 * C;
+    double ss = ds_sumsq(x, 300000);
+    memcpy(res + off, &ss, sizeof ss);
+}
+
+static void test_determinism(void **state) {
+    (void)state;
+    tu_seed(12);
+    size_t nres = 200000;
+    float *x = tu_randf(400000, -1, 1);
+    float *r1 = calloc(nres, 4), *r2 = calloc(nres, 4), *r3 = calloc(nres, 4);
+    run_non_gemm(r1, x, 2);
+    run_non_gemm(r2, x, 2);
+    run_non_gemm(r3, x, 1);
+    ds_kernels_set_threads(0);
+    assert_memory_equal(r1, r2, nres * 4);
+    assert_memory_equal(r1, r3, nres * 4);
+
+    int N = 64, C = 200, OC = 300;
+    float *w = tu_randf(OC * C, -1, 1), *o1 = calloc(N * OC, 4), *o2 = calloc(N * OC, 4);
+    float *g1 = calloc(OC * C + N * C + OC, 4), *g2 = calloc(OC * C + N * C + OC, 4);
+    for (int k = 0; k < 2; k++) {
+        float *o = k ? o2 : o1, *g = k ? g2 : g1;
+        ds_matmul_forward(o, x, w, x + 7, N, C, OC);
+        ds_matmul_backward(g, g + N * C, g + N * C + OC * C, x + 11, x, w, N, C, OC);
+    }
+    assert_memory_equal(o1, o2, N * OC * 4);
+    assert_memory_equal(g1, g2, (OC * C + N * C + OC) * 4);
+    free(x), free(r1), free(r2), free(r3), free(w), free(o1), free(o2), free(g1), free(g2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_small),     cmocka_unit_test(test_matmul_large),
+        cmocka_unit_test(test_matmul_no_bias),   cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_add_accumulate_scale), cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_embedding),        cmocka_unit_test(test_attention_small),
+        cmocka_unit_test(test_attention_large),  cmocka_unit_test(test_crossentropy_small),
+        cmocka_unit_test(test_crossentropy_gpt2_vocab), cmocka_unit_test(test_crossentropy_fused),
+        cmocka_unit_test(test_determinism),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# dslaunch end to end (no ranks started): --help, --version, usage errors (exit 2 with the
+# usage line), --dry-run's exact JSON, and job spec / hostfile errors (exit 2, message
+# with file:line, nothing left behind).
+# usage: test_dslaunch.sh PATH/TO/dslaunch SOURCE_DIR
+set -uo pipefail
+DSLAUNCH=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run ARGS...: sets rc, out, err
+run() {
+    "$DSLAUNCH" "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    out=$(cat "$TMP/out")
+    err=$(cat "$TMP/err")
+}
+
+expect_rc() { [[ $rc == "$1" ]] || fail "$2: exit $rc, expected $1 (stderr: $err)"; }
+expect_in() { [[ $1 == *"$2"* ]] || fail "$3: '$2' not in: $1"; }
+
+# --version, --help
+run --version
+expect_rc 0 "--version"
+[[ $out =~ ^dslaunch\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "--version printed '$out'"
+run --help
+expect_rc 0 "--help"
+expect_in "$out" "usage: dslaunch [options] JOB.ini" "--help"
+expect_in "$out" "--dry-run" "--help"
+
+# usage errors: exit 2, the usage line on stderr
+for args in "" "--bogus x.ini" "a.ini b.ini" "--num_nodes" "--num_gpus=x a.ini" "--tee 2-1 a.ini"; do
+    # shellcheck disable=SC2086
+    run $args
+    expect_rc 2 "usage error '$args'"
+    expect_in "$err" "usage: dslaunch [options] JOB.ini" "usage error '$args'"
+done
+
+# --dry-run: the exact plan (pretty JSON with blanks removed; no blanks in the values)
+mkdir -p "$TMP/job"
+cat >"$TMP/job/job.ini" <<'INI'
+[job]
+name = t
+script = s.lua
+args = --steps=2
+dsrun = /opt/ds/dsrun
+[resources]
+hostfile = hosts
+device = cuda
+[env]
+GREETING = hi
+INI
+cat >"$TMP/job/hosts" <<'HOSTS'
+n0 slots=2
+n1 slots=2   # comment
+n2 slots=1 spare
+HOSTS
+run --dry-run --exclude n0:0 --master_port 2000 --tee 0 "$TMP/job/job.ini"
+expect_rc 0 "--dry-run"
+got=$(printf '%s' "$out" | tr -d ' \n')
+env0='"MASTER_ADDR":"n0","MASTER_PORT":"2000","DS_JOB_ID":"t","DS_ATTEMPT":"0"'
+want='{"job":{"name":"t","id":"t","attempt":0,"spec":"'$TMP'/job/job.ini","script":"s.lua","args":["--steps=2"],"workdir":"'$TMP'/job","dsrun":"/opt/ds/dsrun","device":"cuda","log_dir":"logs","tee":"0"},"world_size":3,"master_addr":"n0","master_port":2000,"gpus":true,"nodes":[{"host":"n0","node_rank":0,"slots":[1],"first_rank":0,"local":false},{"host":"n1","node_rank":1,"slots":[0,1],"first_rank":1,"local":false}],"ranks":[{"rank":0,"host":"n0","node_rank":0,"local_rank":0,"slot":1,"env":{"RANK":"0","WORLD_SIZE":"3","LOCAL_RANK":"0","LOCAL_WORLD_SIZE":"1","NODE_RANK":"0",'$env0',"CUDA_VISIBLE_DEVICES":"1","GREETING":"hi"}},{"rank":1,"host":"n1","node_rank":1,"local_rank":0,"slot":0,"env":{"RANK":"1","WORLD_SIZE":"3","LOCAL_RANK":"0","LOCAL_WORLD_SIZE":"2","NODE_RANK":"1",'$env0',"CUDA_VISIBLE_DEVICES":"0","GREETING":"hi"}},{"rank":2,"host":"n1","node_rank":1,"local_rank":1,"slot":1,"env":{"RANK":"2","WORLD_SIZE":"3","LOCAL_RANK":"1","LOCAL_WORLD_SIZE":"2","NODE_RANK":"1",'$env0',"CUDA_VISIBLE_DEVICES":"1","GREETING":"hi"}}],"spares":[{"host":"n2","slots":[0]}]}'
+[[ $got == "$want" ]] || fail "--dry-run plan:
+got:  $got
+want: $want"
+[[ ! -e $TMP/job/logs ]] || fail "--dry-run created logs/"
+
+# options after the job spec, --num_nodes on the command line, a relative --hostfile
+(cd "$TMP/job" && "$DSLAUNCH" job.ini --dry-run -H hosts --num_nodes 1 >"$TMP/out" 2>"$TMP/err")
+rc=$?
+expect_rc 0 "--dry-run --num_nodes 1"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"world_size":2,' "--num_nodes 1"
+
+# the example job plans as it is
+run --dry-run "$SRC/examples/hello/job.ini"
+expect_rc 0 "examples/hello --dry-run"
+expect_in "$out" '"script": "hello.lua"' "examples/hello"
+# the default dsrun: build/runtime/dsrun beside build/launcher/dslaunch
+dsrun_default=$(cd "$(dirname "$DSLAUNCH")/../runtime" 2>/dev/null && pwd -P)/dsrun
+[[ -x $(dirname "$DSLAUNCH")/dsrun ]] && dsrun_default=$(cd "$(dirname "$DSLAUNCH")" && pwd -P)/dsrun
+expect_in "$out" "\"dsrun\": \"$dsrun_default\"" "default dsrun"
+run --dry-run -H "$SRC/hostfiles/example" --num_gpus 1 "$SRC/examples/hello/job.ini"
+expect_rc 0 "hostfiles/example --dry-run"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"world_size":3,' "hostfiles/example"
+
+# job spec errors: exit 2, file:line and key in the message, nothing left behind
+printf '[job]\nname = t\nscript = s.lua\n[engine]\nzero_stage = 5\n' >"$TMP/job/bad.ini"
+before=$(ls -A "$TMP/job")
+run "$TMP/job/bad.ini"
+expect_rc 2 "bad spec"
+expect_in "$err" "$TMP/job/bad.ini:5: [engine] zero_stage: 5 is out of range; expected an integer in 0..3" "bad spec"
+[[ $(ls -A "$TMP/job") == "$before" ]] || fail "bad spec left files behind"
+printf '[job]\nname = t\nscript = s.lua\n[jbo]\n' >"$TMP/job/bad.ini"
+run --dry-run "$TMP/job/bad.ini"
+expect_rc 2 "unknown section"
+expect_in "$err" "bad.ini:4: [jbo]: unknown section" "unknown section"
+run --dry-run "$TMP/job/missing.ini"
+expect_rc 2 "missing spec"
+expect_in "$err" "missing.ini: cannot open the job spec" "missing spec"
+
+# hostfile and filter errors: exit 2 with file:line or the filter named
+printf 'n0 slots=4abc\n' >"$TMP/job/badhosts"
+before=$(ls -A "$TMP/job")
+run --dry-run -H "$TMP/job/badhosts" "$TMP/job/job.ini"
+expect_rc 2 "bad hostfile"
+expect_in "$err" "badhosts:1: 'slots=4abc': trailing text after the slot count" "bad hostfile"
+run --dry-run --include jeff "$TMP/job/job.ini"
+expect_rc 2 "unknown host"
+expect_in "$err" "--include: host 'jeff' is not in the hostfile" "unknown host"
+run --dry-run --num_nodes 3 "$TMP/job/job.ini"
+expect_rc 2 "num_nodes"
+expect_in "$err" "--num_nodes 3: only 2 nodes available" "num_nodes"
+[[ $(ls -A "$TMP/job") == "$before" ]] || fail "errors left files behind"
+
+if ((failures)); then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "dslaunch: all checks passed"

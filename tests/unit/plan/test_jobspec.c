@@ -1,0 +1,431 @@
+/* The INI job spec: defaults, every key's validation, messages naming file:line:key;
+ * and the command line (cli.c) that overrides it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cli.h"
+#include "jobspec.h"
+
+#define MIN "[job]\nname = t\nscript = s.lua\n"
+
+/* Parses text as "/jobs/job.ini"; returns "" on success or the error message. */
+static const char *parse(ds_jobspec *spec, const char *text) {
+    static ds_err err;
+    err.msg[0] = '\0';
+    if (ds_jobspec_parse(spec, "/jobs/job.ini", text, &err) != 0) return err.msg;
+    return "";
+}
+
+/* Parses, expects an error containing needle; frees nothing (a failed parse owns nothing). */
+static void expect_err(const char *text, const char *needle) {
+    ds_jobspec spec;
+    const char *msg = parse(&spec, text);
+    if (!*msg || !strstr(msg, needle)) {
+        print_error("for:\n%s\nexpected an error containing '%s', got '%s'\n", text, needle, msg);
+        if (!*msg) ds_jobspec_free(&spec);
+        fail();
+    }
+}
+
+static void test_defaults(void **st) {
+    (void)st;
+    ds_jobspec s;
+    assert_string_equal(parse(&s, MIN), "");
+    assert_string_equal(s.path, "/jobs/job.ini");
+    assert_string_equal(s.name, "t");
+    assert_string_equal(s.script, "s.lua");
+    assert_int_equal(s.nargs, 0);
+    assert_null(s.args[0]);
+    assert_string_equal(s.workdir, "/jobs");
+    assert_non_null(s.dsrun);
+    assert_true(s.dsrun[0] == '/');
+    assert_non_null(strstr(s.dsrun, "dsrun"));
+    assert_null(s.hostfile);
+    assert_null(s.include);
+    assert_null(s.exclude);
+    assert_int_equal(s.num_nodes, -1);
+    assert_int_equal(s.num_gpus, -1);
+    assert_int_equal(s.device, DS_DEVICE_AUTO);
+    assert_non_null(s.ssh_user);
+    assert_int_equal(s.ssh_port, 22);
+    assert_null(s.ssh_identity);
+    assert_non_null(strstr(s.ssh_known_hosts, "/.ssh/known_hosts"));
+    assert_int_equal(s.host_key_check, DS_HOSTKEY_YES);
+    assert_int_equal(s.ssh_connect_timeout_ms, 10000);
+    assert_int_equal(s.ssh_force, 0);
+    assert_int_equal(s.nenv, 0);
+    assert_null(s.rdzv_addr);
+    assert_int_equal(s.rdzv_port, 0);
+    assert_int_equal(s.rdzv_timeout_ms, 300000);
+    assert_int_equal(s.master_port, 29500);
+    assert_int_equal(s.max_restarts, 0);
+    assert_int_equal(s.spares, 0);
+    assert_int_equal(s.heartbeat_interval_ms, 5000);
+    assert_int_equal(s.heartbeat_timeout_ms, 30000);
+    assert_string_equal(s.log_dir, "logs");
+    assert_string_equal(s.tee, "all");
+    assert_int_equal(s.zero_stage, 0);
+    assert_int_equal(s.precision, DS_PREC_FP32);
+    assert_string_equal(s.checkpointing, "none");
+    assert_int_equal(s.micro_batch, 1);
+    assert_int_equal(s.grad_accum, 1);
+    assert_int_equal(s.seed, 1234);
+    ds_jobspec_free(&s);
+}
+
+static void test_every_key(void **st) {
+    (void)st;
+    setenv("HOME", "/home/u", 1);
+    const char *text =
+        "; a full spec\n"
+        "# comments both ways\n"
+        "[job]\n"
+        "name = gpt2-small_1.0\n"
+        "script = train.lua\n"
+        "args = --lr 3e-4 'two words' \"a \\\"q\\\"\" back\\ slash ''\n"
+        "workdir = ../work\n"
+        "dsrun = /opt/ds/bin/dsrun\n"
+        "[resources]\n"
+        "hostfile = hosts\n"
+        "num_nodes = 2\n"
+        "num_gpus = 8\n"
+        "device = cuda\n"
+        "[ssh]\n"
+        "user = alice\n"
+        "port = 2222\n"
+        "identity = ~/.ssh/id_test\n"
+        "known_hosts = kh\n"
+        "host_key_check = accept-new\n"
+        "connect_timeout = 2.5\n"
+        "force = yes\n"
+        "[env]\n"
+        "NCCL_DEBUG = INFO\n"
+        "EMPTY =\n"
+        "WITH_EQ = a=b\n"
+        "[rendezvous]\n"
+        "addr = 10.0.0.1\n"
+        "port = 29400\n"
+        "timeout = 60\n"
+        "master_port = 29600\n"
+        "[restart]\n"
+        "max_restarts = 3\n"
+        "spares = 1\n"
+        "heartbeat_interval = 0.5\n"
+        "heartbeat_timeout = 10\n"
+        "[logs]\n"
+        "dir = /var/log/ds\n"
+        "tee = 0,2-3\n"
+        "[engine]\n"
+        "zero_stage = 3\n"
+        "precision = bf16\n"
+        "checkpointing = every:2\n"
+        "micro_batch = 4\n"
+        "grad_accum = 8\n"
+        "seed = 9223372036854775807\n";
+    ds_jobspec s;
+    assert_string_equal(parse(&s, text), "");
+    assert_string_equal(s.name, "gpt2-small_1.0");
+    assert_int_equal(s.nargs, 6);
+    assert_string_equal(s.args[0], "--lr");
+    assert_string_equal(s.args[1], "3e-4");
+    assert_string_equal(s.args[2], "two words");
+    assert_string_equal(s.args[3], "a \"q\"");
+    assert_string_equal(s.args[4], "back slash");
+    assert_string_equal(s.args[5], "");
+    assert_null(s.args[6]);
+    assert_string_equal(s.workdir, "/work");
+    assert_string_equal(s.dsrun, "/opt/ds/bin/dsrun");
+    assert_string_equal(s.hostfile, "/jobs/hosts");
+    assert_int_equal(s.num_nodes, 2);
+    assert_int_equal(s.num_gpus, 8);
+    assert_int_equal(s.device, DS_DEVICE_CUDA);
+    assert_string_equal(s.ssh_user, "alice");
+    assert_int_equal(s.ssh_port, 2222);
+    assert_string_equal(s.ssh_identity, "/home/u/.ssh/id_test");
+    assert_string_equal(s.ssh_known_hosts, "/jobs/kh");
+    assert_int_equal(s.host_key_check, DS_HOSTKEY_ACCEPT_NEW);
+    assert_int_equal(s.ssh_connect_timeout_ms, 2500);
+    assert_int_equal(s.ssh_force, 1);
+    assert_int_equal(s.nenv, 3);
+    assert_string_equal(s.env[0].key, "NCCL_DEBUG");
+    assert_string_equal(s.env[0].value, "INFO");
+    assert_string_equal(s.env[1].value, "");
+    assert_string_equal(s.env[2].value, "a=b");
+    assert_string_equal(s.rdzv_addr, "10.0.0.1");
+    assert_int_equal(s.rdzv_port, 29400);
+    assert_int_equal(s.rdzv_timeout_ms, 60000);
+    assert_int_equal(s.master_port, 29600);
+    assert_int_equal(s.max_restarts, 3);
+    assert_int_equal(s.spares, 1);
+    assert_int_equal(s.heartbeat_interval_ms, 500);
+    assert_int_equal(s.heartbeat_timeout_ms, 10000);
+    assert_string_equal(s.log_dir, "/var/log/ds");
+    assert_string_equal(s.tee, "0,2-3");
+    assert_int_equal(s.zero_stage, 3);
+    assert_int_equal(s.precision, DS_PREC_BF16);
+    assert_string_equal(s.checkpointing, "every:2");
+    assert_int_equal(s.micro_batch, 4);
+    assert_int_equal(s.grad_accum, 8);
+    assert_true(s.seed == 9223372036854775807LL);
+    ds_jobspec_free(&s);
+}
+
+static void test_indent_and_inline_comment(void **st) {
+    (void)st;
+    ds_jobspec s;
+    /* indented keys are keys (no multi-line continuation); " ;" starts a comment */
+    assert_string_equal(parse(&s, "[job]\n  name = t\n\tscript = a.lua ; the script\n"
+                                  "[engine]\n    zero_stage = 2\n"), "");
+    assert_string_equal(s.script, "a.lua");
+    assert_int_equal(s.zero_stage, 2);
+    ds_jobspec_free(&s);
+}
+
+static void test_structure_errors(void **st) {
+    (void)st;
+    expect_err("[jbo]\nname = t\n", "/jobs/job.ini:1: [jbo]: unknown section");
+    expect_err(MIN "[empty_unknown]\n", "/jobs/job.ini:4: [empty_unknown]: unknown section");
+    expect_err(MIN "[job]\nnmae = x\n", "/jobs/job.ini:5: [job] nmae: unknown key (expected one of: name, script");
+    expect_err("name = t\n" MIN, "/jobs/job.ini:1: name: key outside any section");
+    expect_err(MIN "this is not ini\n", "/jobs/job.ini:4: syntax error");
+    expect_err(MIN "[job\n", "/jobs/job.ini:4: syntax error");
+    expect_err(MIN "name = u\n", "/jobs/job.ini:4: [job] name: given twice (first on line 2)");
+    expect_err(MIN "[job]\nname = u\n", "/jobs/job.ini:5: [job] name: given twice");
+    expect_err(MIN "[env]\nA = 1\nA = 2\n", "/jobs/job.ini:6: [env] A: given twice (first on line 5)");
+    expect_err("", "/jobs/job.ini: [job] name: required key missing (there is no [job] section)");
+    expect_err("[job]\nname = t\n", "/jobs/job.ini:1: [job] script: required key missing");
+    expect_err("[job]\nscript = s\n", "/jobs/job.ini:1: [job] name: required key missing");
+    /* the first error wins, whichever kind it is */
+    expect_err(MIN "zero = 1\n[bad]\n", "/jobs/job.ini:4: [job] zero: unknown key");
+    expect_err(MIN "oops\n[engine]\nzero_stage = 9\n", "/jobs/job.ini:4: syntax error");
+    char longline[400];
+    snprintf(longline, sizeof longline, MIN "args = %0300d\n", 1);
+    expect_err(longline, "/jobs/job.ini:4: line longer than");
+}
+
+static void test_value_errors(void **st) {
+    (void)st;
+    expect_err("[job]\nname = a b\nscript = s\n", ":2: [job] name: 'a b': expected a name");
+    expect_err("[job]\nname = ..\nscript = s\n", ":2: [job] name:");
+    expect_err("[job]\nname = t\nscript =\n", ":3: [job] script: empty value");
+    expect_err(MIN "args = 'open\n", ":4: [job] args: unterminated quote");
+    expect_err(MIN "args = \"open\n", ":4: [job] args: unterminated quote");
+    expect_err(MIN "args = trailing\\\n", ":4: [job] args: a trailing backslash");
+    expect_err(MIN "dsrun = bin/dsrun\n", ":4: [job] dsrun: 'bin/dsrun': expected an absolute path");
+    expect_err(MIN "[resources]\nnum_nodes = 0\n", ":5: [resources] num_nodes: 0 is out of range; expected an integer in 1..100000");
+    expect_err(MIN "[resources]\nnum_gpus = two\n", ":5: [resources] num_gpus: 'two' is not an integer");
+    expect_err(MIN "[resources]\nnum_gpus = 2.0\n", "is not an integer");
+    expect_err(MIN "[resources]\nnum_gpus = 99999999999999999999999\n", "out of range");
+    expect_err(MIN "[resources]\ndevice = tpu\n", ":5: [resources] device: 'tpu': expected one of auto|cpu|cuda");
+    expect_err(MIN "[resources]\ninclude = a\nexclude = b\n", ":6: [resources] include and exclude are mutually exclusive");
+    expect_err(MIN "[resources]\nnum_gpus = 1\ninclude = a\n", ":5: [resources] num_nodes/num_gpus cannot be combined");
+    expect_err(MIN "[ssh]\nport = 0\n", ":5: [ssh] port: 0 is out of range; expected an integer in 1..65535");
+    expect_err(MIN "[ssh]\nport = 65536\n", "out of range");
+    expect_err(MIN "[ssh]\nport = -22\n", "out of range");
+    expect_err(MIN "[ssh]\nhost_key_check = maybe\n", "expected one of yes|accept-new|no");
+    expect_err(MIN "[ssh]\nconnect_timeout = 0\n", ":5: [ssh] connect_timeout: 0 is out of range");
+    expect_err(MIN "[ssh]\nconnect_timeout = 1.2345\n", "expected seconds (up to 3 decimals)");
+    expect_err(MIN "[ssh]\nconnect_timeout = 1s\n", "expected seconds");
+    expect_err(MIN "[ssh]\nconnect_timeout = .5\n", "expected seconds");
+    expect_err(MIN "[ssh]\nforce = maybe\n", ":5: [ssh] force: 'maybe': expected true or false");
+    expect_err(MIN "[env]\n1BAD = x\n", ":5: [env] 1BAD: not a valid environment variable name");
+    expect_err(MIN "[env]\nA-B = x\n", "not a valid environment variable name");
+    expect_err(MIN "[env]\nRANK = 3\n", ":5: [env] RANK: set by dslaunch");
+    expect_err(MIN "[env]\nCUDA_VISIBLE_DEVICES = 0\n", "set by dslaunch");
+    expect_err(MIN "[rendezvous]\nport = 70000\n", "in 0..65535");
+    expect_err(MIN "[rendezvous]\ntimeout = 100000\n", "out of range");
+    expect_err(MIN "[restart]\nmax_restarts = -1\n", "out of range");
+    expect_err(MIN "[restart]\nheartbeat_interval = 10\nheartbeat_timeout = 5\n",
+               ":6: [restart] heartbeat_timeout (5 s) must be longer than heartbeat_interval (10 s)");
+    expect_err(MIN "[restart]\nheartbeat_interval = 40\n", ":5: [restart] heartbeat_timeout (30 s)");
+    expect_err(MIN "[logs]\ntee = 3-1\n", ":5: [logs] tee: '3-1': range 3-1 runs backwards");
+    expect_err(MIN "[logs]\ntee = 0,,1\n", "[logs] tee: '0,,1': expected all, none");
+    expect_err(MIN "[logs]\ntee = some\n", "expected all, none");
+    expect_err(MIN "[logs]\ndir =\n", ":5: [logs] dir: empty value, expected a path");
+    expect_err(MIN "[engine]\nzero_stage = 4\n", ":5: [engine] zero_stage: 4 is out of range; expected an integer in 0..3");
+    expect_err(MIN "[engine]\nprecision = fp8\n", "expected one of fp32|bf16|fp16");
+    expect_err(MIN "[engine]\ncheckpointing = every:0\n", "expected none, full or every:N");
+    expect_err(MIN "[engine]\ncheckpointing = every:\n", "expected none, full or every:N");
+    expect_err(MIN "[engine]\ncheckpointing = some\n", "expected none, full or every:N");
+    expect_err(MIN "[engine]\nmicro_batch = 0\n", "out of range");
+    expect_err(MIN "[engine]\ngrad_accum = 0\n", "out of range");
+    expect_err(MIN "[engine]\nseed = -1\n", "out of range");
+    expect_err(MIN "[engine]\nseed = 9223372036854775808\n", "out of range");
+}
+
+static void test_tee(void **st) {
+    (void)st;
+    ds_err err;
+    assert_int_equal(ds_tee_check("all", &err), 0);
+    assert_int_equal(ds_tee_check("none", &err), 0);
+    assert_int_equal(ds_tee_check("0,2-3,7", &err), 0);
+    assert_int_equal(ds_tee_check("", &err), -1);
+    assert_int_equal(ds_tee_check("1-", &err), -1);
+    assert_int_equal(ds_tee_check("-1", &err), -1);
+    assert_int_equal(ds_tee_check("1,", &err), -1);
+    assert_int_equal(ds_tee_check("1-2-3", &err), -1);
+    assert_true(ds_tee_selects("all", 5));
+    assert_false(ds_tee_selects("none", 0));
+    assert_true(ds_tee_selects("0,2-3,7", 0));
+    assert_false(ds_tee_selects("0,2-3,7", 1));
+    assert_true(ds_tee_selects("0,2-3,7", 2));
+    assert_true(ds_tee_selects("0,2-3,7", 3));
+    assert_false(ds_tee_selects("0,2-3,7", 4));
+    assert_true(ds_tee_selects("0,2-3,7", 7));
+}
+
+static void test_load_file(void **st) {
+    (void)st;
+    char dir[] = "/tmp/ds_jobspec_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    FILE *f = fopen(path, "w");
+    fputs("\xEF\xBB\xBF[job]\r\nname = t\r\nscript = s.lua\r\n[resources]\r\nhostfile = h\r\n", f);
+    fclose(f);
+    ds_jobspec s;
+    ds_err err;
+    assert_int_equal(ds_jobspec_load(&s, path, &err), 0);
+    assert_string_equal(s.script, "s.lua");
+    assert_string_equal(s.workdir, dir);
+    char hf[300];
+    snprintf(hf, sizeof hf, "%s/h", dir);
+    assert_string_equal(s.hostfile, hf);
+    ds_jobspec_free(&s);
+    unlink(path);
+    assert_int_equal(ds_jobspec_load(&s, path, &err), -1);
+    assert_non_null(strstr(err.msg, "cannot open the job spec"));
+    assert_int_equal(ds_jobspec_load(&s, dir, &err), -1);
+    rmdir(dir);
+}
+
+/* ---- command line ---- */
+
+static int cli(ds_cli *c, ds_err *err, ...) {
+    char *argv[32] = {"dslaunch"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, err);
+    for (char *a; (a = va_arg(ap, char *));) argv[argc++] = a;
+    va_end(ap);
+    return ds_cli_parse(c, argc, argv, err);
+}
+
+static void test_cli(void **st) {
+    (void)st;
+    ds_cli c;
+    ds_err err;
+    assert_int_equal(cli(&c, &err, "job.ini", NULL), 0);
+    assert_string_equal(c.job, "job.ini");
+    assert_int_equal(c.num_nodes, -1);
+    assert_int_equal(c.num_gpus, -1);
+    assert_int_equal(c.dry_run, 0);
+    assert_int_equal(cli(&c, &err, "--hostfile", "h", "--include=a@b:1", "--num_nodes", "2",
+                         "job.ini", "--dry-run", "--master_addr", "10.0.0.1", "--master_port=1234",
+                         "--tee", "0,2-3", "--log_dir", "L", "--force_ssh", "--num_gpus=3", NULL), 0);
+    assert_string_equal(c.hostfile, "h");
+    assert_string_equal(c.include, "a@b:1");
+    assert_int_equal(c.num_nodes, 2);
+    assert_int_equal(c.num_gpus, 3);
+    assert_string_equal(c.master_addr, "10.0.0.1");
+    assert_int_equal(c.master_port, 1234);
+    assert_string_equal(c.tee, "0,2-3");
+    assert_string_equal(c.log_dir, "L");
+    assert_int_equal(c.force_ssh, 1);
+    assert_int_equal(c.dry_run, 1);
+    assert_string_equal(c.job, "job.ini");
+    assert_int_equal(cli(&c, &err, "-H", "h", "-e", "x", "-ij", "--", "-job.ini", NULL), 0);
+    assert_string_equal(c.exclude, "x");
+    assert_string_equal(c.include, "j");
+    assert_string_equal(c.job, "-job.ini");
+    assert_int_equal(cli(&c, &err, "--help", NULL), 0);
+    assert_int_equal(c.help, 1);
+    assert_int_equal(cli(&c, &err, "-V", NULL), 0);
+    assert_int_equal(c.version, 1);
+
+    assert_int_equal(cli(&c, &err, NULL), -1);
+    assert_string_equal(err.msg, "no job spec given");
+    assert_int_equal(cli(&c, &err, "a.ini", "b.ini", NULL), -1);
+    assert_string_equal(err.msg, "'b.ini': only one job spec may be given");
+    assert_int_equal(cli(&c, &err, "--bogus", "a.ini", NULL), -1);
+    assert_string_equal(err.msg, "unknown option '--bogus'");
+    assert_int_equal(cli(&c, &err, "a.ini", "--hostfile", NULL), -1);
+    assert_string_equal(err.msg, "--hostfile needs a value");
+    assert_int_equal(cli(&c, &err, "a.ini", "--num_nodes", "x", NULL), -1);
+    assert_string_equal(err.msg, "--num_nodes 'x': expected an integer");
+    assert_int_equal(cli(&c, &err, "a.ini", "--num_gpus=0", NULL), -1);
+    assert_string_equal(err.msg, "--num_gpus 0: expected 1..4096");
+    assert_int_equal(cli(&c, &err, "a.ini", "--master_port", "70000", NULL), -1);
+    assert_int_equal(cli(&c, &err, "a.ini", "--dry-run=yes", NULL), -1);
+    assert_string_equal(err.msg, "--dry-run takes no value");
+    assert_int_equal(cli(&c, &err, "a.ini", "--tee", "x", NULL), -1);
+    assert_non_null(strstr(err.msg, "--tee: 'x': expected all, none"));
+    assert_int_equal(cli(&c, &err, "a.ini", "--include=", NULL), -1);
+    assert_string_equal(err.msg, "--include: empty value");
+}
+
+static void test_cli_apply(void **st) {
+    (void)st;
+    ds_jobspec s;
+    ds_cli c;
+    ds_err err;
+    assert_string_equal(parse(&s, MIN "[resources]\nhostfile = /h\nnum_nodes = 4\n[logs]\ntee = none\n"), "");
+    assert_int_equal(cli(&c, &err, "job.ini", "--hostfile", "rel/hosts", "--num_nodes", "2",
+                         "--master_addr", "m", "--master_port", "1000", "--tee", "1",
+                         "--log_dir", "/abs/logs", "--force_ssh", NULL), 0);
+    assert_int_equal(ds_cli_apply(&c, &s, &err), 0);
+    char cwd[512], want[600];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "%s/rel/hosts", cwd);
+    assert_string_equal(s.hostfile, want);
+    assert_int_equal(s.num_nodes, 2);
+    assert_string_equal(s.rdzv_addr, "m");
+    assert_int_equal(s.master_port, 1000);
+    assert_string_equal(s.tee, "1");
+    assert_string_equal(s.log_dir, "/abs/logs");
+    assert_int_equal(s.ssh_force, 1);
+    ds_jobspec_free(&s);
+    /* no option given: the spec is untouched */
+    assert_string_equal(parse(&s, MIN "[resources]\nnum_gpus = 2\n"), "");
+    assert_int_equal(cli(&c, &err, "job.ini", NULL), 0);
+    assert_int_equal(ds_cli_apply(&c, &s, &err), 0);
+    assert_int_equal(s.num_gpus, 2);
+    assert_string_equal(s.tee, "all");
+    ds_jobspec_free(&s);
+    /* the selection is overridden as a whole: no clash between the two sources */
+    assert_string_equal(parse(&s, MIN "[resources]\nnum_gpus = 2\nnum_nodes = 1\n"), "");
+    assert_int_equal(cli(&c, &err, "job.ini", "--exclude", "h:1", NULL), 0);
+    assert_int_equal(ds_cli_apply(&c, &s, &err), 0);
+    assert_int_equal(s.num_gpus, -1);
+    assert_int_equal(s.num_nodes, -1);
+    assert_string_equal(s.exclude, "h:1");
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[resources]\ninclude = h\n"), "");
+    assert_int_equal(cli(&c, &err, "job.ini", "--num_gpus", "1", NULL), 0);
+    assert_int_equal(ds_cli_apply(&c, &s, &err), 0);
+    assert_null(s.include);
+    assert_int_equal(s.num_gpus, 1);
+    ds_jobspec_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_key),
+        cmocka_unit_test(test_indent_and_inline_comment),
+        cmocka_unit_test(test_structure_errors),
+        cmocka_unit_test(test_value_errors),
+        cmocka_unit_test(test_tee),
+        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_apply),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
