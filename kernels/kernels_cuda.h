@@ -1,9 +1,21 @@
 /* CUDA side of the kernels, callable from C. Compiled only when nvcc is found
- * (DS_HAVE_CUDA); callers guard with #ifdef DS_HAVE_CUDA. */
+ * (DS_HAVE_CUDA); callers guard with #ifdef DS_HAVE_CUDA.
+ *
+ * The ds_cuda_* kernels have the semantics of their ds_* twins in kernels.h (row-major,
+ * Linear weights [OC, C], every *_backward ACCUMULATES +=, fixed reduction order: the same
+ * call on the same GPU gives the same bits), on device pointers. They run on the context's
+ * stream (the default stream unless set) and return 0 once enqueued, or -1 with the
+ * context's error filled (bad argument, launch failure, cuBLAS status). Kernel faults
+ * surface at the next synchronising call (ds_cuda_sync, a copy to the host, a function
+ * returning a host value). No float atomics anywhere: the order of every sum is fixed by
+ * the shapes alone. */
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h" /* ds_rng_key */
 
 typedef struct ds_cuda_device {
     int index;
@@ -20,5 +32,106 @@ int ds_cuda_device_count(char *why, size_t why_len);
 int ds_cuda_device_info(int i, ds_cuda_device *dev, char *why, size_t why_len);
 /* Versions the binary was built against and runs with (runtime API, cuBLAS, NCCL). */
 void ds_cuda_versions(int *cudart, int *cublas, int *nccl);
+
+/* ---- context: device, stream, cuBLAS handle, workspace, last error ------------------- */
+typedef struct ds_cuda_ctx ds_cuda_ctx;
+/* Selects the device and creates a cuBLAS handle (pure FP32 math: no TF32 unless asked).
+ * NULL with *why filled when there is no such device. */
+ds_cuda_ctx *ds_cuda_ctx_create(int device, char *why, size_t why_len);
+void ds_cuda_ctx_free(ds_cuda_ctx *ctx);
+const char *ds_cuda_ctx_error(const ds_cuda_ctx *ctx);
+/* stream is a cudaStream_t (NULL = the default stream); the cuBLAS handle follows it */
+int ds_cuda_ctx_set_stream(ds_cuda_ctx *ctx, void *stream);
+void *ds_cuda_ctx_stream(const ds_cuda_ctx *ctx);
+/* TF32 tensor-core GEMMs for fp32 matmuls (faster, ~1e-3 relative error); off by default */
+int ds_cuda_ctx_set_tf32(ds_cuda_ctx *ctx, int on);
+/* the cublasHandle_t, for callers that issue their own GEMMs (benchmarks) */
+void *ds_cuda_ctx_cublas(ds_cuda_ctx *ctx);
+
+/* ---- device memory ----------------------------------------------------------------- */
+int ds_cuda_malloc(ds_cuda_ctx *ctx, void **dptr, size_t bytes);
+void ds_cuda_free(ds_cuda_ctx *ctx, void *dptr);               /* NULL is fine */
+int ds_cuda_memset0(ds_cuda_ctx *ctx, void *dptr, size_t bytes); /* async on the stream */
+/* Copies on the context's stream; to/from the host they complete before returning. */
+int ds_cuda_to_device(ds_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+int ds_cuda_to_host(ds_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+int ds_cuda_copy(ds_cuda_ctx *ctx, void *dst, const void *src, size_t bytes); /* d -> d */
+/* waits for the stream; reports any fault from kernels enqueued before */
+int ds_cuda_sync(ds_cuda_ctx *ctx);
+
+/* ---- dense (cuBLAS) ---------------------------------------------------------------- */
+int ds_cuda_matmul_forward(ds_cuda_ctx *ctx, float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC);
+int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N,
+                            int C, int OC);
+
+/* ---- elementwise ------------------------------------------------------------------- */
+int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
+int ds_cuda_accumulate(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n);
+int ds_cuda_scale(ds_cuda_ctx *ctx, float *x, float s, size_t n);
+int ds_cuda_gelu_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n);
+int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+/* ---- normalisation ----------------------------------------------------------------- */
+int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps);
+int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+/* ---- embedding --------------------------------------------------------------------- */
+/* ids must lie in [0, vocab); backward adds the rows of each id in order n = 0..N-1 (the
+ * CPU kernel's order, so the sums have the same bits as on the CPU). */
+int ds_cuda_embedding_forward(ds_cuda_ctx *ctx, float *out, const int32_t *ids,
+                              const float *table, int N, int C);
+int ds_cuda_embedding_backward(ds_cuda_ctx *ctx, float *dtable, const float *dout,
+                               const int32_t *ids, int N, int C);
+
+/* ---- attention --------------------------------------------------------------------- */
+int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH);
+int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att, int B,
+                               int T, int C, int NH);
+
+/* ---- loss -------------------------------------------------------------------------- */
+/* total (host pointer, may be NULL) receives the sum of the losses in row order; asking
+ * for it synchronises the stream. */
+int ds_cuda_crossentropy_forward(ds_cuda_ctx *ctx, float *losses, const float *logits,
+                                 const int32_t *targets, int N, int V, double *total);
+int ds_cuda_crossentropy_backward(ds_cuda_ctx *ctx, float *dlogits, const float *logits,
+                                  const int32_t *targets, float dloss, int N, int V);
+int ds_cuda_crossentropy_forward_backward(ds_cuda_ctx *ctx, float *losses, float *dlogits,
+                                          const float *logits, const int32_t *targets,
+                                          float dloss, int N, int V, double *total);
+
+/* ---- dropout (the CPU kernel's Philox stream: same key => same mask, bit for bit) ---- */
+int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n, float p,
+                            ds_rng_key key);
+int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, const float *dout, size_t n,
+                             float p, ds_rng_key key);
+
+/* ---- optimizer --------------------------------------------------------------------- */
+int ds_cuda_adamw_update(ds_cuda_ctx *ctx, float *param, const float *grad, float *m, float *v,
+                         size_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int t);
+int ds_cuda_adamw_update_scaled(ds_cuda_ctx *ctx, float *param, const float *grad,
+                                float grad_scale, float *m, float *v, size_t n, float lr,
+                                float beta1, float beta2, float eps, float weight_decay, int t);
+int ds_cuda_sgd_update(ds_cuda_ctx *ctx, float *param, const float *grad, float *buf, size_t n,
+                       float lr, float momentum, float weight_decay);
+/* Sum of squares in double, fixed order. dev_out: a device double (no sync); or use
+ * ds_cuda_sumsq_host, which synchronises and returns the value in *out. */
+int ds_cuda_sumsq(ds_cuda_ctx *ctx, const float *x, size_t n, double *dev_out);
+int ds_cuda_sumsq_host(ds_cuda_ctx *ctx, const float *x, size_t n, double *out);
+
+/* ---- precision conversion (bf16/fp16 as uint16_t, round to nearest even) -------------- */
+int ds_cuda_f32_to_bf16(ds_cuda_ctx *ctx, uint16_t *dst, const float *src, size_t n);
+int ds_cuda_bf16_to_f32(ds_cuda_ctx *ctx, float *dst, const uint16_t *src, size_t n);
+int ds_cuda_f32_to_f16(ds_cuda_ctx *ctx, uint16_t *dst, const float *src, size_t n);
+int ds_cuda_f16_to_f32(ds_cuda_ctx *ctx, float *dst, const uint16_t *src, size_t n);
 
 #endif

@@ -224,8 +224,15 @@ static void check_heartbeats(ds_job *job) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
         int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
-        if (last >= 0 && now - last > job->spec->heartbeat_timeout_ms)
-            ds_job_stop(job, "node %d (%s): no heartbeat for %.1f s", i, n->plan->host, (double)(now - last) / 1000);
+        if (last < 0 || now - last <= job->spec->heartbeat_timeout_ms) continue;
+        char why[128];
+        snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(now - last) / 1000);
+        ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, why);
+        /* It will not answer a polite stop: kill its agent and ranks now. */
+        snprintf(n->error, sizeof n->error, "%s", why);
+        n->failed = 1;
+        ds_job_kill_node(job, n);
+        return;
     }
 }
 
@@ -239,7 +246,8 @@ static int poll_timeout(ds_job *job) {
          * look again soon rather than trust the socket alone. */
         if (n->via_ssh && n->state != DS_NODE_DONE && now + 100 < wake) wake = now + 100;
     }
-    if (job->stopping && job->kill_at_ms < wake) wake = job->kill_at_ms;
+    if (job->stopping && !job->drop_at_ms && job->kill_at_ms < wake) wake = job->kill_at_ms;
+    if (job->drop_at_ms && job->drop_at_ms < wake) wake = job->drop_at_ms;
     return wake > now ? (int)(wake - now) : 0;
 }
 
@@ -256,11 +264,16 @@ static void run_loop(ds_job *job, int sigfd) {
         int live = 0;
         for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
         if (!live) break;
-        if (job->stopping && ds_job_now_ms() >= job->kill_at_ms) {
+        if (job->stopping && !job->drop_at_ms && ds_job_now_ms() >= job->kill_at_ms) {
+            job->drop_at_ms = ds_job_now_ms() + DS_DROP_AFTER_MS;
+            for (int i = 0; i < nn; i++)
+                if (job->nodes[i].state != DS_NODE_DONE) ds_job_kill_node(job, &job->nodes[i]);
+        }
+        if (job->drop_at_ms && ds_job_now_ms() >= job->drop_at_ms) {
             for (int i = 0; i < nn; i++) {
                 ds_node *n = &job->nodes[i];
                 if (n->state == DS_NODE_DONE) continue;
-                ds_node_abandon(n, "did not stop within the grace period; dropped");
+                ds_node_abandon(n, "did not stop, even when killed; dropped");
                 ds_job_on_node_done(job, n);
             }
             break;

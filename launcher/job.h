@@ -15,9 +15,11 @@
 
 /* TERM to KILL on every node when a job stops (the agent's grace period). */
 #define DS_STOP_GRACE_MS 3000
-/* How long after KILL the controller still waits for agents to report before it drops
- * them (a dropped agent still stops its node: stdin EOF). */
-#define DS_STOP_SLACK_MS 3000
+/* How long after KILL the controller still waits for agents to report before it kills
+ * the agents themselves (a second SSH channel), and how long after that before it drops
+ * them (a dropped agent still stops its node when it sees its stdin close). */
+#define DS_STOP_SLACK_MS 2000
+#define DS_DROP_AFTER_MS 2000
 
 typedef enum { DS_RANK_PENDING, DS_RANK_RUNNING, DS_RANK_EXITED } ds_rank_state;
 
@@ -45,7 +47,8 @@ typedef struct ds_job {
     int nstarted, nexited, nfailed_ranks;
     long long t0_ms, all_started_ms;
     int stopping;
-    long long kill_at_ms;  /* after this, agents still there are dropped */
+    long long kill_at_ms;  /* after this, agents still there are killed ... */
+    long long drop_at_ms;  /* ... and after this, dropped */
     int first_failed_rank; /* -1 when the job did not fail because of a rank */
     char failure[1024];    /* why the job stops; empty while all is well */
     int interrupted;       /* the signal that asked us to stop, 0 if none */
@@ -61,6 +64,8 @@ void ds_job_on_frame(void *job, ds_node *n, const ds_frame *f);
 void ds_job_on_agent_line(void *job, ds_node *n, const char *line);
 /* A node's agent is gone: checks it ended in order. */
 void ds_job_on_node_done(ds_job *job, ds_node *n);
+/* Kills a node's agent and ranks without asking it (ds_node_kill_hard). */
+void ds_job_kill_node(ds_job *job, ds_node *n);
 
 /* Prints the end-of-job summary on stderr and returns dslaunch's exit status. */
 int ds_job_summary(ds_job *job);

@@ -60,6 +60,7 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     case DS_FRAME_HELLO:
         text(f, buf, sizeof buf);
         n->state = DS_NODE_RUNNING;
+        n->agent_pid = atoi(buf);
         ds_event(job->ev, "node %d (%s): agent up, pid %s", node_index(job, n), n->plan->host, buf);
         break;
     case DS_FRAME_STARTED:
@@ -120,4 +121,23 @@ void ds_job_on_node_done(ds_job *job, ds_node *n) {
     if (n->failed) ds_job_stop(job, "node %d (%s): %s", idx, n->plan->host, n->error);
     else if (missing)
         ds_job_stop(job, "node %d (%s): the agent ended with %d rank(s) unreported", idx, n->plan->host, missing);
+}
+
+void ds_job_kill_node(ds_job *job, ds_node *n) {
+    /* kill -KILL AGENT -RANKGROUP...: every rank leads its own process group. */
+    char cmd[8192];
+    int len = snprintf(cmd, sizeof cmd, "kill -KILL -- %d", n->agent_pid);
+    for (int r = 0; r < job->plan->world_size && len < (int)sizeof cmd - 32; r++) {
+        const ds_rank_status *rs = &job->ranks[r];
+        if (job->plan->ranks[r].node_rank == n->plan->node_rank && rs->state == DS_RANK_RUNNING && rs->pid > 0)
+            len += snprintf(cmd + len, sizeof cmd - (size_t)len, " -%d", (int)rs->pid);
+    }
+    if (n->via_ssh && n->agent_pid <= 0) {
+        ds_node_abandon(n, "did not stop, and its agent never said hello");
+        ds_job_on_node_done(job, n);
+        return;
+    }
+    ds_event(job->ev, "node %d (%s): killing its agent and ranks%s%s", node_index(job, n), n->plan->host,
+             n->via_ssh ? " over a second channel: " : "", n->via_ssh ? cmd : "");
+    ds_node_kill_hard(n, cmd);
 }

@@ -103,7 +103,7 @@ static void keep_tail(rank_log *rl, const unsigned char *p, size_t n) {
     size_t keep = n > 1000 ? 1000 : n;
     char *s = malloc(keep + 1);
     if (!s) return;
-    memcpy(s, p, keep);
+    if (keep) memcpy(s, p, keep);
     s[keep] = 0;
     free(rl->tail[rl->tail_next]);
     rl->tail[rl->tail_next] = s;
@@ -119,7 +119,7 @@ static void show_line(rank_log *rl, int stream, const unsigned char *p, size_t n
     char *buf = malloc(tl + n + 1);
     if (!buf) return;
     memcpy(buf, rl->tag, tl);
-    memcpy(buf + tl, p, n);
+    if (n) memcpy(buf + tl, p, n);
     buf[tl + n] = '\n';
     if (ds_write_all(stream == 2 ? 2 : 1, buf, tl + n + 1) != 0) rl->show = 0;
     free(buf);

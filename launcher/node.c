@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -116,7 +117,7 @@ static void parse_frames(ds_node *n, const ds_node_handler *h) {
 }
 
 static void agent_lines(ds_node *n, const ds_node_handler *h, int at_eof) {
-    for (;;) {
+    while (n->err_line.len) {
         unsigned char *nl = memchr(n->err_line.data, '\n', n->err_line.len);
         if (!nl && !(at_eof && n->err_line.len) && n->err_line.len < 4096) return;
         size_t len = nl ? (size_t)(nl - n->err_line.data) : n->err_line.len;
@@ -125,8 +126,8 @@ static void agent_lines(ds_node *n, const ds_node_handler *h, int at_eof) {
         memcpy(line, n->err_line.data, len);
         line[len] = 0;
         ds_bytes_consume(&n->err_line, nl && len == (size_t)(nl - n->err_line.data) ? len + 1 : len);
+        if (line[0]) snprintf(n->last_agent_line, sizeof n->last_agent_line, "%.500s", line);
         h->agent_line(h->ctx, n, line);
-        if (!n->err_line.len) return;
     }
 }
 
@@ -158,7 +159,10 @@ static int read_stream(ds_node *n, int stream, const ds_node_handler *h) {
 static void check_done(ds_node *n) {
     if (n->state == DS_NODE_DONE || !n->out_eof || !n->err_eof) return;
     if (!n->via_ssh && !n->reaped) return;
-    if (!n->bye) fail(n, "%s", "the agent ended without saying goodbye (killed, or its node went down?)");
+    if (!n->bye && n->last_agent_line[0])
+        fail(n, "the agent ended without saying goodbye; its last words: %s", n->last_agent_line);
+    else if (!n->bye)
+        fail(n, "%s", "the agent ended without saying goodbye (killed, or its node went down?)");
     n->state = DS_NODE_DONE;
     if (n->ssh) {
         ds_ssh_free(n->ssh);
@@ -181,6 +185,7 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
         if (rc == 0) return;
         n->state = DS_NODE_STARTED;
     }
+    if (n->kill_cmd && !n->kill_sent && n->ssh && ds_ssh_exec_aux(n->ssh, n->kill_cmd) != 0) n->kill_sent = 1;
     /* Over SSH, reading one stream can pull the other's data (or the EOF) off the socket
      * into libssh2's buffers, where poll cannot see it: go round until nothing moves. */
     for (int rounds = 0; rounds < 16; rounds++) {
@@ -206,6 +211,16 @@ void ds_node_stop(ds_node *n) {
     }
     n->close_stdin = 1;
     if (n->state != DS_NODE_DONE) flush_out(n);
+}
+
+void ds_node_kill_hard(ds_node *n, const char *remote_cmd) {
+    if (n->state == DS_NODE_DONE) return;
+    if (!n->via_ssh) {
+        if (n->local.pid > 0 && !n->reaped) kill(n->local.pid, SIGKILL);
+        return;
+    }
+    if (n->state == DS_NODE_CONNECTING || n->kill_cmd) return;
+    n->kill_cmd = strdup(remote_cmd);
 }
 
 void ds_node_abandon(ds_node *n, const char *why) {
@@ -239,6 +254,8 @@ void ds_node_keepalive(ds_node *n) {
 
 void ds_node_free(ds_node *n) {
     ds_node_abandon(n, NULL);
+    free(n->kill_cmd);
+    n->kill_cmd = NULL;
     ds_bytes_free(&n->to_agent);
     ds_bytes_free(&n->from_agent);
     ds_bytes_free(&n->err_line);

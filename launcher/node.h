@@ -35,6 +35,10 @@ typedef struct ds_node {
     int reaped;          /* local agent waited for */
     int bye;             /* the agent said goodbye: it ended in order */
     int failed;          /* could not start, protocol error, or lost */
+    int agent_pid;       /* on its node, from HELLO (0 until then) */
+    char *kill_cmd;      /* SSH: the command ds_node_kill_hard runs on a second channel */
+    int kill_sent;
+    char last_agent_line[512]; /* the agent's (or its shell's) last stderr line */
     char error[1024];
 } ds_node;
 
@@ -57,6 +61,11 @@ void ds_node_io(ds_node *n, const ds_node_handler *h);
 void ds_node_reap(ds_node *n);
 /* Closes the agent's stdin (after what is queued): the agent stops its workers. */
 void ds_node_stop(ds_node *n);
+/* For an agent that does not answer: SIGKILL to the local agent, or over SSH runs
+ * remote_cmd (which should kill the agent and its ranks' groups) on a second channel.
+ * The agent's death then ends the node as usual (its ranks follow through their
+ * lifelines). */
+void ds_node_kill_hard(ds_node *n, const char *remote_cmd);
 /* Gives up on the node now: kills a local agent, drops an SSH session. */
 void ds_node_abandon(ds_node *n, const char *why);
 /* The deadline of the opening (SSH), or -1. */

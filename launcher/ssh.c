@@ -35,6 +35,7 @@ struct ds_ssh {
     long long deadline_ms;
     LIBSSH2_SESSION *session;
     LIBSSH2_CHANNEL *channel;
+    LIBSSH2_CHANNEL *aux; /* ds_ssh_exec_aux's channel */
     LIBSSH2_AGENT *agent;
     struct libssh2_agent_publickey *agent_key;
     int agent_keys_tried;
@@ -311,6 +312,17 @@ int ds_ssh_send_eof(ds_ssh *s) {
 
 int ds_ssh_eof(ds_ssh *s) { return libssh2_channel_eof(s->channel) == 1; }
 
+int ds_ssh_exec_aux(ds_ssh *s, const char *command) {
+    if (s->state != S_OPEN) return -1;
+    if (!s->aux) {
+        s->aux = libssh2_channel_open_session(s->session);
+        if (!s->aux) return libssh2_session_last_errno(s->session) == LIBSSH2_ERROR_EAGAIN ? 0 : -1;
+    }
+    int rc = libssh2_channel_exec(s->aux, command);
+    if (rc == LIBSSH2_ERROR_EAGAIN) return 0;
+    return rc == 0 ? 1 : -1;
+}
+
 void ds_ssh_keepalive(ds_ssh *s) {
     int next;
     if (s->session && s->state == S_OPEN) libssh2_keepalive_send(s->session, &next);
@@ -325,6 +337,7 @@ void ds_ssh_free(ds_ssh *s) {
         libssh2_agent_disconnect(s->agent);
         libssh2_agent_free(s->agent);
     }
+    if (s->aux) libssh2_channel_free(s->aux);
     if (s->channel) libssh2_channel_free(s->channel);
     if (s->session) libssh2_session_free(s->session);
     if (s->sock >= 0) close(s->sock);

@@ -50,6 +50,11 @@ ssize_t ds_ssh_write(ds_ssh *s, const void *buf, size_t n);
 int ds_ssh_send_eof(ds_ssh *s);
 /* 1 when the command's stdout and stderr reached EOF and all was read. */
 int ds_ssh_eof(ds_ssh *s);
+/* Runs command on a second channel of the same session, without reading its output:
+ * the fallback that stops a node whose agent no longer answers (libssh2 1.10 has no
+ * channel signals). Call again with the same command while it returns 0; 1 = started,
+ * -1 = error. */
+int ds_ssh_exec_aux(ds_ssh *s, const char *command);
 /* Sends a keepalive when due, so a dead link is noticed. */
 void ds_ssh_keepalive(ds_ssh *s);
 /* Last libssh2 error in words. */

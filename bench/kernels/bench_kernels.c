@@ -6,7 +6,8 @@
  *      alone, as llm.c's loop would run it (gpt_step.c): tokens/s, GFLOP/s counted as
  *      6*params*tokens + attention (12*L*C*T per token), and its ratio to (1).
  * Prints a table, then one JSON object per line per measured configuration.
- * Usage: bench_kernels [--model gpt2|small|all] [--threads N] [--reps N] [--B N] [--T N] */
+ * Usage: bench_kernels [--model gpt2|small|all] [--only gemm|kernels|step] [--threads N]
+ *                      [--reps N] [--B N] [--T N] */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -287,42 +288,57 @@ static int bench_step(const gpt_shape *m, int B, int T, int threads, gemm_total 
     double best = steps[0], median = steps[n / 2];
     size_t P = gpt_step_params(g);
     double flops = 6.0 * P * N + 12.0 * m->L * m->C * T * (double)N;
-    double sgemm_gflops = gt.flops / gt.seconds * 1e-9;
+    /* 0 when the GEMM section did not run: the ratio is then not printed */
+    double sgemm_gflops = gt.seconds > 0 ? gt.flops / gt.seconds * 1e-9 : 0;
     double gflops = flops / best * 1e-9;
     printf("\n%s: whole training step from the kernels (B=%d T=%d, %d threads, %zu params)\n",
            m->name, B, T, threads, P);
     printf("step best %.1f ms, median %.1f ms (mean: forward %.1f, backward %.1f, clip+AdamW "
            "%.1f, zero grads %.1f)\n", best * 1e3, median * 1e3, part_sum[0], part_sum[1],
            part_sum[2], part_sum[3]);
-    printf("%.1f tokens/s, %.1f GFLOP/s = %.0f%% of sgemm's %.1f GFLOP/s on the same shapes; "
-           "loss %.3f -> %.3f\n", N / best, gflops, 100.0 * gflops / sgemm_gflops,
-           sgemm_gflops, loss0, loss);
+    printf("%.1f tokens/s, %.1f GFLOP/s", N / best, gflops);
+    if (sgemm_gflops > 0)
+        printf(" = %.0f%% of sgemm's %.1f GFLOP/s on the same shapes", 100.0 * gflops / sgemm_gflops,
+               sgemm_gflops);
+    printf("; loss %.3f -> %.3f\n", loss0, loss);
     printf("{\"bench\":\"kernel_step\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"threads\":%d,"
            "\"params\":%zu,\"step_ms_best\":%.2f,\"step_ms_median\":%.2f,"
            "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,"
            "\"zero_grad_ms\":%.2f,\"tokens_per_s\":%.2f,\"gflop_per_s\":%.2f,"
            "\"sgemm_gflop_per_s\":%.2f,\"fraction_of_sgemm\":%.3f}\n",
            m->name, B, T, threads, P, best * 1e3, median * 1e3, part_sum[0], part_sum[1],
-           part_sum[2], part_sum[3], N / best, gflops, sgemm_gflops, gflops / sgemm_gflops);
+           part_sum[2], part_sum[3], N / best, gflops, sgemm_gflops,
+           sgemm_gflops > 0 ? gflops / sgemm_gflops : 0.0);
     free(ids);
     gpt_step_free(g);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *which = "all";
+    const char *which = "all", *only = "all";
     int threads = 2, B = 4, T = 64;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--T") && i + 1 < argc) T = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--model gpt2|small|all] [--threads N] [--reps N] "
-                            "[--B N] [--T N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--model gpt2|small|all] [--only gemm|kernels|step] "
+                            "[--threads N] [--reps N] [--B N] [--T N]\n", argv[0]);
             return 2;
         }
+    }
+    if (strcmp(only, "all") && strcmp(only, "gemm") && strcmp(only, "kernels") &&
+        strcmp(only, "step")) {
+        fprintf(stderr, "bench_kernels: --only takes gemm, kernels or step, not '%s'\n", only);
+        return 2;
+    }
+    if (strcmp(which, "all") && strcmp(which, "gpt2") && strcmp(which, "gpt2-124M") &&
+        strcmp(which, "small")) {
+        fprintf(stderr, "bench_kernels: --model takes gpt2, small or all, not '%s'\n", which);
+        return 2;
     }
     if (threads < 1 || g_reps < 1 || B < 1 || T < 1) {
         fprintf(stderr, "bench_kernels: --threads, --reps, --B and --T must be >= 1\n");
@@ -334,9 +350,11 @@ int main(int argc, char **argv) {
         int want = !strcmp(which, "all") || !strcmp(which, m->name) ||
                    (!strcmp(which, "gpt2") && i == 0);
         if (!want) continue;
-        gemm_total gt = bench_gemms(m, B * T, threads);
-        bench_non_gemm(m, B, T, threads);
-        if (bench_step(m, B, T, threads, gt) != 0) return 1;
+        int all = !strcmp(only, "all");
+        gemm_total gt = {0, 0, 0};
+        if (all || !strcmp(only, "gemm")) gt = bench_gemms(m, B * T, threads);
+        if (all || !strcmp(only, "kernels")) bench_non_gemm(m, B, T, threads);
+        if ((all || !strcmp(only, "step")) && bench_step(m, B, T, threads, gt) != 0) return 1;
     }
     return 0;
 }

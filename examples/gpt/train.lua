@@ -9,10 +9,14 @@
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
 
+-- The job's [engine] section (micro_batch, grad_accum, seed, stage options) gives the
+-- defaults when a launcher runs this; CONFIG.lua and key=value override them.
+local D = ds.engine_defaults()
+local from_job = os.getenv('DS_ENGINE_MICRO_BATCH') ~= nil
 local settings = {
   model = {vocab = 64, context = 32, layers = 2, heads = 4, d = 64, dropout = 0.0},
-  batch = 8, accum = 1, steps = 100, lr = 1e-3, min_lr = 1e-4, warmup = 10,
-  weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0, seed = 1234,
+  batch = from_job and D.micro_batch or 8, accum = D.grad_accum, steps = 100, lr = 1e-3, min_lr = 1e-4, warmup = 10,
+  weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0, seed = D.seed,
   data = 'synthetic', log_every = 10, threads = 0, blocks = {}, optimizer = 'adamw',
   momentum = 0.9, schedule = 'cosine',
 }

@@ -1,11 +1,15 @@
 /* Causal multi-head self-attention on packed qkv[B,T,3C].
  *
- * Work is split by (batch, head): one head is one thread's job, so backward can add into
- * the dk/dv rows of earlier positions in a fixed order for any thread count. Inside a head
- * everything is an axpy over a contiguous row: K and V are transposed into [hs][T] once,
- * so a row of scores is sum_i q[i] * Kt[i][0..t] (no horizontal sums), and the products
- * with V and K run along the head dimension. The whole per-head function is SIMD-cloned
- * so the small helpers inline into the vector code. */
+ * Work is split by (batch, head): one head is one thread's job, and every sum inside it
+ * runs in a fixed order, so results do not depend on the thread count.
+ *
+ * Inside a head every product is the same shape, out[0..len) = sum_r w[r] * rows[r][0..len)
+ * (rows_combine): a transposed matrix-vector product whose output block stays in registers
+ * while the rows stream through, one load per multiply-add and no horizontal sums. Scores
+ * use K transposed to [hs][T] (rows over the head dimension, output over positions);
+ * outputs, dq, dk and dv use rows of Q, K, V or dy directly. Backward first turns every
+ * row of probabilities into its softmax gradient (scratch), then forms dq by rows and dk,
+ * dv by columns, so nothing is scattered. The per-head functions are SIMD-cloned. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +17,40 @@
 #include "kernels.h"
 #include "simd.h"
 
+#define BLOCK 32
+
 typedef struct att_dims {
     int B, T, C, NH, hs;
+    size_t C3; /* row stride of qkv */
     float scale;
 } att_dims;
 
-static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+/* out[0..len) (+)= sum_{r < nrows} w[r] * rows[r*stride + 0..len) */
+static inline void rows_combine(float *restrict out, const float *restrict w,
+                                const float *restrict rows, size_t stride, int nrows, int len,
+                                int accumulate) {
+    int i0 = 0;
+    for (; i0 + BLOCK <= len; i0 += BLOCK) {
+        float acc[BLOCK];
+        for (int j = 0; j < BLOCK; j++) acc[j] = accumulate ? out[i0 + j] : 0.0f;
+        for (int r = 0; r < nrows; r++) {
+            const float *row = rows + r * stride + i0;
+            float wr = w[r];
+            for (int j = 0; j < BLOCK; j++) acc[j] += wr * row[j];
+        }
+        for (int j = 0; j < BLOCK; j++) out[i0 + j] = acc[j];
+    }
+    if (i0 < len) {
+        int n = len - i0;
+        float acc[BLOCK];
+        for (int j = 0; j < n; j++) acc[j] = accumulate ? out[i0 + j] : 0.0f;
+        for (int r = 0; r < nrows; r++) {
+            const float *row = rows + r * stride + i0;
+            float wr = w[r];
+            for (int j = 0; j < n; j++) acc[j] += wr * row[j];
+        }
+        for (int j = 0; j < n; j++) out[i0 + j] = acc[j];
+    }
 }
 
 /* dst[i*T + t] = src[t*stride + i]: one head's keys or values as [hs][T] */
@@ -29,48 +60,47 @@ static void transpose_head(float *dst, const float *src, size_t stride, int T, i
 }
 
 static float *head_buffer(size_t n) {
-    float *p = malloc(n * sizeof *p);
-    if (!p) abort(); /* a few KB per head: failure here means the process is already lost */
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p) abort(); /* tens of KB per head: failure here means the process is already lost */
     return p;
 }
 
-/* scores[0..t] = scale * q . K[0..t], as axpys over rows of Kt */
-static inline void scores_row(float *restrict s, const float *restrict q, const float *Kt,
-                              int t, att_dims d) {
-    for (int u = 0; u <= t; u++) s[u] = 0.0f;
-    for (int i = 0; i < d.hs; i++) axpy(s, q[i] * d.scale, Kt + (size_t)i * d.T, t + 1);
+/* softmax of a[0..t] in place, zeros after */
+static inline void softmax_causal(float *a, int t, int T) {
+    float maxv = -INFINITY;
+    for (int u = 0; u <= t; u++) maxv = a[u] > maxv ? a[u] : maxv;
+    float sum = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        a[u] = ds_km_expf(a[u] - maxv);
+        sum += a[u];
+    }
+    float inv = 1.0f / sum;
+    for (int u = 0; u <= t; u++) a[u] *= inv;
+    for (int u = t + 1; u < T; u++) a[u] = 0.0f;
 }
 
 DS_SIMD static void forward_head(float *out, float *att, const float *qkv, int b, int h,
                                  att_dims d) {
     int T = d.T, C = d.C, hs = d.hs;
-    size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    float *Kt = head_buffer((size_t)hs * T);
-    transpose_head(Kt, base + C, C3, T, hs);
+    const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
+    float *Kt = head_buffer((size_t)hs * T + hs), *qs = Kt + (size_t)hs * T;
+    transpose_head(Kt, base + C, d.C3, T, hs);
     for (int t = 0; t < T; t++) {
         float *a = att + (((size_t)b * d.NH + h) * T + t) * T;
-        scores_row(a, base + t * C3, Kt, t, d);
-        float maxv = -INFINITY;
-        for (int u = 0; u <= t; u++) maxv = a[u] > maxv ? a[u] : maxv;
-        float sum = 0.0f;
-        for (int u = 0; u <= t; u++) {
-            a[u] = ds_expf(a[u] - maxv);
-            sum += a[u];
-        }
-        float inv = 1.0f / sum;
-        for (int u = 0; u <= t; u++) a[u] *= inv;
-        for (int u = t + 1; u < T; u++) a[u] = 0.0f;
+        const float *q = base + t * d.C3;
+        for (int i = 0; i < hs; i++) qs[i] = q[i] * d.scale;
+        rows_combine(a, qs, Kt, T, hs, t + 1, 0);
+        softmax_causal(a, t, T);
         float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-        for (int i = 0; i < hs; i++) o[i] = 0.0f;
-        for (int u = 0; u <= t; u++) axpy(o, a[u], base + u * C3 + 2 * C, hs);
+        rows_combine(o, a, base + 2 * C, d.C3, t + 1, hs, 0);
     }
     free(Kt);
 }
 
 void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                           int NH) {
-    att_dims d = {B, T, C, NH, C / NH, 1.0f / sqrtf((float)(C / NH))};
+    if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
+    att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) forward_head(out, att, qkv, b, h, d);
@@ -80,45 +110,41 @@ DS_SIMD static void backward_head(float *dqkv, float *scratch, const float *dout
                                   const float *qkv, const float *att, int b, int h,
                                   att_dims d) {
     int T = d.T, C = d.C, hs = d.hs;
-    size_t C3 = 3 * (size_t)C, hT = (size_t)hs * T;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    float *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-    /* Vt, then this head's dk and dv accumulated locally, added to dqkv at the end */
-    float *Vt = head_buffer(3 * hT), *dK = Vt + hT, *dV = dK + hT;
-    transpose_head(Vt, base + 2 * C, C3, T, hs);
-    memset(dK, 0, 2 * hT * sizeof *dK);
-    for (int t = 0; t < T; t++) {
-        size_t row = (((size_t)b * d.NH + h) * T + t) * T;
-        const float *a = att + row;
-        float *dpre = scratch + row;
-        const float *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-        const float *q = base + t * C3;
-        /* datt = dy . V[0..t]; softmax backward in place */
-        for (int u = 0; u <= t; u++) dpre[u] = 0.0f;
-        for (int i = 0; i < hs; i++) axpy(dpre, dy[i], Vt + (size_t)i * T, t + 1);
+    size_t hT = (size_t)hs * T, head = ((size_t)b * d.NH + h) * T * T;
+    const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
+    float *dbase = dqkv + (size_t)b * T * d.C3 + (size_t)h * hs;
+    const float *dy0 = dout + (size_t)b * T * C + (size_t)h * hs;
+    const float *A = att + head;
+    float *dP = scratch + head; /* [T][T]: softmax gradients, pre-scaled */
+    float *Vt = head_buffer(hT + 2 * (size_t)T), *wa = Vt + hT, *wp = wa + T;
+    transpose_head(Vt, base + 2 * C, d.C3, T, hs);
+    for (int t = 0; t < T; t++) { /* dP[t] = a * (dy.V - sum(a * dy.V)) * scale */
+        const float *a = A + (size_t)t * T;
+        float *dp = dP + (size_t)t * T;
+        rows_combine(dp, dy0 + (size_t)t * C, Vt, T, hs, t + 1, 0);
         float dot = 0.0f;
-        for (int u = 0; u <= t; u++) dot += a[u] * dpre[u];
-        for (int u = 0; u <= t; u++) dpre[u] = a[u] * (dpre[u] - dot) * d.scale;
-        float *dq = dbase + t * C3;
-        for (int u = 0; u <= t; u++) {
-            axpy(dq, dpre[u], base + u * C3 + C, hs);
-            axpy(dK + (size_t)u * hs, dpre[u], q, hs);
-            axpy(dV + (size_t)u * hs, a[u], dy, hs);
-        }
+        for (int u = 0; u <= t; u++) dot += a[u] * dp[u];
+        for (int u = 0; u <= t; u++) dp[u] = a[u] * (dp[u] - dot) * d.scale;
+        for (int u = t + 1; u < T; u++) dp[u] = 0.0f;
     }
-    for (int t = 0; t < T; t++) {
-        float *dk = dbase + t * C3 + C, *dv = dbase + t * C3 + 2 * C;
-        for (int i = 0; i < hs; i++) {
-            dk[i] += dK[(size_t)t * hs + i];
-            dv[i] += dV[(size_t)t * hs + i];
+    for (int t = 0; t < T; t++) /* dq[t] += sum_u dP[t][u] k[u] */
+        rows_combine(dbase + t * d.C3, dP + (size_t)t * T, base + C, d.C3, t + 1, hs, 1);
+    for (int u = 0; u < T; u++) { /* dk[u] += sum_t dP[t][u] q[t]; dv[u] += sum_t a[t][u] dy[t] */
+        int n = T - u;
+        for (int t = u; t < T; t++) {
+            wp[t - u] = dP[(size_t)t * T + u];
+            wa[t - u] = A[(size_t)t * T + u];
         }
+        rows_combine(dbase + u * d.C3 + C, wp, base + u * d.C3, d.C3, n, hs, 1);
+        rows_combine(dbase + u * d.C3 + 2 * C, wa, dy0 + (size_t)u * C, (size_t)C, n, hs, 1);
     }
     free(Vt);
 }
 
 void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH) {
-    att_dims d = {B, T, C, NH, C / NH, 1.0f / sqrtf((float)(C / NH))};
+    if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
+    att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) backward_head(dqkv, scratch, dout, qkv, att, b, h, d);

@@ -1,77 +1,66 @@
 /* fp32 <-> bf16 / fp16 conversion, round to nearest even. NaNs stay NaN (quiet, top
  * payload bits kept, like the hardware converters); overflow rounds to infinity; fp16
- * denormals are produced and read exactly. */
+ * denormals are produced and read exactly. The compiler does not vectorise the fp16
+ * scalar code, so where the CPU has F16C, blocks of 8 go through the hardware converter,
+ * which rounds the same way (RNE under the default MXCSR). The scalar rounding is
+ * kernel_math.h's, shared with the CUDA kernels. */
 #include <string.h>
 
 #include "kernels.h"
+#include "simd.h"
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_F16C_PATH 1
 
-static inline float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16_1(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline uint16_t f32_to_f16_1(float f) {
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return sign | 0x7E00u | (uint16_t)((a >> 13) & 0x3FFu);
-    if (a >= 0x477FF000u) return sign | 0x7C00u; /* rounds to >= 65520: inf */
-    if (a < 0x38800000u) {                        /* below 2^-14: fp16 denormal or zero */
-        if (a < 0x33000000u) return sign;         /* < 2^-25: rounds to zero */
-        uint32_t e = a >> 23;
-        uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126 - e; /* m * 2^(e-150) / 2^-24 = m >> (126 - e) */
-        uint32_t q = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1u))) q++;
-        return sign | (uint16_t)q;
+__attribute__((target("avx,f16c"))) static size_t f32_to_f16_f16c(uint16_t *dst,
+                                                                   const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
     }
-    /* normal: rebias exponent 127 -> 15 and round the 13 dropped mantissa bits */
-    uint32_t r = a - 0x38000000u;
-    r += 0xFFFu + ((r >> 13) & 1u);
-    return sign | (uint16_t)(r >> 13);
+    return i;
 }
 
-static inline float f16_to_f32_1(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1Fu;
-    uint32_t m = h & 0x3FFu;
-    if (e == 0x1F) return bits_f32(sign | 0x7F800000u | (m << 13));
-    if (e == 0) {
-        if (m == 0) return bits_f32(sign);
-        float f = (float)m * (1.0f / 16777216.0f); /* m * 2^-24, exact */
-        return sign ? -f : f;
+__attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(float *dst,
+                                                                   const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    return i;
+}
+
+static int have_f16c(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
     }
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    return cached;
+}
+#endif
+
+DS_SIMD void ds_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds_km_f32_to_bf16(src[i]);
 }
 
-void ds_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16_1(src[i]);
-}
-
-void ds_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)src[i] << 16);
+DS_SIMD void ds_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds_km_bf16_to_f32(src[i]);
 }
 
 void ds_f32_to_f16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_f16_1(src[i]);
+    size_t i = 0;
+#ifdef HAVE_F16C_PATH
+    if (have_f16c()) i = f32_to_f16_f16c(dst, src, n);
+#endif
+    for (; i < n; i++) dst[i] = ds_km_f32_to_f16(src[i]);
 }
 
 void ds_f16_to_f32(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32_1(src[i]);
+    size_t i = 0;
+#ifdef HAVE_F16C_PATH
+    if (have_f16c()) i = f16_to_f32_f16c(dst, src, n);
+#endif
+    for (; i < n; i++) dst[i] = ds_km_f16_to_f32(src[i]);
 }

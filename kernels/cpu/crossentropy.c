@@ -23,10 +23,10 @@ DS_SIMD static float row_sumexp(const float *x, float shift, int V) {
     float acc[DS_LANES] = {0};
     int i = 0;
     for (; i + DS_LANES <= V; i += DS_LANES)
-        for (int j = 0; j < DS_LANES; j++) acc[j] += ds_expf(x[i + j] - shift);
+        for (int j = 0; j < DS_LANES; j++) acc[j] += ds_km_expf(x[i + j] - shift);
     float s = 0.0f;
     for (int j = 0; j < DS_LANES; j++) s += acc[j];
-    for (; i < V; i++) s += ds_expf(x[i] - shift);
+    for (; i < V; i++) s += ds_km_expf(x[i] - shift);
     return s;
 }
 
@@ -36,14 +36,14 @@ DS_SIMD static float row_exp_inplace(float *x, float shift, int V) {
     int i = 0;
     for (; i + DS_LANES <= V; i += DS_LANES)
         for (int j = 0; j < DS_LANES; j++) {
-            float e = ds_expf(x[i + j] - shift);
+            float e = ds_km_expf(x[i + j] - shift);
             x[i + j] = e;
             acc[j] += e;
         }
     float s = 0.0f;
     for (int j = 0; j < DS_LANES; j++) s += acc[j];
     for (; i < V; i++) {
-        float e = ds_expf(x[i] - shift);
+        float e = ds_km_expf(x[i] - shift);
         x[i] = e;
         s += e;
     }
@@ -52,7 +52,7 @@ DS_SIMD static float row_exp_inplace(float *x, float shift, int V) {
 
 /* dx[i] += scale * exp(x[i] - lse) */
 DS_SIMD static void row_add_softmax(float *dx, const float *x, float lse, float scale, int V) {
-    for (int i = 0; i < V; i++) dx[i] += scale * ds_expf(x[i] - lse);
+    for (int i = 0; i < V; i++) dx[i] += scale * ds_km_expf(x[i] - lse);
 }
 
 DS_SIMD static void row_scale(float *x, float s, int V) {

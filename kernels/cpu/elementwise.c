@@ -1,31 +1,17 @@
 /* Pointwise kernels. GELU is GPT-2's tanh approximation, written in its equivalent
- * sigmoid form 0.5*(1 + tanh(u)) = 1 / (1 + exp(-2u)): one exp, no cancellation near 0.
- * Work is split into fixed chunks; each chunk runs a SIMD-cloned range worker. */
+ * sigmoid form 0.5*(1 + tanh(u)) = 1 / (1 + exp(-2u)) (kernel_math.h): one exp, no
+ * cancellation near 0. Work is split into fixed chunks; each runs a SIMD-cloned worker. */
 #include "kernels.h"
 #include "simd.h"
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_CUBE 0.044715f
 #define CHUNK 8192
 
-static inline float gelu_fwd1(float x) {
-    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-    return x / (1.0f + ds_expf(-2.0f * u));
-}
-
-static inline float gelu_bwd1(float x) {
-    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    float s = 1.0f / (1.0f + ds_expf(-2.0f * u));
-    return s + x * s * (1.0f - s) * 2.0f * du;
-}
-
 DS_SIMD static void gelu_fwd_range(float *out, const float *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = gelu_fwd1(inp[i]);
+    for (size_t i = 0; i < n; i++) out[i] = ds_km_gelu_fwd(inp[i]);
 }
 
 DS_SIMD static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = 0; i < n; i++) dinp[i] += gelu_bwd1(inp[i]) * dout[i];
+    for (size_t i = 0; i < n; i++) dinp[i] += ds_km_gelu_grad(inp[i]) * dout[i];
 }
 
 static size_t chunk_len(size_t c, size_t n) {

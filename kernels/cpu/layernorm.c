@@ -32,10 +32,8 @@ DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, cons
     for (; i < C; i++) var += (x[i] - m) * (x[i] - m);
     var /= C;
     float s = 1.0f / sqrtf(var + eps);
-    for (i = 0; i < C; i++) {
-        float xn = (x[i] - m) * s;
-        y[i] = xn * (weight ? weight[i] : 1.0f) + (bias ? bias[i] : 0.0f);
-    }
+    for (i = 0; i < C; i++)
+        y[i] = ds_km_layernorm1(x[i], m, s, weight ? weight[i] : 1.0f, bias ? bias[i] : 0.0f);
     if (mean_out) *mean_out = m;
     if (rstd_out) *rstd_out = s;
 }
@@ -66,11 +64,9 @@ DS_SIMD static void dinp_row(float *dx, const float *dy, const float *x, const f
     }
     dnorm_mean /= C;
     dnorm_norm_mean /= C;
-    for (i = 0; i < C; i++) {
-        float xn = (x[i] - m) * s;
-        float dn = (weight ? weight[i] : 1.0f) * dy[i];
-        dx[i] += (dn - dnorm_mean - xn * dnorm_norm_mean) * s;
-    }
+    for (i = 0; i < C; i++)
+        dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight ? weight[i] : 1.0f, m, s, dnorm_mean,
+                                     dnorm_norm_mean);
 }
 
 DS_SIMD static void dparams_cols(float *dweight, float *dbias, const float *dout,

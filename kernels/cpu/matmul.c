@@ -69,7 +69,7 @@ void ds_matmul_forward(float *out, const float *inp, const float *weight, const 
 /* dbias sums each column over rows in row order; threads split the columns, so the
  * result does not depend on the thread count. */
 static void bias_backward(float *dbias, const float *dout, int N, int OC) {
-    enum { COLS = 256 };
+    enum { COLS = 64 }; /* 12 blocks for C=768: balanced over 2, 3, 4 or 6 threads */
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < OC; c0 += COLS) {
         int c1 = c0 + COLS < OC ? c0 + COLS : OC;

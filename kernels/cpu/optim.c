@@ -1,27 +1,15 @@
-/* Optimizer steps on a slice of a flat buffer, elementwise (PyTorch's formulas), plus the
- * sum of squares for the global gradient norm. These stream hundreds of MB per step, so
- * they run as SIMD-cloned range workers over fixed chunks on all threads. */
-#include <math.h>
-
+/* Optimizer steps on a slice of a flat buffer, elementwise (PyTorch's formulas, written
+ * once in kernel_math.h for both backends), plus the sum of squares for the global
+ * gradient norm. These stream hundreds of MB per step, so they run as SIMD-cloned range
+ * workers over fixed chunks on all threads. */
 #include "kernels.h"
 #include "simd.h"
 
 #define CHUNK 16384
 
-typedef struct adamw_consts {
-    float gscale, beta1, beta2, one_m_b1, one_m_b2, step, rbc2, eps, decay;
-} adamw_consts;
-
 DS_SIMD static void adamw_range(float *param, const float *grad, float *m, float *v, size_t n,
-                                adamw_consts k) {
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * k.gscale;
-        float mi = k.beta1 * m[i] + k.one_m_b1 * g;
-        float vi = k.beta2 * v[i] + k.one_m_b2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] = param[i] * k.decay - k.step * mi / (sqrtf(vi) * k.rbc2 + k.eps);
-    }
+                                ds_km_adamw k) {
+    for (size_t i = 0; i < n; i++) ds_km_adamw1(param + i, grad[i], m + i, v + i, &k);
 }
 
 void ds_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
@@ -32,16 +20,7 @@ void ds_adamw_update(float *param, const float *grad, float *m, float *v, size_t
 void ds_adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
                             float *v, size_t n, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t) {
-    adamw_consts k;
-    k.gscale = grad_scale;
-    k.beta1 = beta1;
-    k.beta2 = beta2;
-    k.one_m_b1 = 1.0f - beta1;
-    k.one_m_b2 = 1.0f - beta2;
-    k.step = (float)(lr / (1.0 - pow(beta1, t)));
-    k.rbc2 = (float)(1.0 / sqrt(1.0 - pow(beta2, t)));
-    k.eps = eps;
-    k.decay = 1.0f - lr * weight_decay;
+    ds_km_adamw k = ds_km_adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (size_t c = 0; c < nchunks; c++) {
@@ -53,13 +32,11 @@ void ds_adamw_update_scaled(float *param, const float *grad, float grad_scale, f
 DS_SIMD static void sgd_range(float *param, const float *grad, float *buf, size_t n, float lr,
                               float momentum, float weight_decay) {
     if (momentum != 0.0f) {
-        for (size_t i = 0; i < n; i++) {
-            float g = momentum * buf[i] + grad[i] + weight_decay * param[i];
-            buf[i] = g;
-            param[i] -= lr * g;
-        }
+        for (size_t i = 0; i < n; i++)
+            ds_km_sgd1(param + i, grad[i], buf + i, lr, momentum, weight_decay);
     } else {
-        for (size_t i = 0; i < n; i++) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+        for (size_t i = 0; i < n; i++)
+            ds_km_sgd1(param + i, grad[i], NULL, lr, 0.0f, weight_decay);
     }
 }
 

@@ -1,8 +1,7 @@
 // Device query for `dsrun --devices`: the first CUDA translation unit, so the CUDA path
-// is compiled and linked in every build that has the toolkit.
-#include <cublas_v2.h>
+// is compiled and linked in every build that has the toolkit. The version query lives in
+// versions.cu: programs that never ask for it (the GPU tests) then do not load libnccl.
 #include <cuda_runtime.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,12 +34,4 @@ extern "C" int ds_cuda_device_info(int i, ds_cuda_device *dev, char *why, size_t
     dev->cc_minor = p.minor;
     dev->multiprocessors = p.multiProcessorCount;
     return 0;
-}
-
-extern "C" void ds_cuda_versions(int *cudart, int *cublas, int *nccl) {
-    *cudart = 0;
-    cudaRuntimeGetVersion(cudart);
-    *cublas = CUBLAS_VERSION;
-    *nccl = 0;
-    ncclGetVersion(nccl);
 }

@@ -53,6 +53,9 @@ local function stage_of(layers, opts, name, seed)
   model.check_stage_opts(opts, 'gpt.GPT ' .. name .. ' stage')
   local spec = {name = opts.name or name, zero = opts.zero, checkpoint = opts.checkpoint,
                 precision = opts.precision, seed = opts.seed or seed}
+  if name == 'embed' or name == 'head' then -- checkpointing is for the blocks
+    spec.checkpoint = opts.checkpoint or 'none'
+  end
   for i, l in ipairs(layers) do spec[i] = l end
   return model.Stage(spec)
 end
@@ -67,7 +70,7 @@ function gpt.GPT(cfg, staging)
   cfg = gpt.config(cfg)
   staging = staging or {}
   util.check_keys(staging, STAGING_KEYS, 'gpt.GPT staging')
-  local seed = staging.seed or 1234
+  local seed = staging.seed or model.defaults().seed
   local L = gpt.layers(cfg)
   local stages = {stage_of(L.embed, staging.embed, 'embed', seed)}
   local groups = staging.blocks or {}

@@ -14,6 +14,7 @@ ds.nn = require 'ds.nn'
 ds.optim = require 'ds.optim'
 ds.Stage = model.Stage
 ds.Model = model.Model
+ds.engine_defaults = model.defaults
 ds.error = util.error
 
 -- A table of current and peak bytes per allocation category, as text.

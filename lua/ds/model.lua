@@ -18,8 +18,9 @@ local function check_stage_opts(o, what)
   end
   local c = o.checkpoint
   if c ~= nil and c ~= 'none' and c ~= 'full' and not (math.type(c) == 'integer' and c >= 1)
-     and not (type(c) == 'table' and math.type(c.every) == 'integer' and c.every >= 1) then
-    util.errorf("%s: checkpoint must be 'none', 'full', N >= 1 or {every = N}, got %s", what, tostring(c))
+     and not (type(c) == 'table' and math.type(c.every) == 'integer' and c.every >= 1)
+     and not (type(c) == 'string' and (tonumber(c:match('^every:(%d+)$')) or 0) >= 1) then
+    util.errorf("%s: checkpoint must be 'none', 'full', N >= 1, 'every:N' or {every = N}, got %s", what, tostring(c))
   end
   if o.precision ~= nil and not PRECISIONS[o.precision] then
     util.errorf("%s: precision must be 'fp32', 'bf16' or 'fp16', got %s", what, tostring(o.precision))
@@ -30,13 +31,51 @@ local function check_stage_opts(o, what)
 end
 M.check_stage_opts = check_stage_opts
 
--- ds.Stage{layer1, layer2, ..., name=, zero=, checkpoint=, precision=, seed=}
+-- The job's [engine] defaults, which the launcher passes to every rank as environment
+-- variables (DS_ENGINE_ZERO, _PRECISION, _CHECKPOINT, _MICRO_BATCH, _GRAD_ACCUM, _SEED);
+-- without them (`dsrun run`), zero 0, fp32, no checkpointing, 1, 1, seed 1234.
+local defaults
+function M.defaults()
+  if defaults then return defaults end
+  local function env(name, parse, dflt)
+    local v = os.getenv('DS_ENGINE_' .. name)
+    if v == nil or v == '' then return dflt end
+    local x = parse(v)
+    if x == nil then util.errorf('environment DS_ENGINE_%s=%s is not valid', name, v) end
+    return x
+  end
+  local function int(v) return math.tointeger(tonumber(v)) end
+  local function ckpt(v)
+    if v == 'none' or v == 'full' then return v end
+    local n = tonumber(v:match('^every:(%d+)$'))
+    return n and n >= 1 and math.tointeger(n) or nil
+  end
+  defaults = {
+    zero = env('ZERO', int, 0), precision = env('PRECISION', function(v) return PRECISIONS[v] and v end, 'fp32'),
+    checkpoint = env('CHECKPOINT', ckpt, 'none'), micro_batch = env('MICRO_BATCH', int, 1),
+    grad_accum = env('GRAD_ACCUM', int, 1), seed = env('SEED', int, 1234),
+  }
+  check_stage_opts({zero = defaults.zero, precision = defaults.precision, checkpoint = defaults.checkpoint,
+                    seed = defaults.seed}, 'engine defaults (DS_ENGINE_*)')
+  return defaults
+end
+
+local function checkpoint_value(c)
+  if type(c) == 'string' and c:match('^every:') then return math.tointeger(tonumber(c:match('^every:(%d+)$'))) end
+  return c
+end
+
+-- ds.Stage{layer1, layer2, ..., name=, zero=, checkpoint=, precision=, seed=}; options
+-- not given come from the job's [engine] defaults (M.defaults()).
 function M.Stage(spec)
   if type(spec) ~= 'table' then util.error('ds.Stage: expected a table {layer, ..., options}') end
   check_stage_opts(spec, 'ds.Stage')
   if #spec == 0 then util.error('ds.Stage: no layers') end
-  local desc = {name = spec.name or 'stage', zero = spec.zero, checkpoint = spec.checkpoint,
-                precision = spec.precision, seed = spec.seed or 1234}
+  local d = M.defaults()
+  local function pick(v, dv) if v == nil then return dv end return v end
+  local desc = {name = spec.name or 'stage', zero = pick(spec.zero, d.zero),
+                checkpoint = checkpoint_value(pick(spec.checkpoint, d.checkpoint)),
+                precision = pick(spec.precision, d.precision), seed = pick(spec.seed, d.seed)}
   for i, l in ipairs(spec) do
     if not nn.is_layer(l) then util.errorf('ds.Stage: element %d is not a layer (%s)', i, type(l)) end
     desc[i] = l

@@ -247,6 +247,24 @@ static int start_workers(ds_agent *a, ds_err *err) {
     return 0;
 }
 
+/* Kills what is left under the agent: as a subreaper it inherits every orphaned
+ * descendant (say, a daemon a rank started in a new session), which its process-group
+ * kills cannot reach. Each round kills the current children and reaps them; their own
+ * children come back to the agent for the next round. */
+static void kill_descendants(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    for (int round = 0; round < 100; round++) {
+        FILE *f = fopen(path, "r");
+        if (!f) return;
+        int pids[1024], n = 0;
+        while (n < 1024 && fscanf(f, "%d", &pids[n]) == 1) kill(pids[n++], SIGKILL);
+        fclose(f);
+        if (n == 0) return;
+        for (int i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
+    }
+}
+
 int dsrun_agent_main(int argc, char **argv) {
     (void)argc;
     (void)argv; /* --job/--node only mark the process in the process table */
@@ -271,7 +289,7 @@ int dsrun_agent_main(int argc, char **argv) {
     /* Nothing of the node outlives the agent. */
     signal_workers(&a, SIGKILL);
     close(a.lifeline_w);
-    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    kill_descendants();
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
     if (a.store) ds_store_close(a.store);
     ds_agent_free(&a);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static void *watch(void *arg) {
@@ -33,5 +34,9 @@ int ds_lifeline_watch(ds_err *err) {
     int rc = pthread_create(&t, &at, watch, (void *)fd);
     pthread_attr_destroy(&at);
     if (rc != 0) return ds_err_errno(err, rc, "starting the lifeline thread");
+    /* From now on the lifeline takes the whole group down; the death signal the agent
+     * set (for the moments before this thread ran) would kill only this process and
+     * leave its children behind. */
+    prctl(PR_SET_PDEATHSIG, 0);
     return 0;
 }

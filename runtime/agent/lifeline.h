@@ -1,7 +1,8 @@
 /* A worker dies with its agent: the agent keeps the write end of a pipe whose read end
  * each worker has as DS_AGENT_FD. When the agent is gone the pipe reports hang-up and
- * the worker kills its own process group (itself and anything it started). This covers
- * what PR_SET_PDEATHSIG misses (the worker's children, a race at start). */
+ * the worker kills its own process group (itself and anything it started). The agent
+ * also sets PR_SET_PDEATHSIG for the moments before this watch runs; once it runs, the
+ * death signal is cleared, since it would kill the worker alone and orphan its children. */
 #ifndef DS_LIFELINE_H
 #define DS_LIFELINE_H
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "ds_lua.h"
+#include "lua_ckpt.h"
 
 static int l_rank(lua_State *L) {
     lua_pushinteger(L, ds_context_of(L)->rank);
@@ -57,6 +58,8 @@ static int luaopen_ds_core(lua_State *L) {
     ds_lua_open_engine(L);
     ds_lua_open_data(L);
     ds_lua_open_comm(L);
+    ds_lua_open_zero(L);
+    ds_lua_open_ckpt(L);
     return 1;
 }
 

@@ -33,7 +33,8 @@ ds_ckpt_writer *ds_ckpt_writer_begin(const char *dir, int64_t step, int rank, in
                                      ds_err *err);
 
 /* Appends elements [begin, end) of the logical array `name` (total_numel elements of
- * dtype) from data, which holds end - begin elements. Across all ranks the ranges of one
+ * dtype) from data, which holds end - begin elements in host memory (device buffers are
+ * copied to the host first). Across all ranks the ranges of one
  * array must cover [0, total_numel) exactly once; empty ranges are allowed. The data is
  * written before this returns, so the caller may reuse its buffer. */
 int ds_ckpt_writer_add(ds_ckpt_writer *w, const char *name, ds_dtype dtype,
@@ -45,6 +46,10 @@ int ds_ckpt_writer_add(ds_ckpt_writer *w, const char *name, ds_dtype dtype,
  * the new step; waits at barrier again. Frees w. 0, or -1 with err. */
 int ds_ckpt_writer_commit(ds_ckpt_writer *w, const char *engine_json, ds_ckpt_barrier_fn barrier,
                           void *arg, ds_err *err);
+
+/* Marks this rank's save as failed for a reason found outside this part (kept like an
+ * add error: commit still takes part in the barriers, then reports it). */
+void ds_ckpt_writer_fail(ds_ckpt_writer *w, const char *why);
 
 /* Drops an unfinished save (its temporary file is removed) without any barrier. */
 void ds_ckpt_writer_abort(ds_ckpt_writer *w);

@@ -123,7 +123,7 @@ static int start_shard(ds_ckpt_writer *w, ds_err *e) {
 
 ds_ckpt_writer *ds_ckpt_writer_begin(const char *dir, int64_t step, int rank, int world,
                                      ds_err *err) {
-    if (!dir || step < 0 || world < 1 || world > CKPT_MAX_WORLD || rank < 0 || rank >= world)
+    if (!dir || !dir[0] || step < 0 || world < 1 || world > CKPT_MAX_WORLD || rank < 0 || rank >= world)
         return ds_err_set(err, "checkpoint save: bad arguments (step %lld, rank %d, world %d)",
                           (long long)step, rank, world), NULL;
     ds_ckpt_writer *w = calloc(1, sizeof *w);
@@ -295,7 +295,9 @@ static void emit_shards(ds_json *j, const ckpt_shard *shards, int world) {
 }
 
 /* The canonical (compact) text of the engine's object: its checksum is what meta.json
- * records, whatever spacing the file ends up with. */
+ * records, whatever spacing the file ends up with. Canonical means a fixed point of
+ * parse + emit; one round is not always one (the writer turns invalid UTF-8 into an
+ * escaped U+FFFD, which reads back as the character itself), two rounds are. */
 static int engine_canonical(const char *engine_json, ds_ckj **tree, char **text, ds_err *e) {
     const char *src = engine_json ? engine_json : "{}";
     ds_err pe;
@@ -307,14 +309,23 @@ static int engine_canonical(const char *engine_json, ds_ckj **tree, char **text,
     if (ds_ckj_depth(*tree) > DS_CKJ_MAX_DEPTH - 1)
         return ds_err_set(e, "checkpoint save: engine state nests deeper than %d levels",
                           DS_CKJ_MAX_DEPTH - 1);
-    ds_json j;
-    ds_json_init_buf(&j, 0);
-    ds_ckj_emit(&j, *tree);
-    if (j.bad) {
+    for (int round = 0; round < 2; round++) {
+        ds_json j;
+        ds_json_init_buf(&j, 0);
+        ds_ckj_emit(&j, *tree);
+        if (j.bad) {
+            free(j.buf);
+            return ds_err_set(e, "checkpoint save: out of memory");
+        }
+        if (round == 1) {
+            *text = j.buf;
+            break;
+        }
+        ds_ckj_free(*tree);
+        *tree = ds_ckj_parse(j.buf, j.len, &pe);
         free(j.buf);
-        return ds_err_set(e, "checkpoint save: out of memory");
+        if (!*tree) return ds_err_set(e, "checkpoint save: engine state: %s", pe.msg);
     }
-    *text = j.buf;
     return 0;
 }
 
@@ -420,6 +431,12 @@ out:;
     if (rc && err) *err = w->first;
     free_writer(w);
     return rc;
+}
+
+void ds_ckpt_writer_fail(ds_ckpt_writer *w, const char *why) {
+    ds_err e;
+    ds_err_set(&e, "%s", why);
+    if (w) fail(w, NULL, &e);
 }
 
 void ds_ckpt_writer_abort(ds_ckpt_writer *w) {

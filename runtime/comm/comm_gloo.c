@@ -1,6 +1,8 @@
 /* The Gloo backend: ops run one at a time on the communicator's thread (comm.c), each
  * a call into the C++ shim. One Gloo context, used only by that thread. */
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include "comm_backend.h"
 #include "gloo_shim.h"
@@ -37,12 +39,30 @@ static const ds_comm_vtable gloo_vtable = {
     .close = gloo_close,
 };
 
+/* Resolves this node's address to a numeric one ourselves: Gloo 2022 dereferences an
+ * uninitialised pointer when getaddrinfo fails (it only checks for -1), and a crash is
+ * no way to say "that address does not resolve". */
+static int numeric_addr(const char *addr, char *out, size_t cap, ds_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(addr, NULL, &hints, &res);
+    if (rc != 0)
+        return ds_err_set(err, "this node's address %s (DS_NODE_ADDR, else the host name) "
+                               "does not resolve: %s", addr, gai_strerror(rc));
+    rc = getnameinfo(res->ai_addr, res->ai_addrlen, out, (socklen_t)cap, NULL, 0,
+                     NI_NUMERICHOST);
+    freeaddrinfo(res);
+    if (rc != 0) return ds_err_set(err, "address %s: %s", addr, gai_strerror(rc));
+    return 0;
+}
+
 void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
     /* A peer that dies mid-op closes its sockets; writing to them must fail with EPIPE
      * (an error we report) instead of killing this process. */
     signal(SIGPIPE, SIG_IGN);
-    ds_gloo *g = ds_gloo_open(j->store, j->prefix, j->rank, j->world, j->node_addr,
-                              j->timeout_ms, err);
+    char addr[NI_MAXHOST];
+    if (numeric_addr(j->node_addr, addr, sizeof addr, err) != 0) return NULL;
+    ds_gloo *g = ds_gloo_open(j->store, j->prefix, j->rank, j->world, addr, j->timeout_ms, err);
     if (!g) return NULL;
     *vt = &gloo_vtable;
     return g;

@@ -39,6 +39,11 @@ void DsGlooStore::wait(const std::vector<std::string>& keys,
   long ms = timeout.count();
   if (ms <= 0 || ms > timeout_ms_) ms = timeout_ms_;
   ds_err err;
-  if (ds_store_wait(client_, ptrs.data(), (int)ptrs.size(), (int)ms, &err) != 0)
-    throw gloo::IoException(err.msg);
+  if (ds_store_wait(client_, ptrs.data(), (int)ptrs.size(), (int)ms, &err) != 0) {
+    // connectFullMesh waits on keys named by rank: say who is missing in those words.
+    std::string who;
+    for (const auto& k : keys) who += (who.empty() ? "" : ", ") + k;
+    throw gloo::IoException("rank " + who + " arrived but never published its address: " +
+                            err.msg);
+  }
 }

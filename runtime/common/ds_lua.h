@@ -16,5 +16,6 @@ void ds_lua_open_store(lua_State *L);   /* store/lua_store.c: store.*, barrier *
 void ds_lua_open_engine(lua_State *L);  /* engine/lua_engine.c: tensors, layers, optim */
 void ds_lua_open_data(lua_State *L);    /* data/lua_data.c: token files, loader, safetensors */
 void ds_lua_open_comm(lua_State *L);    /* comm/lua_comm.c: collectives from Lua */
+void ds_lua_open_zero(lua_State *L);    /* zero/lua_zero.c: ZeRO over a model's stages */
 
 #endif

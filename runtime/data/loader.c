@@ -10,9 +10,12 @@ static uint64_t mix(uint64_t z) {
 }
 
 static int check_opts(const ds_loader_opts *o, ds_err *err) {
-    if (o->context < 1) return ds_err_set(err, "data: context %lld (>= 1 expected)", (long long)o->context);
-    if (o->batch < 1) return ds_err_set(err, "data: batch %lld (>= 1 expected)", (long long)o->batch);
-    if (o->world_size < 1) return ds_err_set(err, "data: world_size %d (>= 1 expected)", o->world_size);
+    if (o->context < 1)
+        return ds_err_set(err, "data: context %lld (>= 1 expected)", (long long)o->context);
+    if (o->batch < 1)
+        return ds_err_set(err, "data: batch %lld (>= 1 expected)", (long long)o->batch);
+    if (o->world_size < 1)
+        return ds_err_set(err, "data: world_size %d (>= 1 expected)", o->world_size);
     if (o->rank < 0 || o->rank >= o->world_size)
         return ds_err_set(err, "data: rank %d outside the world of %d", o->rank, o->world_size);
     if (o->vocab > (uint32_t)INT32_MAX)
@@ -30,7 +33,8 @@ int ds_loader_open(ds_loader *ld, const ds_loader_opts *o, ds_err *err) {
     const char *path = ld->tf.path;
     uint32_t fv = ld->tf.vocab;
     if (o->vocab && fv > o->vocab) {
-        ds_err_set(err, "%s: the file's vocab %u is larger than the model's %u", path, fv, o->vocab);
+        ds_err_set(err, "%s: the file's vocab %u is larger than the model's %u", path, fv,
+                   o->vocab);
         goto fail;
     }
     ld->vocab = o->vocab ? o->vocab : fv;

@@ -17,11 +17,14 @@ typedef struct lua_loader {
     int open;
 } lua_loader;
 
-/* Reads integer field `name` of the table at idx; def when absent. */
-static lua_Integer opt_int_field(lua_State *L, int idx, const char *fn, const char *name,
-                                 lua_Integer def, lua_Integer min) {
+/* Reads integer field `name` of the table at idx, in [min, max]; def when absent (an
+ * absent field with def < min is required). */
+static lua_Integer int_field(lua_State *L, int idx, const char *fn, const char *name,
+                             lua_Integer def, lua_Integer min, lua_Integer max) {
     lua_getfield(L, idx, name);
     lua_Integer v = def;
+    if (lua_isnil(L, -1) && def < min)
+        return luaL_error(L, "%s: option '%s' (an integer >= %I) is required", fn, name, min);
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tointegerx(L, -1, &ok);
@@ -29,9 +32,11 @@ static lua_Integer opt_int_field(lua_State *L, int idx, const char *fn, const ch
                                    luaL_typename(L, -1));
     }
     lua_pop(L, 1);
-    if (v < min) return luaL_error(L, "%s: option '%s' is %I (>= %I expected)", fn, name, v, min);
+    if (v < min || v > max)
+        return luaL_error(L, "%s: option '%s' is %I (%I..%I expected)", fn, name, v, min, max);
     return v;
 }
+
 
 /* Refuses keys outside allowed, so a misspelt option is an error, not a silent default. */
 static void check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed) {
@@ -64,19 +69,18 @@ static int l_open(lua_State *L) {
     ds_context *ctx = ds_context_of(L);
     ds_loader_opts o = {0};
     lua_getfield(L, 1, "path");
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "%s: option 'path' (a string) is required", fn);
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "%s: option 'path' (a string) is required", fn);
     o.path = lua_tostring(L, -1); /* stays on the stack until open is done */
-    o.context = opt_int_field(L, 1, fn, "context", 0, 1);
-    o.batch = opt_int_field(L, 1, fn, "batch", 0, 1);
-    o.seed = (uint64_t)opt_int_field(L, 1, fn, "seed", 0, LUA_MININTEGER);
-    o.world_size = (int)opt_int_field(L, 1, fn, "world_size", ctx ? ctx->world_size : 1, 1);
-    o.rank = (int)opt_int_field(L, 1, fn, "rank", ctx ? ctx->rank : 0, 0);
-    o.vocab = (uint32_t)opt_int_field(L, 1, fn, "vocab", 0, 0);
+    o.context = int_field(L, 1, fn, "context", 0, 1, INT32_MAX);
+    o.batch = int_field(L, 1, fn, "batch", 0, 1, INT32_MAX);
+    o.seed = (uint64_t)int_field(L, 1, fn, "seed", 0, LUA_MININTEGER, LUA_MAXINTEGER);
+    o.world_size = (int)int_field(L, 1, fn, "world_size", ctx ? ctx->world_size : 1, 1, INT32_MAX);
+    o.rank = (int)int_field(L, 1, fn, "rank", ctx ? ctx->rank : 0, 0, INT32_MAX);
+    o.vocab = (uint32_t)int_field(L, 1, fn, "vocab", 0, 0, INT32_MAX);
     lua_getfield(L, 1, "validate");
     o.validate = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
     lua_pop(L, 1);
-    if (o.world_size > INT32_MAX || o.vocab > INT32_MAX)
-        return luaL_error(L, "%s: world_size or vocab too large", fn);
     lua_loader *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->open = 0;
     luaL_setmetatable(L, LOADER_MT);
@@ -112,7 +116,8 @@ static int l_window_start(lua_State *L) {
     lua_loader *u = check_loader(L);
     lua_Integer step = luaL_checkinteger(L, 2), micro = luaL_checkinteger(L, 3);
     lua_Integer g = luaL_checkinteger(L, 4);
-    if (step < 0 || micro < 0 || g < 0) return luaL_error(L, "data:window_start: negative argument");
+    if (step < 0 || micro < 0 || g < 0)
+        return luaL_error(L, "data:window_start: negative argument");
     lua_pushinteger(L, (lua_Integer)ds_loader_window_start(&u->ld, (uint64_t)step,
                                                             (uint64_t)micro, (uint64_t)g));
     return 1;
@@ -242,9 +247,8 @@ static int l_write_tokens(lua_State *L) {
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         check_keys(L, 3, fn, keys);
-        width = (int)opt_int_field(L, 3, fn, "width", 2, 2);
-        vocab = opt_int_field(L, 3, fn, "vocab", DS_BYTETOK_VOCAB, 0);
-        if (vocab > UINT32_MAX) return luaL_error(L, "%s: vocab too large", fn);
+        width = (int)int_field(L, 3, fn, "width", 2, 2, 4);
+        vocab = int_field(L, 3, fn, "vocab", DS_BYTETOK_VOCAB, 0, UINT32_MAX);
     }
     size_t n;
     uint32_t *t = tokens_arg(L, 2, &n);
@@ -275,7 +279,7 @@ static tokenize_opts check_tokenize_opts(lua_State *L, int idx, const char *fn) 
     lua_getfield(L, idx, "bytes");
     o.any_bytes = lua_toboolean(L, -1);
     lua_pop(L, 2);
-    o.width = (int)opt_int_field(L, idx, fn, "width", 2, 2);
+    o.width = (int)int_field(L, idx, fn, "width", 2, 2, 4);
     return o;
 }
 
@@ -293,7 +297,8 @@ static int l_tokenize(lua_State *L) {
     tokenize_opts o = check_tokenize_opts(L, 3, fn);
     lua_settop(L, 3);
     for (int i = 1; i <= nin && lua_istable(L, 1); i++)
-        if (lua_geti(L, 1, i) != LUA_TSTRING) return luaL_error(L, "%s: input %d is not a path", fn, i);
+        if (lua_geti(L, 1, i) != LUA_TSTRING)
+            return luaL_error(L, "%s: input %d is not a path", fn, i);
     ds_tokwriter w;
     ds_err err = {{0}};
     if (ds_tokwriter_open(&w, out, o.width, DS_BYTETOK_VOCAB, &err) != 0) goto fail;

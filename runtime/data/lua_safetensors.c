@@ -49,7 +49,8 @@ static int l_save(lua_State *L) {
     int has_meta = !lua_isnoneornil(L, 3);
     if (has_meta) luaL_checktype(L, 3, LUA_TTABLE);
     lua_settop(L, 3);
-    size_t n = count_string_keys(L, 2, "tensor"), nmeta = has_meta ? count_string_keys(L, 3, "metadata") : 0;
+    size_t n = count_string_keys(L, 2, "tensor");
+    size_t nmeta = has_meta ? count_string_keys(L, 3, "metadata") : 0;
     /* Arrays in userdata, so a Lua error below leaks nothing; the tables keep the names and
      * tensors alive. */
     ds_st_tensor *ts = lua_newuserdatauv(L, (n + 1) * sizeof *ts, 0);

@@ -113,7 +113,7 @@ static int check_string(const char *what, const char *s, ds_err *err) {
 }
 
 static int check_tensor(const ds_st_tensor *t, ds_err *err) {
-    if (!t->name) return ds_err_set(err, "a tensor has no name"); /* "" is a name, as in the reference */
+    if (!t->name) return ds_err_set(err, "a tensor has no name"); /* "" is one, as in the reference */
     if (!strcmp(t->name, "__metadata__"))
         return ds_err_set(err, "\"__metadata__\" cannot name a tensor");
     if (check_string("tensor name", t->name, err) != 0) return -1;

@@ -243,7 +243,8 @@ static int skip_value(parser *p, int depth) {
         p->pos++;
         if (peek(p) == close) return p->pos++, 0;
         for (;;) {
-            if (c == '{' && (string(p, NULL) != 0 || expect(p, ':', "expected ':'") != 0)) return -1;
+            if (c == '{' && (string(p, NULL) != 0 || expect(p, ':', "expected ':'") != 0))
+                return -1;
             if (skip_value(p, depth + 1) != 0) return -1;
             int d = peek(p);
             if (d == close) return p->pos++, 0;

@@ -20,6 +20,7 @@ void ds_xent_free(ds_xent *x) {
 }
 
 void ds_xent_release(ds_xent *x) {
+    x->logits = x->targets = NULL;
     ds_tensor_release(x->losses);
     ds_tensor_release(x->dlogits);
 }
@@ -55,6 +56,8 @@ int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *target
 int ds_xent_backward(ds_xent *x, float scale, ds_err *err) {
     if (!x->logits) return ds_err_set(err, "CrossEntropy: backward without a forward");
     const ds_tensor *lg = x->logits;
+    if (!lg->data || lg->dtype != DS_F32 || x->targets->numel != ds_rows(lg))
+        return ds_err_set(err, "CrossEntropy: the logits changed since forward (run forward again)");
     if (ds_buf(&x->dlogits, DS_F32, DS_MEM_ACTIVATIONS, lg->ndim, lg->shape, err) != 0) return -1;
     memset(x->dlogits->data, 0, ds_tensor_nbytes(x->dlogits));
     if (x->count)

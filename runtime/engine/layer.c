@@ -91,12 +91,30 @@ static int with_path(const ds_layer *l, ds_err *err) {
 }
 
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    l->in_ndim = -1;
+    if (!in->data || in->ndim < 1) {
+        ds_err_set(err, "input tensor has no storage (released?)");
+        return with_path(l, err);
+    }
     if (l->ops->forward(l, r, in, err) != 0) return with_path(l, err);
+    l->in_ndim = in->ndim;
+    for (int i = 0; i < in->ndim; i++) l->in_shape[i] = in->shape[i];
     return 0;
+}
+
+static int same_input(const ds_layer *l, const ds_tensor *in) {
+    if (l->in_ndim != in->ndim || !in->data) return 0;
+    for (int i = 0; i < in->ndim; i++)
+        if (l->in_shape[i] != in->shape[i]) return 0;
+    return 1;
 }
 
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                       ds_tensor *din, ds_err *err) {
+    if (!same_input(l, in)) {
+        ds_err_set(err, "backward: the input is not the last forward's (run forward again)");
+        return with_path(l, err);
+    }
     if (!l->out || !ds_tensor_same_shape(l->out, dout)) {
         ds_err_set(err, "backward: gradient shape does not match the last forward's output "
                         "(run forward first, with the same input)");

@@ -70,6 +70,8 @@ struct ds_layer {
     ds_layer **child;
     int nchild;
 
+    int in_ndim;                      /* shape of the last forward's input: backward */
+    int64_t in_shape[DS_MAX_DIMS];    /* refuses an input that changed since */
     ds_tensor *out;                   /* forward output */
     int out_borrowed;                 /* 1: out points at a child's or the input's tensor */
     ds_tensor *buf[DS_LAYER_MAX_BUFS]; /* saved activations / scratch, kind-specific */

@@ -258,6 +258,8 @@ static ds_stage *check_stage(lua_State *L, int idx) {
     return u->s;
 }
 
+ds_stage *ds_lua_check_stage(lua_State *L, int idx) { return check_stage(L, idx); }
+
 static int parse_checkpoint(lua_State *L, int idx) {
     if (lua_isnil(L, idx)) return 0;
     if (lua_isinteger(L, idx)) {
@@ -395,7 +397,9 @@ static int l_stage_forward(lua_State *L) {
     ds_err err = {{0}};
     if (ds_stage_forward(s, x, &r, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     keep(L, 1, "input", 2);
-    ds_lua_push_tensor_ref(L, (ds_tensor *)ds_stage_output(s), 1);
+    const ds_tensor *out = ds_stage_output(s);
+    if (out == x) lua_pushvalue(L, 2); /* a pass-through (eval dropout): x itself */
+    else ds_lua_push_tensor_ref(L, (ds_tensor *)out, 1);
     return 1;
 }
 

@@ -47,6 +47,11 @@ void ds_stage_zero_grad(ds_stage *s);
 /* Frees every activation buffer (they come back with the next forward). */
 void ds_stage_release(ds_stage *s);
 
+/* The stage behind a ds.Stage userdata at idx (a Lua error if it is not one): how the
+ * runtime's other parts (ZeRO) reach a script's stages. */
+struct lua_State;
+ds_stage *ds_lua_check_stage(struct lua_State *L, int idx);
+
 /* Initialises p's values as ds_stage_new does. */
 void ds_param_init(ds_param *p, uint64_t seed);
 

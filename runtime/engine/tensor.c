@@ -110,6 +110,7 @@ void ds_tensor_release(ds_tensor *t) {
     ds_free(t->data, ds_tensor_nbytes(t), t->cat);
     t->data = NULL;
     t->numel = 0;
+    t->ndim = 0; /* a released tensor fails every shape check instead of being read */
 }
 
 int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b) {

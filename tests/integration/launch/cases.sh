@@ -50,6 +50,13 @@ wait_for() {
     done
 }
 
+# The pid of node N's agent (by its marker arguments).
+agent_pid() {
+    grep -lsazx -- "$name-[0-9a-f]\{8\}" /proc/[0-9]*/cmdline | while read -r f; do
+        tr '\0' ' ' < "$f" 2>/dev/null | grep -q " agent --job $name-[0-9a-f]* --node $1 *$" && basename "$(dirname "$f")"
+    done
+}
+
 no_job_processes() { [[ -z $(job_pids) ]]; }
 assert_no_orphans() {
     # dslaunch only returns once every agent is gone; zombies may take a moment to reap.
@@ -171,12 +178,71 @@ case_agent_killed() {
     start_job_bg
     all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
     wait_for 20 "every rank to be running" all_ready
-    agent=$(for p in $(job_pids); do tr '\0' ' ' < /proc/$p/cmdline | grep -q "agent --job $name-.* --node 1" && echo "$p"; done)
+    agent=$(agent_pid 1)
     [[ -n $agent ]] || fail "cannot find node 1's agent"
     kill -KILL $agent
     wait_job_bg
     [[ $rc != 0 ]] || fail "exit status 0 after an agent died"
     has "$job/err" "node 1 (127.0.0.3)" || fail "summary does not name the lost node"
+    assert_no_orphans
+}
+
+# dslaunch itself killed with SIGKILL: every agent sees its stdin close (and its store
+# connection drop), stops its workers and exits. Nothing of the job may survive.
+case_controller_killed() {
+    write_job spin.lua
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    kill -KILL "$dl_pid"
+    wait "$dl_pid" 2>/dev/null
+    # agents give workers the grace period (3 s) after TERM, then KILL
+    wait_for 6 "every process of $name to be gone after dslaunch died ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
+# An agent that stops heartbeating (SIGSTOP: alive, connected, silent) is declared lost
+# after heartbeat_timeout; the job stops. A stopped agent cannot act on a closed channel,
+# so dslaunch kills it and its ranks over a second SSH channel: nothing may be left
+# behind, without ever resuming the agent.
+case_heartbeat_lost() {
+    write_job spin.lua "[restart]" "heartbeat_interval = 0.2" "heartbeat_timeout = 1"
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    bg_pids+=("$agent")
+    kill -STOP $agent
+    start=$SECONDS
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after a node went silent"
+    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.3): killing its agent and ranks over a second channel" ||
+        fail "launcher.log does not show the second-channel kill"
+    ((SECONDS - start <= 5)) || fail "took $((SECONDS - start)) s to notice a 1 s heartbeat timeout"
+    has "$job/err" "node 1 (127.0.0.3): no heartbeat for" || fail "summary does not name the silent node"
+    assert_no_orphans
+}
+
+# Ranks leave daemons behind (new session, out of their process group): the agents, as
+# child subreapers, still find and kill them; the job itself succeeds.
+case_daemon_child() {
+    write_job daemon.lua
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2 3; do has "$logs/rank-$r.out" "left a daemon $r" || fail "rank $r did not run"; done
+    assert_no_orphans
+}
+
+# Authentication through ssh-agent when the job names no identity.
+case_ssh_agent() {
+    write_job hello.lua
+    sed -i '/^identity = /d' "$job/job.ini"
+    eval "$(ssh-agent -s -a "$job/agent.sock")" > /dev/null || fail "cannot start ssh-agent"
+    bg_pids+=("$SSH_AGENT_PID")
+    ssh-add -q "$SSH_IDENTITY" 2> /dev/null || fail "ssh-add failed"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc with the key in ssh-agent, expected 0"
+    for r in 0 1 2 3; do has "$logs/rank-$r.out" "rank $r of 4 past the barrier" || fail "rank $r did not run"; done
     assert_no_orphans
 }
 
@@ -276,4 +342,5 @@ case_bad_token() {
 }
 
 "case_$case_name"
+[[ -n ${KEEP_WORK:-} ]] || rm -rf "$job" # kept when a case fails (or KEEP_WORK is set), for its logs
 echo "PASS [$case_name]"

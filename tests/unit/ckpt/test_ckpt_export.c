@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "ckpt_export.h"
 #include "ckpt_test_util.h"
 #include "safetensors.h"
+#include "subcommands.h"
 
 static const char *TABLE =
     "{\"zero\":3,\"export\":{\"metadata\":{\"format\":\"pt\"},\"tensors\":["
@@ -120,10 +122,67 @@ static void test_export_refusals(void **state) {
     }
 }
 
+/* Runs `dsrun ckpt ARGS...` in this process with stdout and stderr captured in out. */
+static int run_cmd(char *out, size_t cap, int argc, char **argv) {
+    char path[] = "/tmp/ds-ckpt-cmd-XXXXXX";
+    int fd = mkstemp(path);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    int rc = dsrun_ckpt_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+static void test_dsrun_ckpt(void **state) {
+    fixture *f = *state;
+    ds_err err = {""};
+    assert_int_equal(save_sequential(f->dir, 9, 3, f->a, 2, TABLE, &err), 0);
+    static char out[16384];
+    char *inspect[] = {"ckpt", "inspect", f->dir};
+    assert_int_equal(run_cmd(out, sizeof out, 3, inspect), 0);
+    assert_non_null(strstr(out, "step 9, saved by 3 ranks"));
+    assert_non_null(strstr(out, "embed/params"));
+    assert_non_null(strstr(out, "0:[0,4) 1:[4,8) 2:[8,11)"));
+    assert_non_null(strstr(out, "all checksums verified"));
+
+    char *export[] = {"ckpt", "export", f->dir, f->out};
+    assert_int_equal(run_cmd(out, sizeof out, 4, export), 0);
+    ds_st_file *st = ds_st_open(f->out, &err);
+    assert_non_null(st);
+    assert_int_equal(ds_st_count(st), 3);
+    ds_st_close(st);
+
+    char shard[4400];
+    snprintf(shard, sizeof shard, "%s/step-9/rank-2-of-3.bin", f->dir);
+    corrupt_byte(shard, 3);
+    assert_int_equal(run_cmd(out, sizeof out, 3, inspect), 1);
+    assert_non_null(strstr(out, "rank-2-of-3.bin: corrupted"));
+    assert_non_null(strstr(out, "1 of 3 shards failed verification"));
+    assert_int_equal(run_cmd(out, sizeof out, 4, export), 1);
+    assert_non_null(strstr(out, "rank-2-of-3.bin: corrupted"));
+
+    char *bad[] = {"ckpt", "frobnicate"};
+    assert_int_equal(run_cmd(out, sizeof out, 2, bad), 2);
+    assert_non_null(strstr(out, "usage: dsrun ckpt"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_export_gpt_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dsrun_ckpt, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,10 +114,17 @@ static void test_engine_state_round_trip(void **state) {
                         "\"loss_scale\":65536,\"seed\":42,\"note\":\"caf\xc3\xa9\"}");
     ds_ckpt_close(ck);
 
+    /* Bytes that are not UTF-8 are saved as U+FFFD, and the checksum still holds. */
+    if (save_sequential(f->dir, 4, 2, f->arrays, f->n, "{\"raw\":\"a\xff\xfe\"}", &err))
+        fail_msg("save: %s", err.msg);
+    ck = open_ok(f->dir);
+    assert_string_equal(ds_ckpt_meta_extra(ck), "{\"raw\":\"a\xef\xbf\xbd\xef\xbf\xbd\"}");
+    ds_ckpt_close(ck);
+
     /* Not an object, or not JSON: rank 0 refuses to commit. */
-    assert_int_equal(save_sequential(f->dir, 4, 2, f->arrays, f->n, "[1]", &err), -1);
+    assert_int_equal(save_sequential(f->dir, 5, 2, f->arrays, f->n, "[1]", &err), -1);
     assert_non_null(strstr(err.msg, "must be a JSON object"));
-    assert_int_equal(save_sequential(f->dir, 4, 2, f->arrays, f->n, "{\"a\":", &err), -1);
+    assert_int_equal(save_sequential(f->dir, 5, 2, f->arrays, f->n, "{\"a\":", &err), -1);
     assert_non_null(strstr(err.msg, "not JSON"));
 
     /* The deepest object meta.json can hold and still be read back; one level more is

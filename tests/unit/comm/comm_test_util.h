@@ -68,6 +68,12 @@ static inline int run_ranks(int world, int nstart, int timeout_ms, int limit_s, 
         pids[r] = fork();
         if (pids[r] == 0) {
             alarm((unsigned)limit_s); /* a hung rank dies and fails the test */
+            /* CMocka's crash handlers belong to the parent: a crashing rank must die of
+             * its signal, visibly, not resume the test runner in the child */
+            signal(SIGSEGV, SIG_DFL);
+            signal(SIGBUS, SIG_DFL);
+            signal(SIGILL, SIG_DFL);
+            signal(SIGFPE, SIG_DFL);
             close(pfd[1]);
             int port = 0;
             RANK_CHECK(read(pfd[0], &port, sizeof port) == (ssize_t)sizeof port && port > 0,

@@ -307,6 +307,68 @@ static void test_dying_peer(void **state) {
     assert_int_equal(run_ranks(2, 2, 10000, 60, dying_peer_rank, NULL), 1);
 }
 
+/* ---- the node's own address ---- */
+
+/* Each rank as if on its own node: 127.0.0.2, 127.0.0.3 (DS_NODE_ADDR wins over ctx->host). */
+static int node_addr_rank(rank_env *env) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.%d", env->ctx.rank + 2);
+    setenv("DS_NODE_ADDR", addr, 1);
+    snprintf(env->ctx.host, sizeof env->ctx.host, "no.such.host.invalid");
+    ds_comm *c = rank_open(env);
+    ds_err err = {{0}};
+    float v = 1.0f;
+    RANK_CHECK(ds_comm_allreduce(c, &v, 1, DS_F32, DS_COMM_SUM, &err) == 0, "%s", err.msg);
+    RANK_CHECK(v == 2.0f, "sum %g", v);
+    ds_comm_close(c);
+    return 0;
+}
+
+static void test_node_addr(void **state) {
+    (void)state;
+    assert_int_equal(run_ranks(2, 2, 10000, 30, node_addr_rank, NULL), 0);
+}
+
+/* An address that does not resolve fails every rank, naming it. */
+static int bad_addr_rank(rank_env *env) {
+    snprintf(env->ctx.host, sizeof env->ctx.host, "no.such.host.invalid");
+    ds_err err = {{0}};
+    ds_comm_opts o = {.timeout_ms = env->timeout_ms};
+    ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(c == NULL, "open with a bad address succeeded");
+    RANK_CHECK(strstr(err.msg, "no.such.host.invalid") != NULL, "message: %s", err.msg);
+    /* resolves, but is not this machine's: binding fails */
+    snprintf(env->ctx.host, sizeof env->ctx.host, "192.0.2.1");
+    c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(c == NULL, "open with a foreign address succeeded");
+    fprintf(stderr, "rank %d got, as expected: %s\n", env->ctx.rank, err.msg);
+    RANK_CHECK(strstr(err.msg, "192.0.2.1") != NULL, "message: %s", err.msg);
+    return 0;
+}
+
+/* Rank 1 arrives, then fails before connecting: rank 0's error names it. */
+static int half_bad_rank(rank_env *env) {
+    if (env->ctx.rank == 1) snprintf(env->ctx.host, sizeof env->ctx.host, "no.such.host.invalid");
+    ds_err err = {{0}};
+    ds_comm_opts o = {.timeout_ms = env->timeout_ms};
+    ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(c == NULL, "open succeeded");
+    if (env->ctx.rank == 0)
+        RANK_CHECK(strstr(err.msg, "rank 1 arrived but never published") != NULL, "message: %s",
+                   err.msg);
+    return 0;
+}
+
+static void test_rank_fails_after_arrival(void **state) {
+    (void)state;
+    assert_int_equal(run_ranks(2, 2, 1000, 30, half_bad_rank, NULL), 0);
+}
+
+static void test_bad_node_addr(void **state) {
+    (void)state;
+    assert_int_equal(run_ranks(2, 2, 3000, 30, bad_addr_rank, NULL), 0);
+}
+
 /* ---- a world of one and bad arguments ---- */
 
 static void test_world_of_one(void **state) {
@@ -392,6 +454,9 @@ int main(void) {
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_missing_rank),
         cmocka_unit_test(test_dying_peer),
+        cmocka_unit_test(test_node_addr),
+        cmocka_unit_test(test_bad_node_addr),
+        cmocka_unit_test(test_rank_fails_after_arrival),
 #ifdef DS_HAVE_CUDA
         cmocka_unit_test(test_nccl_without_gpu),
 #endif

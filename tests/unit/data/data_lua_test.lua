@@ -93,8 +93,10 @@ local tbc <close> = ds.data.open{path = dir .. '/c.tok', context = 8, batch = 1}
 
 fails("unknown option 'contxt'", ds.data.open, {path = dir .. '/c.tok', contxt = 8, batch = 1})
 fails("option 'path' (a string) is required", ds.data.open, {context = 8, batch = 1})
-fails("option 'context' is 0", ds.data.open, {path = dir .. '/c.tok', batch = 1})
+fails("option 'context' (an integer >= 1) is required", ds.data.open, {path = dir .. '/c.tok', batch = 1})
 fails("option 'batch' must be an integer", ds.data.open, {path = dir .. '/c.tok', context = 8, batch = 'x'})
+fails("option 'vocab' is 4294967296 (0..2147483647 expected)", ds.data.open,
+      {path = dir .. '/c.tok', context = 8, batch = 1, vocab = 1 << 32})
 fails('rank 2 outside the world of 2', ds.data.open, {path = dir .. '/c.tok', context = 8, batch = 1, rank = 2})
 fails('too few for one window', ds.data.open, {path = dir .. '/c.tok', context = 1000, batch = 1})
 fails("vocab 200 is larger than the model's 100", ds.data.open, {path = dir .. '/c.tok', context = 8, batch = 1, vocab = 100})

@@ -114,6 +114,27 @@ static void test_coverage(void **state) {
     ds_loader_close(&ld);
 }
 
+/* 4-byte tokens and the smallest file: N = T + 1 has exactly one window. */
+static void test_one_window_wide(void **state) {
+    (void)state;
+    uint32_t toks[T + 1];
+    for (int i = 0; i <= T; i++) toks[i] = 100000u + (uint32_t)i;
+    const char *p = scratch_path("wide.tok");
+    ds_err err = {{0}};
+    assert_int_equal(ds_tokfile_write(p, toks, T + 1, 4, 0, &err), 0);
+    ds_loader ld;
+    open_loader(&ld, p, 3, 0, 1, 11);
+    assert_int_equal(ld.vocab, 0);
+    int32_t x[3 * T], y[3 * T];
+    assert_int_equal(ds_loader_batch(&ld, 9, 2, x, y, &err), 0);
+    for (int b = 0; b < 3; b++)
+        for (int t = 0; t < T; t++) {
+            assert_int_equal(x[b * T + t], 100000 + t);
+            assert_int_equal(y[b * T + t], 100001 + t);
+        }
+    ds_loader_close(&ld);
+}
+
 static void refuse_open(ds_loader_opts o, const char *msg) {
     ds_loader ld;
     ds_err err = {{0}};
@@ -171,7 +192,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_windows),      cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_world_size_invariance), cmocka_unit_test(test_coverage),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals),     cmocka_unit_test(test_one_window_wide),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

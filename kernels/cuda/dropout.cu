@@ -1,0 +1,53 @@
+// Dropout on the CPU kernel's Philox stream (kernel_math.h): thread j draws the block of
+// four words for elements 4j..4j+3, so every element sees the bits it sees on the CPU.
+#include "cuda_common.cuh"
+
+__global__ static void dropout_k(float *dst, const float *src, size_t n, float p,
+                                 uint32_t thresh, float keep_scale, uint32_t k0, uint32_t k1,
+                                 uint32_t step, uint32_t layer, uint32_t micro, int accumulate) {
+    size_t nblocks = (n + 3) / 4;
+    uint32_t key[2] = {k0, k1};
+    for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < nblocks;
+         blk += (size_t)gridDim.x * blockDim.x) {
+        uint32_t r[4] = {(uint32_t)blk, step, layer, micro};
+        ds_km_philox4x32_10(r, key);
+        for (int j = 0; j < 4; j++) {
+            size_t i = blk * 4 + (size_t)j;
+            if (i >= n) break;
+            float y = ds_km_dropout1(src[i], r[j], p, thresh, keep_scale);
+            dst[i] = accumulate ? dst[i] + y : y;
+        }
+    }
+}
+
+__global__ static void copy_or_add_k(float *dst, const float *src, size_t n, int accumulate) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = accumulate ? dst[i] + src[i] : src[i];
+}
+
+static int dropout_apply(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n, float p,
+                         ds_rng_key key, int accumulate) {
+    DS_CU_ARG(ctx, n == 0 || (dst && src));
+    if (n == 0) return 0;
+    if (p <= 0.0f) {
+        copy_or_add_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(dst, src, n, accumulate);
+        DS_CU_LAUNCHED(ctx, "dropout (p = 0)");
+        return 0;
+    }
+    dropout_k<<<ds_cu_blocks((n + 3) / 4), DS_CU_THREADS, 0, ctx->stream>>>(
+        dst, src, n, p, ds_km_drop_threshold(p), ds_km_keep_scale(p), (uint32_t)key.seed,
+        (uint32_t)(key.seed >> 32), key.step, key.layer, key.micro, accumulate);
+    DS_CU_LAUNCHED(ctx, "dropout");
+    return 0;
+}
+
+extern "C" int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n,
+                                       float p, ds_rng_key key) {
+    return dropout_apply(ctx, out, inp, n, p, key, 0);
+}
+
+extern "C" int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, const float *dout,
+                                        size_t n, float p, ds_rng_key key) {
+    return dropout_apply(ctx, dinp, dout, n, p, key, 1);
+}

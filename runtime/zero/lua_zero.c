@@ -1,0 +1,211 @@
+/* ZeRO in Lua: ds._core.zero_new{stage1, stage2, ..., bucket = elements} returns the
+ * object lua/ds/model.lua calls around each stage's forward and backward and at the
+ * step's end (zero.h says the order). Stage indices are 1-based here, as in Lua. The
+ * communicator is the context's (ctx->comm), opened on first use as comm.all_reduce
+ * does. */
+#include <lauxlib.h>
+
+#include "ds_lua.h"
+#include "zero.h"
+
+#define ZERO_MT "ds.Zero"
+
+typedef struct lua_zero {
+    ds_zero *z;
+} lua_zero;
+
+/* The ds.Stage userdata's first field is its ds_stage pointer (engine/lua_stage.c). */
+static ds_stage *check_stage_at(lua_State *L, int idx) {
+    ds_stage **u = luaL_checkudata(L, idx, "ds.Stage");
+    if (!*u) luaL_error(L, "zero: a freed stage");
+    return *u;
+}
+
+static ds_comm *comm_of(lua_State *L) {
+    ds_context *ctx = ds_context_of(L);
+    if (!ctx) luaL_error(L, "zero: no rank context in this Lua state");
+    if (!ctx->comm) {
+        ds_err err = {{0}};
+        ctx->comm = ds_comm_open(ctx, &err);
+        if (!ctx->comm) luaL_error(L, "%s", err.msg);
+    }
+    return ctx->comm;
+}
+
+static ds_zero *check_zero(lua_State *L, int idx) {
+    lua_zero *u = luaL_checkudata(L, idx, ZERO_MT);
+    if (!u->z) luaL_error(L, "zero: already freed");
+    return u->z;
+}
+
+static int raise_if(lua_State *L, int rc, const ds_err *err) {
+    if (rc != 0) return luaL_error(L, "%s", err->msg);
+    return 0;
+}
+
+static int l_zero_new(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1);
+    if (n < 1) return luaL_error(L, "zero_new: no stages");
+    lua_getfield(L, 1, "bucket");
+    lua_Integer bucket = luaL_optinteger(L, -1, 0);
+    lua_pop(L, 1);
+    if (bucket < 0) return luaL_error(L, "zero_new: bucket = %I (elements, >= 0)", bucket);
+    ds_comm *c = comm_of(L);
+    ds_stage **st = lua_newuserdatauv(L, (size_t)n * sizeof *st, 0); /* freed by the GC */
+    for (int i = 1; i <= n; i++) {
+        lua_geti(L, 1, i);
+        st[i - 1] = check_stage_at(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_zero *u = lua_newuserdatauv(L, sizeof *u, 1);
+    u->z = NULL;
+    luaL_setmetatable(L, ZERO_MT);
+    lua_pushvalue(L, 1); /* the stages live as long as this object */
+    lua_setiuservalue(L, -2, 1);
+    ds_err err = {{0}};
+    if (!(u->z = ds_zero_new(c, st, n, (size_t)bucket, &err))) return luaL_error(L, "%s", err.msg);
+    return 1;
+}
+
+static int l_zero_gc(lua_State *L) {
+    lua_zero *u = luaL_checkudata(L, 1, ZERO_MT);
+    ds_zero_free(u->z);
+    u->z = NULL;
+    return 0;
+}
+
+typedef int (*stage_hook)(ds_zero *z, int k, ds_err *err);
+
+static int call_hook(lua_State *L, stage_hook fn) {
+    ds_zero *z = check_zero(L, 1);
+    int k = (int)luaL_checkinteger(L, 2) - 1;
+    ds_err err = {{0}};
+    return raise_if(L, fn(z, k, &err), &err);
+}
+
+static int l_before_forward(lua_State *L) { return call_hook(L, ds_zero_before_forward); }
+static int l_after_forward(lua_State *L) { return call_hook(L, ds_zero_after_forward); }
+static int l_before_backward(lua_State *L) { return call_hook(L, ds_zero_before_backward); }
+static int l_after_backward(lua_State *L) { return call_hook(L, ds_zero_after_backward); }
+static int l_gather_params(lua_State *L) { return call_hook(L, ds_zero_gather_params); }
+
+static int l_release_params(lua_State *L) {
+    ds_zero_release_params(check_zero(L, 1), (int)luaL_checkinteger(L, 2) - 1);
+    return 0;
+}
+
+static int l_zero_grad(lua_State *L) {
+    ds_zero_zero_grad(check_zero(L, 1));
+    return 0;
+}
+
+static int l_reduce(lua_State *L) {
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_reduce(check_zero(L, 1), &err), &err);
+}
+
+static int l_grad_sumsq(lua_State *L) {
+    ds_err err = {{0}};
+    double ss = 0;
+    raise_if(L, ds_zero_grad_sumsq(check_zero(L, 1), &ss, &err), &err);
+    lua_pushnumber(L, ss);
+    return 1;
+}
+
+static int l_scale_grads(lua_State *L) {
+    ds_zero_scale_grads(check_zero(L, 1), (float)luaL_checknumber(L, 2));
+    return 0;
+}
+
+static int l_mean(lua_State *L) {
+    ds_err err = {{0}};
+    double m = 0;
+    raise_if(L, ds_zero_mean(check_zero(L, 1), luaL_checknumber(L, 2), &m, &err), &err);
+    lua_pushnumber(L, m);
+    return 1;
+}
+
+static float get_f(lua_State *L, int t, const char *key, double dflt) {
+    lua_getfield(L, t, key);
+    double v = luaL_optnumber(L, -1, dflt);
+    lua_pop(L, 1);
+    return (float)v;
+}
+
+/* zero:adamw{lr=, beta1=, beta2=, eps=, weight_decay=, t=} */
+static int l_adamw(lua_State *L) {
+    ds_zero *z = check_zero(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    ds_adamw_cfg c = {get_f(L, 2, "lr", 1e-3), get_f(L, 2, "beta1", 0.9), get_f(L, 2, "beta2", 0.999),
+                      get_f(L, 2, "eps", 1e-8), get_f(L, 2, "weight_decay", 0.0), 1};
+    lua_getfield(L, 2, "t");
+    c.t = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    if (c.t < 1) return luaL_error(L, "zero:adamw: t = %d (1-based)", c.t);
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_adamw(z, &c, &err), &err);
+}
+
+/* zero:sgd{lr=, momentum=, weight_decay=} */
+static int l_sgd(lua_State *L) {
+    ds_zero *z = check_zero(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    ds_sgd_cfg c = {get_f(L, 2, "lr", 1e-2), get_f(L, 2, "momentum", 0.0),
+                    get_f(L, 2, "weight_decay", 0.0)};
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_sgd(z, &c, &err), &err);
+}
+
+static void set_int(lua_State *L, const char *key, long long v) {
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, key);
+}
+
+/* zero:info() -> {rank=, world=, bucket=, stages = {{name=, zero=, numel=, shard=,
+ * padded=, lo=, hi=}, ...}} (lo, hi: the rank's real elements, 0-based, hi exclusive) */
+static int l_info(lua_State *L) {
+    ds_zero *z = check_zero(L, 1);
+    lua_createtable(L, 0, 4);
+    set_int(L, "rank", z->rank);
+    set_int(L, "world", z->world);
+    set_int(L, "bucket", (long long)z->bucket_elems);
+    lua_createtable(L, z->n, 0);
+    for (int k = 0; k < z->n; k++) {
+        const ds_zero_stage *zs = &z->st[k];
+        lua_createtable(L, 0, 7);
+        lua_pushstring(L, zs->s->name);
+        lua_setfield(L, -2, "name");
+        set_int(L, "zero", zs->zero);
+        set_int(L, "numel", (long long)zs->part.numel);
+        set_int(L, "shard", (long long)zs->part.shard);
+        set_int(L, "padded", (long long)zs->part.padded);
+        set_int(L, "lo", (long long)zs->lo);
+        set_int(L, "hi", (long long)zs->hi);
+        lua_rawseti(L, -2, k + 1);
+    }
+    lua_setfield(L, -2, "stages");
+    return 1;
+}
+
+void ds_lua_open_zero(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"before_forward", l_before_forward},   {"after_forward", l_after_forward},
+        {"before_backward", l_before_backward}, {"after_backward", l_after_backward},
+        {"zero_grad", l_zero_grad},             {"reduce", l_reduce},
+        {"grad_sumsq", l_grad_sumsq},           {"scale_grads", l_scale_grads},
+        {"adamw", l_adamw},                     {"sgd", l_sgd},
+        {"mean", l_mean},                       {"gather_params", l_gather_params},
+        {"release_params", l_release_params},   {"info", l_info},
+        {NULL, NULL}};
+    if (luaL_newmetatable(L, ZERO_MT)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_zero_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, l_zero_new);
+    lua_setfield(L, -2, "zero_new");
+}

@@ -1,0 +1,503 @@
+#include "zero.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static float *fdata(const ds_tensor *t) { return t ? (float *)t->data : NULL; }
+
+/* Points every parameter of s at its slice of the flat buffers (NULL while released). */
+static void repoint(ds_stage *s) {
+    float *w = fdata(s->flat_params), *g = fdata(s->flat_grads);
+    for (int i = 0; i < s->nparams; i++) {
+        ds_param *p = s->params[i];
+        p->data = w ? w + p->offset : NULL;
+        p->grad = g ? g + p->offset : NULL;
+    }
+}
+
+/* Grows an owning 1-D buffer to n elements keeping its values (padding: zero). */
+static int resize_keep(ds_tensor *t, int64_t n, ds_err *err) {
+    if (t->numel == n && t->data) return 0;
+    float *p = ds_alloc((size_t)n * sizeof(float), t->cat);
+    if (!p)
+        return ds_err_set(err, "out of memory for %lld elements of %s", (long long)n,
+                          ds_mem_cat_name(t->cat));
+    if (t->data) memcpy(p, t->data, (size_t)(t->numel < n ? t->numel : n) * sizeof(float));
+    if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
+    t->data = p;
+    t->numel = n;
+    t->ndim = 1;
+    t->shape[0] = n;
+    t->owns = 1;
+    return 0;
+}
+
+static ds_tensor *new_vec(int64_t n, ds_mem_cat cat, ds_err *err) {
+    int64_t len = n > 0 ? n : 1;
+    return ds_tensor_new(DS_F32, cat, 1, &len, err);
+}
+
+static int index_of(const ds_zero *z, const ds_stage *s) {
+    for (int i = 0; i < z->n; i++)
+        if (z->st[i].s == s) return i;
+    return -1;
+}
+
+static int add_dep(ds_zero_stage *zs, int k, ds_err *err) {
+    for (int i = 0; i < zs->ndeps; i++)
+        if (zs->deps[i] == k) return 0;
+    int *d = realloc(zs->deps, (size_t)(zs->ndeps + 1) * sizeof *d);
+    if (!d) return ds_err_set(err, "zero: out of memory");
+    zs->deps = d;
+    zs->deps[zs->ndeps++] = k;
+    return 0;
+}
+
+/* Tied parameters used by the layers under l make their owner stages dependencies. */
+static int collect_deps(ds_zero *z, ds_zero_stage *zs, const ds_layer *l, ds_err *err) {
+    for (int i = 0; i < l->nparam; i++) {
+        if (!l->tied[i]) continue;
+        int k = index_of(z, l->param[i]->owner);
+        if (k < 0)
+            return ds_err_set(err, "stage '%s': parameter '%s' is tied to a stage outside "
+                                   "this model", zs->s->name, l->param[i]->name);
+        if (add_dep(zs, k, err) != 0) return -1;
+    }
+    for (int i = 0; i < l->nchild; i++)
+        if (collect_deps(z, zs, l->child[i], err) != 0) return -1;
+    return 0;
+}
+
+static int setup_stage(ds_zero *z, int k, ds_err *err) {
+    ds_zero_stage *zs = &z->st[k];
+    ds_stage *s = zs->s;
+    zs->zero = s->opts.zero;
+    if (zs->zero < 0 || zs->zero > 3)
+        return ds_err_set(err, "stage '%s': zero = %d (0..3)", s->name, zs->zero);
+    if (ds_partition_make((int64_t)s->numel, z->world, &zs->part, err) != 0) return -1;
+    zs->lo = ds_partition_begin(&zs->part, z->rank);
+    zs->hi = zs->lo + ds_partition_real(&zs->part, z->rank);
+    if (add_dep(zs, k, err) != 0 || collect_deps(z, zs, s->root, err) != 0) return -1;
+    int64_t padded = zs->part.padded, shard = zs->part.shard;
+    if (zs->zero <= 2 && resize_keep(s->flat_params, padded, err) != 0) return -1;
+    if (zs->zero <= 1) {
+        if (resize_keep(s->flat_grads, padded, err) != 0) return -1;
+        memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
+    } else {
+        if (!(zs->grad_shard = new_vec(shard, DS_MEM_GRADS, err))) return -1;
+        ds_tensor_release(s->flat_grads);
+    }
+    if (zs->zero == 3) {
+        if (!(zs->param_shard = new_vec(shard, DS_MEM_PARAMS, err))) return -1;
+        memcpy(zs->param_shard->data, fdata(s->flat_params) + zs->lo,
+               (size_t)(zs->hi - zs->lo) * sizeof(float));
+        ds_tensor_release(s->flat_params);
+    }
+    /* A stage the script stepped before ZeRO took over keeps no full-size moments. */
+    if (zs->zero >= 1) {
+        ds_tensor_free(s->adam_m);
+        ds_tensor_free(s->adam_v);
+        ds_tensor_free(s->momentum);
+        s->adam_m = s->adam_v = s->momentum = NULL;
+    }
+    repoint(s);
+    return 0;
+}
+
+ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elems,
+                     ds_err *err) {
+    if (!comm || n < 1) return ds_err_set(err, "zero: needs a communicator and stages"), NULL;
+    ds_zero *z = calloc(1, sizeof *z);
+    if (!z || !(z->st = calloc((size_t)n, sizeof *z->st))) {
+        free(z);
+        return ds_err_set(err, "zero: out of memory"), NULL;
+    }
+    z->comm = comm;
+    z->rank = ds_comm_rank(comm);
+    z->world = ds_comm_size(comm);
+    z->n = n;
+    z->bucket_elems = bucket_elems ? bucket_elems : DS_ZERO_BUCKET_ELEMS;
+    for (int k = 0; k < n; k++) z->st[k].s = stages[k];
+    for (int k = 0; k < n; k++) {
+        if (setup_stage(z, k, err) != 0) {
+            ds_err_prefix(err, "zero");
+            ds_zero_free(z);
+            return NULL;
+        }
+    }
+    return z;
+}
+
+void ds_zero_free(ds_zero *z) {
+    if (!z) return;
+    for (int k = 0; k < z->n; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        if (zs->gather) ds_comm_wait(zs->gather, NULL);
+        ds_tensor_free(zs->param_shard);
+        ds_tensor_free(zs->grad_shard);
+        ds_tensor_free(zs->m);
+        ds_tensor_free(zs->v);
+        ds_tensor_free(zs->mom);
+        free(zs->deps);
+    }
+    ds_tensor_free(z->bucket[0]);
+    ds_tensor_free(z->bucket[1]);
+    free(z->st);
+    free(z);
+}
+
+/* ---- ZeRO-3 parameter windows ------------------------------------------------------- */
+
+static int start_gather(ds_zero *z, int k, ds_err *err) {
+    ds_zero_stage *zs = &z->st[k];
+    if (zs->zero != 3 || zs->gathered || zs->gather) return 0;
+    ds_stage *s = zs->s;
+    int64_t padded = zs->part.padded;
+    if (ds_tensor_resize(s->flat_params, 1, &padded, err) != 0) return -1;
+    repoint(s);
+    zs->gather = ds_comm_iallgather(z->comm, zs->param_shard->data, s->flat_params->data,
+                                    (size_t)zs->part.shard, DS_F32, err);
+    return zs->gather ? 0 : ds_err_prefix(err, "stage '%s': gather parameters", s->name);
+}
+
+static int ensure_gathered(ds_zero *z, int k, ds_err *err) {
+    ds_zero_stage *zs = &z->st[k];
+    if (zs->zero != 3 || zs->gathered) return 0;
+    if (start_gather(z, k, err) != 0) return -1;
+    ds_comm_handle *h = zs->gather;
+    zs->gather = NULL;
+    if (ds_comm_wait(h, err) != 0) return ds_err_prefix(err, "stage '%s': gather", zs->s->name);
+    zs->gathered = 1;
+    return 0;
+}
+
+static void release_params(ds_zero *z, int k) {
+    ds_zero_stage *zs = &z->st[k];
+    if (zs->zero != 3 || !zs->gathered) return;
+    ds_tensor_release(zs->s->flat_params);
+    zs->gathered = 0;
+    repoint(zs->s);
+}
+
+static int needs(const ds_zero *z, int k, int dep) {
+    if (k < 0 || k >= z->n) return 0;
+    for (int i = 0; i < z->st[k].ndeps; i++)
+        if (z->st[k].deps[i] == dep) return 1;
+    return 0;
+}
+
+static int gather_deps(ds_zero *z, int k, ds_err *err) {
+    for (int i = 0; i < z->st[k].ndeps; i++)
+        if (ensure_gathered(z, z->st[k].deps[i], err) != 0) return -1;
+    return 0;
+}
+
+static int prefetch_deps(ds_zero *z, int k, ds_err *err) {
+    if (k < 0 || k >= z->n) return 0;
+    for (int i = 0; i < z->st[k].ndeps; i++)
+        if (start_gather(z, z->st[k].deps[i], err) != 0) return -1;
+    return 0;
+}
+
+/* Frees the parameter windows of k's dependencies that stage `next` does not use. */
+static void release_deps(ds_zero *z, int k, int next) {
+    for (int i = 0; i < z->st[k].ndeps; i++) {
+        int d = z->st[k].deps[i];
+        if (!needs(z, next, d)) release_params(z, d);
+    }
+}
+
+static int check_k(const ds_zero *z, int k, ds_err *err) {
+    if (k < 0 || k >= z->n) return ds_err_set(err, "zero: stage index %d (0..%d)", k, z->n - 1);
+    return 0;
+}
+
+int ds_zero_before_forward(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0 || gather_deps(z, k, err) != 0) return -1;
+    return prefetch_deps(z, k + 1, err);
+}
+
+int ds_zero_after_forward(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return -1;
+    /* The last stage's backward comes next: keep what it uses. */
+    release_deps(z, k, k == z->n - 1 ? k : k + 1);
+    return 0;
+}
+
+/* ---- gradients ---------------------------------------------------------------------- */
+
+static int ensure_grad_window(ds_zero *z, int k, ds_err *err) {
+    ds_zero_stage *zs = &z->st[k];
+    ds_stage *s = zs->s;
+    if (zs->zero < 2 || s->flat_grads->data) return 0;
+    int64_t padded = zs->part.padded;
+    if (ds_tensor_resize(s->flat_grads, 1, &padded, err) != 0) return -1; /* zeroed */
+    repoint(s);
+    return 0;
+}
+
+int ds_zero_before_backward(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0 || gather_deps(z, k, err) != 0) return -1;
+    for (int i = 0; i < z->st[k].ndeps; i++)
+        if (ensure_grad_window(z, z->st[k].deps[i], err) != 0) return -1;
+    return prefetch_deps(z, k - 1, err);
+}
+
+static int ensure_buckets(ds_zero *z, int64_t elems, ds_err *err) {
+    for (int b = 0; b < 2; b++) {
+        if (z->bucket[b] && z->bucket[b]->numel >= elems) continue;
+        ds_tensor_free(z->bucket[b]);
+        if (!(z->bucket[b] = new_vec(elems, DS_MEM_COMM, err))) return -1;
+    }
+    return 0;
+}
+
+/* Copies column [j0, j0 + cc) of every rank's piece of the window into bucket b, laid
+ * out as the reduce-scatter wants (rank r's piece at r * cc), and starts it. */
+static ds_comm_handle *start_bucket(ds_zero *z, ds_zero_stage *zs, int b, int64_t j0,
+                                    int64_t cc, ds_err *err) {
+    float *buf = fdata(z->bucket[b]), *win = fdata(zs->s->flat_grads);
+    for (int r = 0; r < z->world; r++)
+        memcpy(buf + (int64_t)r * cc, win + r * zs->part.shard + j0, (size_t)cc * sizeof(float));
+    return ds_comm_ireduce_scatter(z->comm, buf, buf + (int64_t)z->rank * cc, (size_t)cc,
+                                   DS_F32, DS_COMM_AVG, err);
+}
+
+/* ZeRO-2/3: the stage's gradient window, reduce-scattered in buckets into the rank's
+ * shard (+=, so micro-batches accumulate), then freed. Two buckets alternate: the next
+ * one is packed while the previous one is on the wire. */
+static int reduce_window(ds_zero *z, int k, ds_err *err) {
+    ds_zero_stage *zs = &z->st[k];
+    int64_t shard = zs->part.shard;
+    int64_t col = (int64_t)z->bucket_elems / z->world;
+    if (col < 1) col = 1;
+    if (col > shard) col = shard;
+    if (shard == 0) goto done;
+    if (ensure_buckets(z, col * z->world, err) != 0) return -1;
+    float *acc = fdata(zs->grad_shard);
+    ds_comm_handle *h[2] = {NULL, NULL};
+    int64_t j[2] = {0, 0}, c[2] = {0, 0};
+    int b = 0, rc = 0;
+    for (int64_t j0 = 0; j0 < shard && rc == 0; j0 += col, b ^= 1) {
+        int64_t cc = shard - j0 < col ? shard - j0 : col;
+        if (h[b]) { /* this bucket's previous use must be done before it is repacked */
+            rc = ds_comm_wait(h[b], err);
+            h[b] = NULL;
+            if (rc == 0) ds_add_forward(acc + j[b], acc + j[b], fdata(z->bucket[b]) + z->rank * c[b], (size_t)c[b]);
+            if (rc != 0) break;
+        }
+        j[b] = j0;
+        c[b] = cc;
+        if (!(h[b] = start_bucket(z, zs, b, j0, cc, err))) rc = -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        int bi = b ^ i; /* oldest first: the order they were started */
+        if (!h[bi]) continue;
+        ds_err e2;
+        if (ds_comm_wait(h[bi], rc == 0 ? err : &e2) != 0) rc = -1;
+        else if (rc == 0) ds_add_forward(acc + j[bi], acc + j[bi], fdata(z->bucket[bi]) + z->rank * c[bi], (size_t)c[bi]);
+        h[bi] = NULL;
+    }
+    if (rc != 0) return ds_err_prefix(err, "stage '%s': reduce gradients", zs->s->name);
+done:
+    ds_tensor_release(zs->s->flat_grads);
+    repoint(zs->s);
+    return 0;
+}
+
+int ds_zero_after_backward(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return -1;
+    if (z->st[k].zero >= 2 && reduce_window(z, k, err) != 0) return -1;
+    release_deps(z, k, k - 1);
+    return 0;
+}
+
+void ds_zero_zero_grad(ds_zero *z) {
+    for (int k = 0; k < z->n; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        ds_tensor *g = zs->zero >= 2 ? zs->grad_shard : zs->s->flat_grads;
+        if (g->data) memset(g->data, 0, ds_tensor_nbytes(g));
+        if (zs->zero >= 2 && zs->s->flat_grads->data) /* a window left by a failed step */
+            memset(zs->s->flat_grads->data, 0, ds_tensor_nbytes(zs->s->flat_grads));
+    }
+}
+
+static int wait_all(ds_comm_handle **h, int n, ds_err *err) {
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (!h[i]) continue;
+        ds_err e2;
+        if (ds_comm_wait(h[i], rc == 0 ? err : &e2) != 0) rc = -1;
+    }
+    return rc;
+}
+
+int ds_zero_reduce(ds_zero *z, ds_err *err) {
+    ds_comm_handle **h = calloc((size_t)z->n, sizeof *h);
+    if (!h) return ds_err_set(err, "zero: out of memory");
+    int rc = 0;
+    for (int k = 0; k < z->n && rc == 0; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        float *g = fdata(zs->s->flat_grads);
+        if (zs->zero == 0)
+            h[k] = ds_comm_iallreduce(z->comm, g, zs->s->numel, DS_F32, DS_COMM_AVG, err);
+        else if (zs->zero == 1)
+            h[k] = ds_comm_ireduce_scatter(z->comm, g, g + zs->lo, (size_t)zs->part.shard,
+                                           DS_F32, DS_COMM_AVG, err);
+        else
+            continue;
+        if (!h[k]) rc = -1;
+    }
+    if (wait_all(h, z->n, rc == 0 ? err : NULL) != 0) rc = -1;
+    free(h);
+    return rc == 0 ? 0 : ds_err_prefix(err, "zero: reduce gradients");
+}
+
+/* The rank's reduced gradients of stage k: [lo, hi) of the flat buffer. */
+static float *shard_grads(ds_zero_stage *zs) {
+    return zs->zero >= 2 ? fdata(zs->grad_shard) : fdata(zs->s->flat_grads) + zs->lo;
+}
+
+/* Every rank's doubles, gathered, summed per column in rank order. */
+static int sum_over_ranks(ds_zero *z, const double *mine, int n, double *out, ds_err *err) {
+    double *all = calloc((size_t)n * (size_t)z->world, sizeof *all);
+    if (!all) return ds_err_set(err, "zero: out of memory");
+    /* Raw payload: an all-gather moves bytes, two fp32 words per double. */
+    int rc = ds_comm_allgather(z->comm, mine, all, (size_t)n * 2, DS_F32, err);
+    if (rc == 0)
+        for (int i = 0; i < n; i++) {
+            double s = 0;
+            for (int r = 0; r < z->world; r++) s += all[(size_t)r * (size_t)n + (size_t)i];
+            out[i] = s;
+        }
+    free(all);
+    return rc;
+}
+
+int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
+    double *mine = calloc((size_t)z->n * 2, sizeof *mine);
+    if (!mine) return ds_err_set(err, "zero: out of memory");
+    double *sum = mine + z->n;
+    for (int k = 0; k < z->n; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        mine[k] = ds_sumsq(shard_grads(zs), (size_t)(zs->hi - zs->lo));
+    }
+    int rc = sum_over_ranks(z, mine, z->n, sum, err);
+    double total = 0;
+    for (int k = 0; k < z->n; k++) total += sum[k]; /* stage order, as one rank sums */
+    free(mine);
+    *out = total;
+    return rc == 0 ? 0 : ds_err_prefix(err, "zero: gradient norm");
+}
+
+void ds_zero_scale_grads(ds_zero *z, float k) {
+    for (int i = 0; i < z->n; i++) {
+        ds_zero_stage *zs = &z->st[i];
+        if (zs->zero == 0) ds_scale(fdata(zs->s->flat_grads), k, zs->s->numel);
+        else ds_scale(shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
+    }
+}
+
+int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err) {
+    double s = 0;
+    if (sum_over_ranks(z, &x, 1, &s, err) != 0) return ds_err_prefix(err, "zero: mean");
+    *out = z->world == 1 ? x : s / z->world;
+    return 0;
+}
+
+/* ---- optimizer ---------------------------------------------------------------------- */
+
+static int ensure_state(ds_tensor **t, int64_t n, ds_err *err) {
+    if (*t) return 0;
+    return (*t = new_vec(n, DS_MEM_OPTIMIZER, err)) ? 0 : -1;
+}
+
+/* The rank's parameters of stage k, indexed like shard_grads. */
+static float *shard_params(ds_zero_stage *zs) {
+    return zs->zero == 3 ? fdata(zs->param_shard) : fdata(zs->s->flat_params) + zs->lo;
+}
+
+/* All-gathers the updated shards of stages 1 and 2 (in place), all started first. */
+static int gather_updated(ds_zero *z, ds_err *err) {
+    ds_comm_handle **h = calloc((size_t)z->n, sizeof *h);
+    if (!h) return ds_err_set(err, "zero: out of memory");
+    int rc = 0;
+    for (int k = 0; k < z->n && rc == 0; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        if (zs->zero != 1 && zs->zero != 2) continue;
+        float *w = fdata(zs->s->flat_params);
+        h[k] = ds_comm_iallgather(z->comm, w + zs->lo, w, (size_t)zs->part.shard, DS_F32, err);
+        if (!h[k]) rc = -1;
+    }
+    if (wait_all(h, z->n, rc == 0 ? err : NULL) != 0) rc = -1;
+    free(h);
+    return rc == 0 ? 0 : ds_err_prefix(err, "zero: gather updated parameters");
+}
+
+typedef void (*shard_update_fn)(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl,
+                                const void *cfg);
+
+static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const void *cfg) {
+    const ds_adamw_cfg *c = cfg;
+    int64_t o = sl.shard_off;
+    ds_adamw_update(shard_params(zs) + o, shard_grads(zs) + o, fdata(zs->m) + o,
+                    fdata(zs->v) + o, (size_t)sl.len, c->lr, c->beta1, c->beta2, c->eps,
+                    p->decay ? c->weight_decay : 0.0f, c->t);
+}
+
+static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const void *cfg) {
+    const ds_sgd_cfg *c = cfg;
+    int64_t o = sl.shard_off;
+    ds_sgd_update(shard_params(zs) + o, shard_grads(zs) + o, fdata(zs->mom) + o, (size_t)sl.len,
+                  c->lr, c->momentum, p->decay ? c->weight_decay : 0.0f);
+}
+
+/* Each parameter's overlap with the rank's shard, with its own decay flag. */
+static void update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const void *cfg) {
+    for (int i = 0; i < zs->s->nparams; i++) {
+        const ds_param *p = zs->s->params[i];
+        ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,
+                                                   (int64_t)p->numel);
+        if (sl.len > 0) fn(zs, p, sl, cfg);
+    }
+}
+
+int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, ds_err *err) {
+    for (int k = 0; k < z->n; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        if (zs->zero == 0) { /* the same full step on every rank, as on one rank */
+            if (ds_adamw_step(zs->s, 0, zs->s->numel, c, err) != 0) return -1;
+            continue;
+        }
+        if (ensure_state(&zs->m, zs->part.shard, err) != 0 ||
+            ensure_state(&zs->v, zs->part.shard, err) != 0)
+            return ds_err_prefix(err, "stage '%s': optimizer state", zs->s->name);
+        update_shard(z, zs, adamw_piece, c);
+    }
+    return gather_updated(z, err);
+}
+
+int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, ds_err *err) {
+    for (int k = 0; k < z->n; k++) {
+        ds_zero_stage *zs = &z->st[k];
+        if (zs->zero == 0) {
+            if (ds_sgd_step(zs->s, 0, zs->s->numel, c, err) != 0) return -1;
+            continue;
+        }
+        if (ensure_state(&zs->mom, zs->part.shard, err) != 0)
+            return ds_err_prefix(err, "stage '%s': optimizer state", zs->s->name);
+        update_shard(z, zs, sgd_piece, c);
+    }
+    return gather_updated(z, err);
+}
+
+int ds_zero_gather_params(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return -1;
+    return ensure_gathered(z, k, err);
+}
+
+void ds_zero_release_params(ds_zero *z, int k) {
+    if (k >= 0 && k < z->n) release_params(z, k);
+}

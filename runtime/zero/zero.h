@@ -1,0 +1,98 @@
+/* ZeRO over a model's stages: data-parallel training where each stage chooses how much
+ * of its model state is sharded over the ranks (stage->opts.zero):
+ *
+ *   0  every rank keeps everything; gradients are all-reduced (averaged) at the
+ *      accumulation boundary and every rank runs the same full optimizer step.
+ *   1  Adam moments exist only for the rank's shard of the flat buffer; gradients are
+ *      reduce-scattered (averaged) to their owner at the boundary; each rank updates its
+ *      shard and the updated shards are all-gathered back into the full parameters.
+ *   2  as 1, but the full gradient buffer lives only while the stage's backward runs
+ *      (a "gradient window"): right after it, it is reduce-scattered in buckets into the
+ *      rank's persistent gradient shard (accumulating over micro-batches) and freed.
+ *   3  as 2, and the parameters too are kept only as the rank's shard: the full
+ *      parameters (a "parameter window") are all-gathered before the stage's forward and
+ *      again before its backward and freed after; the next stage's gather is started
+ *      before the current stage computes, so it overlaps the compute.
+ *
+ * A stage's flat buffer is split with partition.h; shards are padded to equal length.
+ * A layer that uses a parameter tied to another stage (GPT's head uses the token
+ * embedding) makes that stage a dependency: its parameters (3) and gradient window (2, 3)
+ * are there whenever the using stage runs.
+ *
+ * The caller (lua/ds/model.lua) drives one training step as:
+ *   zero_grad; per micro-batch: for k: before_forward(k), stage forward, after_forward(k);
+ *   criterion; for k down: before_backward(k), stage backward, after_backward(k);
+ *   then reduce (boundary), grad_sumsq -> clip with scale_grads, adamw/sgd.
+ * Every rank makes the same calls in the same order (the collectives are matched by
+ * order). Results are deterministic; the global gradient norm and the averaged loss are
+ * summed in rank order, so every rank holds bit-identical values. */
+#ifndef DS_ZERO_H
+#define DS_ZERO_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "optim.h"
+#include "partition.h"
+#include "stage.h"
+
+/* Default bucket for the ZeRO-2/3 gradient reduce-scatter, in elements (all ranks'
+ * pieces together): two such buffers (comm category) exist while a window reduces. */
+#define DS_ZERO_BUCKET_ELEMS (1 << 20)
+
+typedef struct ds_zero_stage {
+    ds_stage *s;
+    int zero;
+    ds_partition part;
+    int64_t lo, hi;            /* the rank's real elements of the flat buffer: [lo, hi) */
+    ds_tensor *param_shard;    /* 3: the rank's parameters (params category) */
+    ds_tensor *grad_shard;     /* 2, 3: the rank's reduced gradients (grads category) */
+    ds_tensor *m, *v, *mom;    /* 1..3: optimizer state for the shard (made on first use) */
+    ds_comm_handle *gather;    /* 3: all-gather in flight into s->flat_params */
+    int gathered;              /* 3: s->flat_params holds the full parameters */
+    int *deps;                 /* stages whose parameters this one's layers use, itself first */
+    int ndeps;
+} ds_zero_stage;
+
+typedef struct ds_zero {
+    ds_comm *comm;
+    int rank, world;
+    ds_zero_stage *st;
+    int n;
+    size_t bucket_elems;
+    ds_tensor *bucket[2]; /* comm category, made on first use */
+} ds_zero;
+
+/* Takes the model's stages in order (not owned; they must outlive z) and re-lays their
+ * buffers for their ZeRO stage: padded full buffers for 0..2, shards for 2 and 3.
+ * Collective over comm. bucket_elems 0: DS_ZERO_BUCKET_ELEMS. */
+ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elems,
+                     ds_err *err);
+/* Waits any gather in flight. NULL is allowed. */
+void ds_zero_free(ds_zero *z);
+
+int ds_zero_before_forward(ds_zero *z, int k, ds_err *err);
+int ds_zero_after_forward(ds_zero *z, int k, ds_err *err);
+int ds_zero_before_backward(ds_zero *z, int k, ds_err *err);
+int ds_zero_after_backward(ds_zero *z, int k, ds_err *err);
+
+/* Start of a step: zeroes every gradient this rank keeps. */
+void ds_zero_zero_grad(ds_zero *z);
+/* Accumulation boundary: all-reduce (0) / reduce-scatter (1) the gradients, averaged. */
+int ds_zero_reduce(ds_zero *z, ds_err *err);
+/* Sum of squares of the whole model's reduced gradients (every rank gets the same). */
+int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err);
+/* Multiplies every gradient this rank will use by k (clipping). */
+void ds_zero_scale_grads(ds_zero *z, float k);
+/* One optimizer step on the rank's shards, then the parameters are made whole again
+ * (all-gather for 1 and 2; 3 keeps its shard). */
+int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, ds_err *err);
+int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, ds_err *err);
+/* The mean of x over the ranks, summed in rank order. */
+int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err);
+/* Stage k's full parameters gathered (3) so they can be read; ds_zero_release_params
+ * frees them again. No-ops for 0..2. */
+int ds_zero_gather_params(ds_zero *z, int k, ds_err *err);
+void ds_zero_release_params(ds_zero *z, int k);
+
+#endif

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the CUDA kernels' tests (tests/gpu, ctest label "gpu") and the GPU
+# benchmark (bench/gpu) on a machine with an NVIDIA GPU, each run under a time bound.
+#
+#   scripts/gpu-check.sh [BUILD_DIR]        build here and run here (a GPU machine with the
+#                                           project's build dependencies; default build-gpu)
+#   scripts/gpu-check.sh bundle [DIR]       build here (no GPU needed) and put the test and
+#                                           benchmark programs, plus the non-CUDA shared
+#                                           libraries they load (OpenBLAS, libgomp), in DIR
+#                                           (default build-gpu-bundle, about 45 MB)
+#   scripts/gpu-check.sh run DIR            run a bundle on a GPU machine that has the CUDA 13
+#                                           runtime and cuBLAS but not this project's deps
+#
+# Environment: GPU_CHECK_TEST_TIMEOUT (s per test program, default 300),
+# GPU_CHECK_BENCH_TIMEOUT (s, default 240), GPU_CHECK_BENCH_ARGS (default "--B 8 --T 1024").
+# When OUT is set (the device tool's result folder) the log is also written to
+# $OUT/gpu-check.log. Exit status: 0 when every test passed, 1 otherwise, 2 on no device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-300}
+BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-240}
+BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
+TARGETS="test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim bench_gpu"
+
+if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
+    exec > >(tee "$OUT/gpu-check.log") 2>&1
+fi
+
+say() { printf '== %s\n' "$*"; }
+
+build() { # build DIR
+    local dir=$1
+    say "configure and build $TARGETS in $dir"
+    cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir.configure.log" 2>&1 ||
+        { cat "$dir.configure.log"; echo "configure failed"; exit 1; }
+    grep -q 'CUDA kernels ON' "$dir.configure.log" ||
+        { echo "nvcc not found: the CUDA kernels are not built"; exit 1; }
+    cmake --build "$dir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $TARGETS || exit 1
+}
+
+# run_tests BIN_DIR: every test_gpu_* program; 0 = pass, 77 = skipped (no device)
+run_tests() {
+    local bin=$1 failed=0 skipped=0 passed=0
+    for t in "$bin"/test_gpu_*; do
+        [ -x "$t" ] || continue
+        local name start rc
+        name=$(basename "$t")
+        say "$name (timeout ${TEST_TIMEOUT}s)"
+        start=$(date +%s%N)
+        timeout "$TEST_TIMEOUT" "$t"
+        rc=$?
+        echo "-- $name: exit $rc in $((($(date +%s%N) - start) / 1000000)) ms"
+        case $rc in
+        0) passed=$((passed + 1)) ;;
+        77) skipped=$((skipped + 1)) ;;
+        124) echo "-- $name: TIMED OUT"; failed=$((failed + 1)) ;;
+        *) failed=$((failed + 1)) ;;
+        esac
+    done
+    say "tests: $passed passed, $failed failed, $skipped skipped (no device)"
+    [ "$skipped" -gt 0 ] && [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ] && return 2
+    [ "$failed" -eq 0 ]
+}
+
+run_bench() { # run_bench BIN
+    say "bench_gpu $BENCH_ARGS (timeout ${BENCH_TIMEOUT}s)"
+    # shellcheck disable=SC2086
+    timeout "$BENCH_TIMEOUT" "$1" $BENCH_ARGS
+    local rc=$?
+    [ $rc -eq 124 ] && echo "-- bench_gpu: TIMED OUT (results above are partial)"
+    [ $rc -ne 0 ] && echo "-- bench_gpu: exit $rc"
+    return 0
+}
+
+show_device() {
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    else
+        echo "(no nvidia-smi)"
+    fi
+}
+
+mode=${1:-here}
+case $mode in
+bundle)
+    dir=${2:-build-gpu-bundle}
+    build build-gpu
+    rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
+    cp build-gpu/tests/gpu/test_gpu_* build-gpu/bench/gpu/bench_gpu "$dir/bin/"
+    # non-CUDA libraries the programs load that a CUDA image may lack; the CUDA runtime
+    # and cuBLAS (hundreds of MB) are expected on the GPU machine
+    for b in "$dir"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+        grep -E 'libopenblas|libgfortran|libquadmath|libgomp' | while read -r lib; do
+        cp -L "$lib" "$dir/lib/$(basename "$lib")"
+    done
+    du -sh "$dir"
+    ls "$dir/bin" "$dir/lib"
+    ;;
+run)
+    dir=${2:?usage: gpu-check.sh run DIR}
+    show_device
+    # where the CUDA 13 runtime and cuBLAS live on this machine (toolkit or pip wheels)
+    libpath="$ROOT/$dir/lib"
+    [ -d "$dir/lib" ] || libpath="$dir/lib"
+    for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+        found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+        [ -n "$found" ] && libpath="$libpath:$(dirname "$found")"
+    done
+    export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    if ldd "$dir/bin/test_gpu_dense" | grep 'not found'; then
+        echo "missing shared libraries (above)"
+        exit 1
+    fi
+    run_tests "$dir/bin"
+    rc=$?
+    [ $rc -eq 2 ] && exit 2
+    run_bench "$dir/bin/bench_gpu"
+    exit $rc
+    ;;
+*)
+    dir=build-gpu
+    [ "$mode" != here ] && dir=$mode
+    show_device
+    build "$dir"
+    say "ctest -L gpu"
+    (cd "$dir" && ctest -L gpu --output-on-failure --timeout "$TEST_TIMEOUT")
+    rc=$?
+    run_bench "$dir/bench/gpu/bench_gpu"
+    exit $rc
+    ;;
+esac

@@ -1,0 +1,124 @@
+-- One rank of the ZeRO exactness runs: a tiny GPT trained on synthetic progressions with
+-- the global batch split into contiguous per-rank rows, so the maths is the same at any
+-- world size. Writes, on rank 0, every step's loss and global grad norm and the final
+-- parameters to out= (one "kind index value" line each); zero_run.c compares files.
+--   dsrun run zero_gpt.lua out=PATH [zero=N] [embed=N] [blocks=N] [head=N] [accum=A]
+--                          [steps=S] [bucket=E] [clip=C]
+local ds = require 'ds'
+local gpt = require 'ds.gpt'
+local synth = require 'ds.synth'
+
+local S = {zero = 0, accum = 1, steps = 20, bucket = 0, clip = 0.5, batch = 8, lr = 1e-3}
+for _, a in ipairs(arg) do
+  local k, v = a:match('^([%w_]+)=(.*)$')
+  if not k then error('argument ' .. a .. ': expected key=value') end
+  S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
+end
+assert(S.out, 'out= is required')
+ds.set_threads(1)
+
+local rank, world = ds.rank(), ds.world_size()
+local cfg = gpt.config {vocab = 64, context = 16, layers = 2, heads = 4, d = 32}
+local model = gpt.GPT(cfg, {seed = 7, embed = {zero = S.embed or S.zero},
+                            blocks = {zero = S.blocks or S.zero}, head = {zero = S.head or S.zero}})
+local opt = S.optim == 'sgd' and ds.optim.SGD {model, lr = S.lr, momentum = 0.9, weight_decay = 0.1}
+  or ds.optim.AdamW {model, lr = S.lr, betas = {0.9, 0.95}, weight_decay = 0.1}
+
+-- (Until the engine's model.lua calls the ZeRO hooks itself.)
+if not model.zero and (world > 1 or (S.embed or S.zero) > 0 or (S.blocks or S.zero) > 0 or (S.head or S.zero) > 0) then
+  local z = {bucket = S.bucket}
+  for k, s in ipairs(model.stages) do z[k] = s end
+  z = ds._core.zero_new(z)
+  model.zero = z
+  function model:predict(x, run)
+    run = run or {}
+    local train = run.train ~= false
+    for k, s in ipairs(self.stages) do
+      z:before_forward(k)
+      x = s:forward(x, train, run.step or 0, run.micro or 0)
+      z:after_forward(k)
+    end
+    return x
+  end
+  function model:backward(scale)
+    local d = self.criterion:backward(scale or 1.0)
+    for k = #self.stages, 1, -1 do
+      z:before_backward(k)
+      d = self.stages[k]:backward(d)
+      z:after_backward(k)
+    end
+  end
+  function model:zero_grad() z:zero_grad() end
+  function model:grad_norm() return math.sqrt(z:grad_sumsq()) end
+  function model:clip_grad_norm(max_norm)
+    local n = self:grad_norm()
+    if max_norm and max_norm > 0 and n > max_norm then z:scale_grads(max_norm / (n + 1e-6)) end
+    return n
+  end
+  function model:train_step(t)
+    local accum = t.accum or 1
+    self:zero_grad()
+    local loss, tokens = 0, 0
+    for micro = 1, accum do
+      local x, y = t.next_batch(micro)
+      loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro}) / accum
+      self:backward(1.0 / accum)
+      tokens = tokens + x:numel()
+    end
+    z:reduce()
+    loss = z:mean(loss)
+    local gn = self:clip_grad_norm(t.clip)
+    local lr = t.optimizer:step(t.lr)
+    return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens}
+  end
+  function opt:step(lr)
+    self.t = self.t + 1
+    if S.optim == 'sgd' then
+      z:sgd {lr = lr or self.lr, momentum = self.momentum, weight_decay = self.weight_decay}
+      return lr or self.lr
+    end
+    local c = {lr = lr or self.lr, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
+               weight_decay = self.weight_decay, t = self.t}
+    z:adamw(c)
+    return c.lr
+  end
+end
+local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 11}
+assert(S.batch % world == 0, 'batch must split evenly over the ranks')
+
+-- Rows [rank * b, (rank + 1) * b) of the global batch.
+local function my_rows(x)
+  local T, b = cfg.context, S.batch // world
+  if world == 1 then return x end
+  local y = ds.tensor('int32', b, T)
+  for i = 1, b * T do y:set(i, x:get(rank * b * T + i)) end
+  return y
+end
+
+local t0 = ds.now()
+local out = rank == 0 and assert(io.open(S.out, 'w'))
+for step = 1, S.steps do
+  local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
+    next_batch = function(micro)
+      local x, y = source:batch(step, micro)
+      return my_rows(x), my_rows(y)
+    end}
+  if out then out:write(string.format('loss %d %.9e\ngnorm %d %.9e\n', step, st.loss, step, st.grad_norm)) end
+end
+-- Final parameters: every stage gathered (ZeRO-3 keeps shards only).
+local i = 0
+for k, s in ipairs(model.stages) do
+  if model.zero then model.zero:gather_params(k) end
+  if out then
+    for _, v in ipairs(s:params():to_table()) do
+      i = i + 1
+      out:write(string.format('param %d %.9e\n', i, v))
+    end
+  end
+  if model.zero then model.zero:release_params(k) end
+end
+if out then out:close() end
+local m = ds.memory()
+io.stderr:write(string.format('rank %d: %d steps in %.3f s\n', rank, S.steps, ds.now() - t0))
+print(string.format('rank %d: params %d grads %d optimizer %d bytes', rank, m.params.current,
+                    m.grads.current, m.optimizer.current))
