@@ -35,7 +35,8 @@ void ds_cuda_versions(int *cudart, int *cublas, int *nccl);
 
 /* ---- context: device, stream, cuBLAS handle, workspace, last error ------------------- */
 typedef struct ds_cuda_ctx ds_cuda_ctx;
-/* Selects the device and creates a cuBLAS handle (pure FP32 math: no TF32 unless asked).
+/* Selects the device and creates a cuBLAS handle (CUBLAS_DEFAULT_MATH: sgemm stays full
+ * FP32, no TF32 unless asked).
  * NULL with *why filled when there is no such device. */
 ds_cuda_ctx *ds_cuda_ctx_create(int device, char *why, size_t why_len);
 void ds_cuda_ctx_free(ds_cuda_ctx *ctx);

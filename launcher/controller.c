@@ -192,7 +192,7 @@ static void handle_signals(ds_job *job, int sigfd) {
             fprintf(stderr, "dslaunch: %s: stopping every rank (again to kill at once)\n", sigabbrev_np(sig));
             ds_job_stop(job, "interrupted by SIG%s", sigabbrev_np(sig));
         } else if (job->interrupted) {
-            ds_event(job->ev, "second SIG%s: dropping every node now", sigabbrev_np(sig));
+            ds_event(job->ev, "second SIG%s: killing every node now", sigabbrev_np(sig));
             job->kill_at_ms = 0;
         }
     }
@@ -256,7 +256,8 @@ static void run_loop(ds_job *job, int sigfd) {
     struct pollfd *pf = calloc((size_t)(2 + 3 * nn), sizeof *pf);
     if (!pf) {
         ds_job_stop(job, "out of memory");
-        job->kill_at_ms = 0;
+        for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], "out of memory");
+        return;
     }
     ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
     long long next_tick = 0;
@@ -279,12 +280,10 @@ static void run_loop(ds_job *job, int sigfd) {
             break;
         }
         int k = 0;
-        if (pf) {
-            pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
-            pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
-            for (int i = 0; i < nn; i++) k += ds_node_pollfds(&job->nodes[i], pf + k);
-            if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
-        }
+        pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
+        pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
+        for (int i = 0; i < nn; i++) k += ds_node_pollfds(&job->nodes[i], pf + k);
+        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
         handle_signals(job, sigfd);
         /* libssh2 may hold data it already read from a socket: give every node a turn. */
         for (int i = 0; i < nn; i++) {
@@ -301,7 +300,9 @@ static void run_loop(ds_job *job, int sigfd) {
         if (now >= next_tick) {
             check_heartbeats(job);
             for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
-            next_tick = now + 1000;
+            /* often enough that a lost node is seen soon after heartbeat_timeout */
+            int tick = job->spec->heartbeat_timeout_ms / 4;
+            next_tick = now + (tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
         }
         if (job->nexited == job->plan->world_size)
             for (int i = 0; i < nn; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */

@@ -26,6 +26,7 @@ typedef struct rank_log {
 struct ds_logs {
     rank_log *ranks;
     int n;
+    ds_bytes term[2]; /* whole tagged lines for stdout / stderr, written once per call */
 };
 
 static int mkdir_p(const char *dir, ds_err *err) {
@@ -111,18 +112,23 @@ static void keep_tail(rank_log *rl, const unsigned char *p, size_t n) {
     if (rl->tail_n < DS_LOG_TAIL_LINES) rl->tail_n++;
 }
 
-/* One terminal line: tag + bytes + newline in a single write. */
-static void show_line(rank_log *rl, int stream, const unsigned char *p, size_t n) {
+/* One terminal line: tag + bytes + newline, queued whole (flush_terminal writes it). */
+static void show_line(ds_logs *l, rank_log *rl, int stream, const unsigned char *p, size_t n) {
     if (stream == 2) keep_tail(rl, p, n);
     if (!rl->show) return;
-    size_t tl = strlen(rl->tag);
-    char *buf = malloc(tl + n + 1);
-    if (!buf) return;
-    memcpy(buf, rl->tag, tl);
-    if (n) memcpy(buf + tl, p, n);
-    buf[tl + n] = '\n';
-    if (ds_write_all(stream == 2 ? 2 : 1, buf, tl + n + 1) != 0) rl->show = 0;
-    free(buf);
+    ds_bytes *t = &l->term[stream - 1];
+    size_t before = t->len;
+    if (ds_bytes_append(t, rl->tag, strlen(rl->tag)) || ds_bytes_append(t, p, n) || ds_bytes_append(t, "\n", 1))
+        t->len = before; /* out of memory: this line is lost on the terminal, not in the file */
+}
+
+/* Many lines in one write: a rank printing fast costs one syscall per chunk, not per line. */
+static void flush_terminal(ds_logs *l) {
+    for (int k = 0; k < 2; k++) {
+        if (!l->term[k].len) continue;
+        ds_write_all(k == 0 ? 1 : 2, l->term[k].data, l->term[k].len); /* a closed terminal only loses the view */
+        l->term[k].len = 0;
+    }
 }
 
 void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
@@ -143,7 +149,7 @@ void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
         n -= take;
         int end_of_line = n > 0 && *b == '\n';
         if (end_of_line || s->line.len >= DS_LOG_LINE_MAX) {
-            show_line(rl, stream, s->line.data, s->line.len);
+            show_line(l, rl, stream, s->line.data, s->line.len);
             s->line.len = 0;
             if (end_of_line) {
                 b++;
@@ -151,15 +157,17 @@ void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
             }
         }
     }
+    flush_terminal(l);
 }
 
 void ds_logs_end_rank(ds_logs *l, int rank) {
     if (!l || rank < 0 || rank >= l->n) return;
     rank_log *rl = &l->ranks[rank];
     for (int k = 0; k < 2; k++) {
-        if (rl->s[k].line.len) show_line(rl, k + 1, rl->s[k].line.data, rl->s[k].line.len);
+        if (rl->s[k].line.len) show_line(l, rl, k + 1, rl->s[k].line.data, rl->s[k].line.len);
         rl->s[k].line.len = 0;
     }
+    flush_terminal(l);
 }
 
 int ds_logs_tail(const ds_logs *l, int rank, const char **lines) {
@@ -181,5 +189,7 @@ void ds_logs_close(ds_logs *l) {
         for (int i = 0; i < DS_LOG_TAIL_LINES; i++) free(rl->tail[i]);
     }
     free(l->ranks);
+    ds_bytes_free(&l->term[0]);
+    ds_bytes_free(&l->term[1]);
     free(l);
 }

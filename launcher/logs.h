@@ -1,7 +1,8 @@
 /* The log demultiplexer: worker output arrives as chunks tagged by rank and stream. The
  * bytes go unchanged to <dir>/rank-R.out and .err; complete lines go to the terminal
- * tagged "[host:rank] " (stdout lines to stdout, stderr lines to stderr), each line in
- * one write so no two lines mix, for the ranks the tee filter lets through. A last line
+ * tagged "[host:rank] " (stdout lines to stdout, stderr lines to stderr), whole lines
+ * only (batched per chunk), so no two lines mix, for the ranks the tee filter lets
+ * through. A last line
  * without newline is shown when the rank ends; a line longer than DS_LOG_LINE_MAX is
  * shown in pieces of that size. The last lines of each rank's stderr are kept for the
  * failure summary. */

@@ -9,19 +9,23 @@
 #                                           libraries they load (OpenBLAS, libgomp), in DIR
 #                                           (default build-gpu-bundle, about 45 MB)
 #   scripts/gpu-check.sh run DIR            run a bundle on a GPU machine that has the CUDA 13
-#                                           runtime and cuBLAS but not this project's deps
+#                                           runtime and cuBLAS but not this project's deps;
+#                                           if the bundled programs do not load there (other
+#                                           system libraries) or GPU_CHECK_REBUILD=1, they
+#                                           are rebuilt there with nvcc and gcc alone, from
+#                                           the sources and the bundle's OpenBLAS
 #
-# Environment: GPU_CHECK_TEST_TIMEOUT (s per test program, default 300),
-# GPU_CHECK_BENCH_TIMEOUT (s, default 240), GPU_CHECK_BENCH_ARGS (default "--B 8 --T 1024").
+# Environment: GPU_CHECK_TEST_TIMEOUT (s per test program, default 90),
+# GPU_CHECK_BENCH_TIMEOUT (s, default 150; all together stay under 9 minutes), GPU_CHECK_BENCH_ARGS (default "--B 8 --T 1024").
 # When OUT is set (the device tool's result folder) the log is also written to
 # $OUT/gpu-check.log. Exit status: 0 when every test passed, 1 otherwise, 2 on no device.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-300}
-BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-240}
+TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
+BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
 BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
-TARGETS="test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim bench_gpu"
+TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim bench_gpu)
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
     exec > >(tee "$OUT/gpu-check.log") 2>&1
@@ -31,12 +35,12 @@ say() { printf '== %s\n' "$*"; }
 
 build() { # build DIR
     local dir=$1
-    say "configure and build $TARGETS in $dir"
+    say "configure and build ${TARGETS[*]} in $dir"
     cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir.configure.log" 2>&1 ||
         { cat "$dir.configure.log"; echo "configure failed"; exit 1; }
     grep -q 'CUDA kernels ON' "$dir.configure.log" ||
         { echo "nvcc not found: the CUDA kernels are not built"; exit 1; }
-    cmake --build "$dir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $TARGETS || exit 1
+    cmake --build "$dir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target "${TARGETS[@]}" || exit 1
 }
 
 # run_tests BIN_DIR: every test_gpu_* program; 0 = pass, 77 = skipped (no device)
@@ -73,6 +77,52 @@ run_bench() { # run_bench BIN
     return 0
 }
 
+# loads BIN_DIR: every program starts (the dynamic loader finds all its libraries)
+loads() {
+    local b
+    for b in "$1"/*; do
+        if ldd "$b" | grep -q 'not found' || ldd "$b" | grep -q 'version .* not found'; then
+            echo "-- $(basename "$b") does not load here:"
+            ldd "$b" | grep 'not found'
+            return 1
+        fi
+    done
+}
+
+# rebuild_here DIR: the test and benchmark programs from the sources with nvcc and gcc
+# only (no CMake project, no pkg-config), into DIR/bin, against DIR's OpenBLAS
+rebuild_here() {
+    local dir=$1 obj cudalib
+    obj=$(mktemp -d)
+    cudalib=$(dirname "$(find /usr/local /opt /usr/lib -name libcudart.so -o -name 'libcudart.so.13' 2>/dev/null | head -1)")
+    say "rebuilding in $obj with $(command -v nvcc) (CUDA libraries in $cudalib)"
+    command -v nvcc >/dev/null || { echo "no nvcc here"; return 1; }
+    local cu
+    for cu in kernels/cuda/*.cu; do
+        [ "$(basename "$cu")" = versions.cu ] && continue # NCCL: not needed by the tests
+        nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+            -Ikernels -c "$cu" -o "$obj/$(basename "$cu").o" &
+    done
+    local c
+    for c in kernels/cpu/*.c tests/gpu/gpu_harness.c; do
+        gcc -std=gnu17 -O3 -march=x86-64-v2 -fno-math-errno -fno-trapping-math -fopenmp \
+            -D_GNU_SOURCE -Ikernels -I"$dir/include" -c "$c" -o "$obj/$(basename "$c").o" &
+    done
+    wait
+    # shellcheck disable=SC2054 # the commas belong to -Wl
+    local libs=(-L"$dir/lib" -l:libopenblas.so.0 -L"$cudalib" -l:libcudart.so.13 -l:libcublas.so.13
+        -l:libcublasLt.so.13 -fopenmp -lstdc++ -lm -Wl,-rpath,"$dir/lib")
+    local t
+    for t in dense attention loss optim; do
+        gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -Itests/gpu "tests/gpu/test_gpu_$t.c" "$obj"/*.o \
+            "${libs[@]}" -o "$dir/bin/test_gpu_$t" || return 1
+    done
+    gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -I"$cudalib/../include" bench/gpu/bench_gpu.c \
+        "$obj"/*.o "${libs[@]}" -o "$dir/bin/bench_gpu" || return 1
+    rm -rf "$obj"
+    loads "$dir/bin"
+}
+
 show_device() {
     if command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -94,24 +144,28 @@ bundle)
         grep -E 'libopenblas|libgfortran|libquadmath|libgomp' | while read -r lib; do
         cp -L "$lib" "$dir/lib/$(basename "$lib")"
     done
+    mkdir -p "$dir/include"
+    inc=$(pkg-config --cflags-only-I openblas | sed 's/^ *-I//; s/ *$//')
+    cp "${inc:-/usr/include}"/{cblas.h,openblas_config.h} "$dir/include/"
     du -sh "$dir"
-    ls "$dir/bin" "$dir/lib"
+    ls "$dir/bin" "$dir/lib" "$dir/include"
     ;;
 run)
-    dir=${2:?usage: gpu-check.sh run DIR}
+    dir=$(cd "${2:?usage: gpu-check.sh run DIR}" && pwd) || exit 1
     show_device
     # where the CUDA 13 runtime and cuBLAS live on this machine (toolkit or pip wheels)
-    libpath="$ROOT/$dir/lib"
-    [ -d "$dir/lib" ] || libpath="$dir/lib"
+    libpath="$dir/lib"
     for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
         found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
-        [ -n "$found" ] && libpath="$libpath:$(dirname "$found")"
+        [ -n "$found" ] && case ":$libpath:" in
+            *":$(dirname "$found"):"*) ;;
+            *) libpath="$libpath:$(dirname "$found")" ;;
+        esac
     done
     export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    if ldd "$dir/bin/test_gpu_dense" | grep 'not found'; then
-        echo "missing shared libraries (above)"
-        exit 1
+    if ! loads "$dir/bin" || [ "${GPU_CHECK_REBUILD:-0}" = 1 ]; then
+        rebuild_here "$dir" || exit 1
     fi
     run_tests "$dir/bin"
     rc=$?

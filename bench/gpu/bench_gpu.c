@@ -1,7 +1,7 @@
 /* bench_gpu: what the CUDA backend costs on GPT-2 124M's shapes.
  *   1. cuBLAS GEMM TFLOP/s on every GEMM of a training step (forward, dinp, dweight) in
- *      pure fp32 (what ds_cuda_matmul_* run by default), TF32 tensor cores, and bf16
- *      inputs with fp32 accumulation; and one step's GEMM time at each speed.
+ *      fp32 (what ds_cuda_matmul_* run by default), TF32 tensor cores, and bf16 inputs
+ *      with fp32 output and accumulation (cublasGemmEx); one step's GEMM time at each.
  *   2. The time of each ds_cuda_* kernel per call (B x T tokens).
  * Times are CUDA events around R back-to-back calls after one warm-up, best of 3.
  * Prints a table, then one JSON object per line per measured configuration.
@@ -158,7 +158,7 @@ static void bench_gemms(int N) {
             double flop = 2.0 * M * NN * K, tf[3];
             for (int q = 0; q < 3; q++) {
                 g.prec = (gemm_prec)q;
-                OK(ds_cuda_ctx_set_tf32(g_ctx, q == P_TF32));
+                OK(ds_cuda_ctx_set_tf32(g_ctx, q == P_TF32)); /* bf16: default math */
                 g.A = q == P_BF16 ? (const void *)Ah : (const void *)A;
                 g.B = q == P_BF16 ? (const void *)Bh : (const void *)B;
                 g.Cm = Cm;

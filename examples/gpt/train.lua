@@ -34,6 +34,9 @@ end
 
 for _, a in ipairs(arg) do
   if a:match('%.lua$') then
+    -- relative to the current directory, else to this script's (a launcher's workdir)
+    local fh = io.open(a)
+    if fh then fh:close() else a = (arg[0]:match('^(.*/)') or '') .. a end
     merge(settings, dofile(a))
   else
     local key, value = a:match('^([%w_%.]+)=(.*)$')

@@ -10,6 +10,7 @@
 #include "simd.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 
@@ -31,13 +32,23 @@ __attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(float *dst,
     return i;
 }
 
+/* cpuid rather than __builtin_cpu_supports, which not every compiler knows "f16c" by;
+ * AVX also needs the OS to save YMM state (XCR0 bits 1 and 2). */
 static int have_f16c(void) {
     static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) &&
+            (c & bit_F16C)) {
+            unsigned lo, hi;
+            __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            v = (lo & 6u) == 6u;
+        }
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
-    return cached;
+    return v;
 }
 #endif
 

@@ -36,14 +36,14 @@ void ds_scale(float *x, float s, size_t n) {
 
 void ds_gelu_forward(float *out, const float *inp, size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
     for (size_t c = 0; c < nchunks; c++)
         gelu_fwd_range(out + c * CHUNK, inp + c * CHUNK, chunk_len(c, n));
 }
 
 void ds_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
     for (size_t c = 0; c < nchunks; c++)
         gelu_bwd_range(dinp + c * CHUNK, inp + c * CHUNK, dout + c * CHUNK, chunk_len(c, n));
 }

@@ -40,7 +40,7 @@ DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, cons
 
 void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(static) if ((size_t)N * C > 16384)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C > 16384)
     for (int n = 0; n < N; n++)
         forward_row(out + (size_t)n * C, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
                     inp + (size_t)n * C, weight, bias, C, eps);
@@ -95,7 +95,7 @@ void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                            const float *rstd, int N, int C) {
     int big = (size_t)N * C > 16384;
     if (dinp) {
-#pragma omp parallel for schedule(static) if (big)
+#pragma omp parallel for schedule(dynamic, 8) if (big)
         for (int n = 0; n < N; n++)
             dinp_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight,
                      mean[n], rstd[n], C);

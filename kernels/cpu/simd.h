@@ -7,7 +7,12 @@
  *
  * The shared math in kernel_math.h is branch-free, so loops calling it vectorise. Reductions
  * use DS_LANES independent partial sums combined in a fixed order: vectorisable without
- * -ffast-math, and the same bits on every call. */
+ * -ffast-math, and the same bits on every call.
+ *
+ * Parallel loops hand out fixed units of work (rows, heads, chunks) whose arithmetic does
+ * not depend on the thread that runs them, and any sum across units is taken afterwards
+ * in unit order. So the heavy loops can use schedule(dynamic): on a busy machine a thread
+ * the OS preempts does not hold the others up, and the bits stay the same. */
 #ifndef DS_CPU_SIMD_H
 #define DS_CPU_SIMD_H
 

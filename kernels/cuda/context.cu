@@ -82,7 +82,7 @@ extern "C" ds_cuda_ctx *ds_cuda_ctx_create(int device, char *why, size_t why_len
     }
     ctx->blas_ws_bytes = BLAS_WORKSPACE_BYTES;
     cublasStatus_t s = cublasCreate(&ctx->blas);
-    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(ctx->blas, ctx->blas_ws, ctx->blas_ws_bytes);
     if (s != CUBLAS_STATUS_SUCCESS) {
         if (why) snprintf(why, why_len, "device %d: cuBLAS setup: %s", device, ds_cu_blas_status(s));
@@ -119,7 +119,7 @@ extern "C" void *ds_cuda_ctx_stream(const ds_cuda_ctx *ctx) { return (void *)ctx
 
 extern "C" int ds_cuda_ctx_set_tf32(ds_cuda_ctx *ctx, int on) {
     DS_CU_BLAS(ctx, cublasSetMathMode(ctx->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                    : CUBLAS_PEDANTIC_MATH));
+                                                    : CUBLAS_DEFAULT_MATH));
     return 0;
 }
 

@@ -131,12 +131,18 @@ function Model:grad_norm()
   return math.sqrt(ss)
 end
 
+-- The factor that brings a gradient norm n to at most max_norm (1: no clipping).
+local function clip_factor(n, max_norm)
+  if max_norm and max_norm > 0 and n > max_norm then return max_norm / (n + 1e-6) end
+  return 1.0
+end
+
 -- Scales the gradients so their global norm is at most max_norm; returns the norm
 -- before clipping.
 function Model:clip_grad_norm(max_norm)
   local n = self:grad_norm()
-  if max_norm and max_norm > 0 and n > max_norm then
-    local k = max_norm / (n + 1e-6)
+  local k = clip_factor(n, max_norm)
+  if k ~= 1.0 then
     for _, s in ipairs(self.stages) do s:scale_grads(k) end
   end
   return n
@@ -191,8 +197,9 @@ function Model:train_step(t)
     self:backward(1.0 / accum)
     tokens = tokens + x:numel()
   end
-  local gn = self:clip_grad_norm(t.clip)
-  local lr = t.optimizer:step(t.lr)
+  -- Clipping is fused into the optimizer's pass (the same bits as clip_grad_norm first).
+  local gn = self:grad_norm()
+  local lr = t.optimizer:step(t.lr, clip_factor(gn, t.clip))
   return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens}
 end
 

@@ -29,11 +29,12 @@ function optim.AdamW(cfg)
     weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, AdamW)
 end
 
--- One step with learning rate lr (default: the configured one). Returns the lr used.
-function AdamW:step(lr)
+-- One step with learning rate lr (default: the configured one); grad_scale (default 1)
+-- multiplies the gradients first (clipping, fused: see Model:train_step). Returns the lr.
+function AdamW:step(lr, grad_scale)
   self.t = self.t + 1
   local c = {lr = lr or self.lr, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
-             weight_decay = self.weight_decay, t = self.t}
+             weight_decay = self.weight_decay, t = self.t, grad_scale = grad_scale or 1.0}
   for _, s in ipairs(self.stages) do s:adamw_step(c) end
   return c.lr
 end
@@ -50,9 +51,10 @@ function optim.SGD(cfg)
     weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, SGD)
 end
 
-function SGD:step(lr)
+function SGD:step(lr, grad_scale)
   self.t = self.t + 1
-  local c = {lr = lr or self.lr, momentum = self.momentum, weight_decay = self.weight_decay}
+  local c = {lr = lr or self.lr, momentum = self.momentum, weight_decay = self.weight_decay,
+             grad_scale = grad_scale or 1.0}
   for _, s in ipairs(self.stages) do s:sgd_step(c) end
   return c.lr
 end

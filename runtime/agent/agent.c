@@ -177,7 +177,8 @@ static int run_loop(ds_agent *a) {
         }
         long long wake = a->stopping ? a->kill_at_ms : next_hb;
         int timeout = wake > now ? (int)(wake - now) : 0;
-        if (a->stopping && now >= a->kill_at_ms) timeout = 100;
+        if (a->stopping && now >= a->kill_at_ms) timeout = 100; /* re-KILL until reaped */
+        if (!a->stopping && !a->store) timeout = -1;            /* no store: no heartbeats */
         if (poll(pf, (nfds_t)n, timeout) < 0 && errno != EINTR) break;
         for (int i = 3; i < n; i++) {
             if (!pf[i].revents) continue;

@@ -66,6 +66,12 @@ static int connect_store(ds_context *ctx, ds_err *err) {
     ctx->store = ds_store_connect(host, port, token, timeout_ms, err);
     memset(token, 0, sizeof token);
     if (!ctx->store) return ds_err_prefix(err, "rendezvous %s", rdzv);
+    /* Keys of one attempt never meet those of an earlier one (a restarted job reuses
+     * the store). */
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "a%d/", ctx->attempt);
+    if (ds_store_set_prefix(ctx->store, prefix, err) != 0)
+        return ds_err_prefix(err, "rendezvous %s", rdzv);
     return 0;
 }
 

@@ -2,6 +2,7 @@
  * and renames it; rank 0 then checks every shard and commits the step with meta.json and
  * `latest`, in that order, each through temp + fsync + rename + directory fsync. A crash
  * anywhere before the rename of `latest` leaves the previous `latest` as it was. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -329,6 +330,28 @@ static int engine_canonical(const char *engine_json, ds_ckj **tree, char **text,
     return 0;
 }
 
+/* Shards of an earlier, crashed save of this step with another world size (and their
+ * temporary files) are not part of the step: once it is committed, they go. Only names
+ * this part writes are touched. */
+static void remove_leftovers(ds_ckpt_writer *w) {
+    DIR *d = opendir(w->stepdir);
+    if (!d) return;
+    char mine[64];
+    snprintf(mine, sizeof mine, "-of-%d.bin", w->world);
+    size_t ml = strlen(mine);
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        const char *n = ent->d_name;
+        size_t len = strlen(n);
+        if (strncmp(n, "rank-", 5) != 0) continue;
+        if (len > ml && strcmp(n + len - ml, mine) == 0) continue; /* this save's */
+        char path[4096 + 256];
+        snprintf(path, sizeof path, "%s/%s", w->stepdir, n);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *engine_json,
                       ds_err *e) {
     ckpt_array *arrays = NULL;
@@ -367,6 +390,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
             char line[48];
             int n = snprintf(line, sizeof line, "%s\n", w->stepname);
             rc = ckpt_write_file_atomic(w->dir, "latest", line, (size_t)n, e);
+            if (rc == 0) remove_leftovers(w);
         }
     }
     free(j.buf);

@@ -80,7 +80,8 @@ const char *ds_comm_backend_name(ds_comm_backend b);
 ds_comm_handle *ds_comm_iallreduce(ds_comm *c, void *buf, size_t count, ds_dtype dt,
                                    ds_comm_reduce op, ds_err *err);
 /* in: world * count elements; out: count elements, this rank's shard of the reduction.
- * out may be in + rank * count (in place); in is clobbered by the Gloo backend. */
+ * out may be in + rank * count (in place). in is scratch afterwards (Gloo accumulates in
+ * it; do not rely on its contents with any backend). */
 ds_comm_handle *ds_comm_ireduce_scatter(ds_comm *c, void *in, void *out, size_t count,
                                         ds_dtype dt, ds_comm_reduce op, ds_err *err);
 /* in: count elements; out: world * count, rank r's in at out + r * count.

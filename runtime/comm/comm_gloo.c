@@ -1,8 +1,10 @@
 /* The Gloo backend: ops run one at a time on the communicator's thread (comm.c), each
  * a call into the C++ shim. One Gloo context, used only by that thread. */
+#include <errno.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "comm_backend.h"
 #include "gloo_shim.h"
@@ -39,10 +41,11 @@ static const ds_comm_vtable gloo_vtable = {
     .close = gloo_close,
 };
 
-/* Resolves this node's address to a numeric one ourselves: Gloo 2022 dereferences an
- * uninitialised pointer when getaddrinfo fails (it only checks for -1), and a crash is
- * no way to say "that address does not resolve". */
-static int numeric_addr(const char *addr, char *out, size_t cap, ds_err *err) {
+/* Resolves this node's address to a numeric one and checks that it can be bound, before
+ * Gloo sees it: Gloo 2022 dereferences an uninitialised pointer when getaddrinfo fails
+ * (it only checks for -1) and leaks the lookup when bind fails; neither a crash nor a
+ * leak is a way to say "that is not this node's address". */
+static int local_numeric_addr(const char *addr, char *out, size_t cap, ds_err *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(addr, NULL, &hints, &res);
@@ -51,8 +54,18 @@ static int numeric_addr(const char *addr, char *out, size_t cap, ds_err *err) {
                                "does not resolve: %s", addr, gai_strerror(rc));
     rc = getnameinfo(res->ai_addr, res->ai_addrlen, out, (socklen_t)cap, NULL, 0,
                      NI_NUMERICHOST);
+    if (rc != 0) {
+        freeaddrinfo(res);
+        return ds_err_set(err, "address %s: %s", addr, gai_strerror(rc));
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int bound = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0; /* port 0 */
+    int saved = errno;
+    if (fd >= 0) close(fd);
     freeaddrinfo(res);
-    if (rc != 0) return ds_err_set(err, "address %s: %s", addr, gai_strerror(rc));
+    if (!bound)
+        return ds_err_errno(err, saved, "this node's address %s (%s) cannot be bound here: "
+                                        "set DS_NODE_ADDR to an address of this node", addr, out);
     return 0;
 }
 
@@ -61,7 +74,7 @@ void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err
      * (an error we report) instead of killing this process. */
     signal(SIGPIPE, SIG_IGN);
     char addr[NI_MAXHOST];
-    if (numeric_addr(j->node_addr, addr, sizeof addr, err) != 0) return NULL;
+    if (local_numeric_addr(j->node_addr, addr, sizeof addr, err) != 0) return NULL;
     ds_gloo *g = ds_gloo_open(j->store, j->prefix, j->rank, j->world, addr, j->timeout_ms, err);
     if (!g) return NULL;
     *vt = &gloo_vtable;

@@ -7,8 +7,8 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
-#include <vector>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -21,17 +21,24 @@
 
 #include "gloo_store.hh"
 
+extern "C" {
+#include "engine/alloc.h"
+}
+
 struct ds_gloo {
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::chrono::milliseconds timeout;
-  std::vector<char> scratch;  // reduce-scatter receive buffer, grown on demand
+  char* scratch = nullptr;  // reduce-scatter receive ring (kRingDepth segments), DS_MEM_COMM
 };
 
 // Our slot prefix for the reduce-scatter ring; Gloo's own collectives use 0x01..0x08.
 static const uint8_t kRingSlotPrefix = 0x40;
-// Segment of a ring step: reduce one while the next is in flight.
+// A ring step moves its chunk in segments received into a small ring of kRingDepth
+// segment buffers: the addition of one overlaps the transfer of the next ones, and the
+// scratch memory is a fixed 4 MiB (counted as DS_MEM_COMM) whatever the buffer size.
 static const size_t kRingSegmentBytes = 1 << 20;
+static const size_t kRingDepth = 4;
 
 static int fail(ds_err* err, const char* what, const char* why) {
   return ds_err_set(err, "gloo %s: %s", what, why);
@@ -102,6 +109,7 @@ extern "C" void ds_gloo_close(ds_gloo* g) {
   } catch (...) {
     // Closing a mesh with dead peers must not take the process down.
   }
+  ds_free(g->scratch, kRingDepth * kRingSegmentBytes, DS_MEM_COMM);
   delete g;
 }
 
@@ -126,40 +134,41 @@ extern "C" int ds_gloo_allreduce(ds_gloo* g, void* buf, size_t count, ds_gloo_ty
 // Ring reduce-scatter on unbound buffers. At step s rank r sends its partial sum of
 // chunk (r-s-1) to r+1 and adds the partial sum of chunk (r-s-2) received from r-1;
 // after world-1 steps chunk r holds the sum over all ranks, accumulated in ring order
-// starting at rank r+1 (fixed for a fixed world size: deterministic). Each step moves
-// its chunk in segments so the addition of one overlaps the transfer of the next.
+// starting at rank r+1 (fixed for a fixed world size: deterministic). Receives on one
+// slot from one peer complete in the order they were posted, and Gloo moves a send's
+// data only once the matching receive is posted, so at most kRingDepth segments are in
+// flight into the scratch ring while all sends are queued at once.
 extern "C" int ds_gloo_reduce_scatter(ds_gloo* g, void* in, void* out, size_t count,
                                       ds_gloo_type t, uint32_t tag, ds_err* err) {
   return guarded(err, "reduce-scatter", [&] {
     const int rank = g->ctx->rank, world = g->ctx->size;
-    const size_t esize = 4, bytes = count * esize;
+    const size_t esize = 4, bytes = count * esize, seg = kRingSegmentBytes;
     char* base = static_cast<char*>(in);
-    if (g->scratch.size() < bytes) g->scratch.resize(bytes);
+    if (!g->scratch) {
+      g->scratch = static_cast<char*>(ds_alloc(kRingDepth * seg, DS_MEM_COMM));
+      if (!g->scratch) throw std::runtime_error("out of memory for the scratch ring");
+    }
     auto inbuf = g->ctx->createUnboundBuffer(in, bytes * world);
-    auto tmpbuf = g->ctx->createUnboundBuffer(g->scratch.data(), bytes);
+    auto ring = g->ctx->createUnboundBuffer(g->scratch, kRingDepth * seg);
     const int right = (rank + 1) % world, left = (rank + world - 1) % world;
-    const size_t seg = kRingSegmentBytes;
     const size_t nseg = (bytes + seg - 1) / seg;
+    auto seg_len = [&](size_t k) { return bytes - k * seg < seg ? bytes - k * seg : seg; };
     const uint64_t slot0 = gloo::Slot::build(kRingSlotPrefix, tag);
     auto sum = t == DS_GLOO_F32 ? sum_f32 : sum_i32;
     for (int s = 0; s < world - 1; s++) {
       const size_t send_chunk = (size_t)((rank - s - 1 + 2 * world) % world);
       const size_t recv_chunk = (size_t)((rank - s - 2 + 2 * world) % world);
       const uint64_t slot = slot0 + (uint64_t)s;
-      // Receives on one slot from one peer complete in the order they were posted.
+      for (size_t k = 0; k < nseg && k < kRingDepth; k++)
+        ring->recv(left, slot, (k % kRingDepth) * seg, seg_len(k));
+      for (size_t k = 0; k < nseg; k++)
+        inbuf->send(right, slot, send_chunk * bytes + k * seg, seg_len(k));
       for (size_t k = 0; k < nseg; k++) {
-        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
-        tmpbuf->recv(left, slot, off, len);
-      }
-      for (size_t k = 0; k < nseg; k++) {
-        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
-        inbuf->send(right, slot, send_chunk * bytes + off, len);
-      }
-      for (size_t k = 0; k < nseg; k++) {
-        size_t off = k * seg, len = bytes - off < seg ? bytes - off : seg;
-        if (!tmpbuf->waitRecv(g->timeout)) throw std::runtime_error("receive aborted");
-        char* acc = base + recv_chunk * bytes + off;
-        sum(acc, acc, g->scratch.data() + off, len / esize);
+        if (!ring->waitRecv(g->timeout)) throw std::runtime_error("receive aborted");
+        char* acc = base + recv_chunk * bytes + k * seg;
+        sum(acc, acc, g->scratch + (k % kRingDepth) * seg, seg_len(k) / esize);
+        if (k + kRingDepth < nseg)
+          ring->recv(left, slot, (k % kRingDepth) * seg, seg_len(k + kRingDepth));
       }
       for (size_t k = 0; k < nseg; k++)
         if (!inbuf->waitSend(g->timeout)) throw std::runtime_error("send aborted");

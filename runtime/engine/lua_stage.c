@@ -531,13 +531,14 @@ static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) 
     *hi = (size_t)b;
 }
 
-/* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [lo=, hi=]} */
+/* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [grad_scale=, lo=, hi=]} */
 static int l_stage_adamw(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_adamw_cfg c = {opt_float(L, 2, "lr", 1e-3),   opt_float(L, 2, "beta1", 0.9),
                       opt_float(L, 2, "beta2", 0.999), opt_float(L, 2, "eps", 1e-8),
                       opt_float(L, 2, "weight_decay", 0.0), 1};
+    float scale = opt_float(L, 2, "grad_scale", 1.0);
     lua_getfield(L, 2, "t");
     c.t = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
@@ -545,20 +546,21 @@ static int l_stage_adamw(lua_State *L) {
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};
-    if (ds_adamw_step(s, lo, hi, &c, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    if (ds_adamw_step_scaled(s, lo, hi, &c, scale, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     return 0;
 }
 
-/* stage:sgd_step{lr=, momentum=, weight_decay=, [lo=, hi=]} */
+/* stage:sgd_step{lr=, momentum=, weight_decay=, [grad_scale=, lo=, hi=]} */
 static int l_stage_sgd(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_sgd_cfg c = {opt_float(L, 2, "lr", 1e-2), opt_float(L, 2, "momentum", 0.0),
                     opt_float(L, 2, "weight_decay", 0.0)};
+    float scale = opt_float(L, 2, "grad_scale", 1.0);
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};
-    if (ds_sgd_step(s, lo, hi, &c, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    if (ds_sgd_step_scaled(s, lo, hi, &c, scale, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     return 0;
 }
 

@@ -72,8 +72,12 @@ void ds_param_init(ds_param *p, uint64_t seed) {
     case DS_INIT_NORMAL: break;
     }
     /* Box-Muller on Philox draws keyed by (seed, name): two normals per counter. */
+    /* Each pair depends only on its index: the loop may run in any order or split. */
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ fnv1a(p->name)};
-    for (size_t i = 0; i < p->numel; i += 2) {
+    int64_t pairs = (int64_t)((p->numel + 1) / 2);
+#pragma omp parallel for schedule(static) if (pairs > 65536)
+    for (int64_t k = 0; k < pairs; k++) {
+        size_t i = (size_t)k * 2;
         uint32_t ctr[4] = {(uint32_t)(i / 2), (uint32_t)((uint64_t)(i / 2) >> 32), 0x494e4954u, 0};
         uint32_t r[4];
         ds_philox4x32(r, ctr, key);

@@ -1,6 +1,6 @@
-/* ZeRO in Lua: ds._core.zero_new{stage1, stage2, ..., bucket = elements} returns the
- * object lua/ds/model.lua calls around each stage's forward and backward and at the
- * step's end (zero.h says the order). Stage indices are 1-based here, as in Lua. The
+/* ZeRO in Lua: ds._core.zero_new{stage1, stage2, ..., bucket = elements, prefetch = true}
+ * returns the object lua/ds/model.lua calls around each stage's forward and backward
+ * and at the step's end (zero.h says the order). Stage indices are 1-based here, as in Lua. The
  * communicator is the context's (ctx->comm), opened on first use as comm.all_reduce
  * does. */
 #include <lauxlib.h>
@@ -51,6 +51,9 @@ static int l_zero_new(lua_State *L) {
     lua_Integer bucket = luaL_optinteger(L, -1, 0);
     lua_pop(L, 1);
     if (bucket < 0) return luaL_error(L, "zero_new: bucket = %I (elements, >= 0)", bucket);
+    lua_getfield(L, 1, "prefetch");
+    int prefetch = lua_isnil(L, -1) || lua_toboolean(L, -1);
+    lua_pop(L, 1);
     ds_comm *c = comm_of(L);
     ds_stage **st = lua_newuserdatauv(L, (size_t)n * sizeof *st, 0); /* freed by the GC */
     for (int i = 1; i <= n; i++) {
@@ -65,6 +68,7 @@ static int l_zero_new(lua_State *L) {
     lua_setiuservalue(L, -2, 1);
     ds_err err = {{0}};
     if (!(u->z = ds_zero_new(c, st, n, (size_t)bucket, &err))) return luaL_error(L, "%s", err.msg);
+    u->z->no_prefetch = !prefetch;
     return 1;
 }
 
@@ -89,6 +93,7 @@ static int l_after_forward(lua_State *L) { return call_hook(L, ds_zero_after_for
 static int l_before_backward(lua_State *L) { return call_hook(L, ds_zero_before_backward); }
 static int l_after_backward(lua_State *L) { return call_hook(L, ds_zero_after_backward); }
 static int l_gather_params(lua_State *L) { return call_hook(L, ds_zero_gather_params); }
+static int l_store_params(lua_State *L) { return call_hook(L, ds_zero_store_params); }
 
 static int l_release_params(lua_State *L) {
     ds_zero_release_params(check_zero(L, 1), (int)luaL_checkinteger(L, 2) - 1);
@@ -196,7 +201,8 @@ void ds_lua_open_zero(lua_State *L) {
         {"grad_sumsq", l_grad_sumsq},           {"scale_grads", l_scale_grads},
         {"adamw", l_adamw},                     {"sgd", l_sgd},
         {"mean", l_mean},                       {"gather_params", l_gather_params},
-        {"release_params", l_release_params},   {"info", l_info},
+        {"release_params", l_release_params},   {"store_params", l_store_params},
+        {"info", l_info},
         {NULL, NULL}};
     if (luaL_newmetatable(L, ZERO_MT)) {
         lua_newtable(L);

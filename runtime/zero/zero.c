@@ -81,9 +81,12 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
     zs->hi = zs->lo + ds_partition_real(&zs->part, z->rank);
     if (add_dep(zs, k, err) != 0 || collect_deps(z, zs, s->root, err) != 0) return -1;
     int64_t padded = zs->part.padded, shard = zs->part.shard;
-    if (zs->zero <= 2 && resize_keep(s->flat_params, padded, err) != 0) return -1;
+    /* 1 and 2 all-gather the parameters and 1 reduce-scatters the gradients in place:
+     * those buffers need the padded length; 0 all-reduces the real length. */
+    if ((zs->zero == 1 || zs->zero == 2) && resize_keep(s->flat_params, padded, err) != 0)
+        return -1;
     if (zs->zero <= 1) {
-        if (resize_keep(s->flat_grads, padded, err) != 0) return -1;
+        if (zs->zero == 1 && resize_keep(s->flat_grads, padded, err) != 0) return -1;
         memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
     } else {
         if (!(zs->grad_shard = new_vec(shard, DS_MEM_GRADS, err))) return -1;
@@ -195,7 +198,7 @@ static int gather_deps(ds_zero *z, int k, ds_err *err) {
 }
 
 static int prefetch_deps(ds_zero *z, int k, ds_err *err) {
-    if (k < 0 || k >= z->n) return 0;
+    if (k < 0 || k >= z->n || z->no_prefetch) return 0;
     for (int i = 0; i < z->st[k].ndeps; i++)
         if (start_gather(z, z->st[k].deps[i], err) != 0) return -1;
     return 0;
@@ -454,8 +457,11 @@ static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, c
                   c->lr, c->momentum, p->decay ? c->weight_decay : 0.0f);
 }
 
-/* Each parameter's overlap with the rank's shard, with its own decay flag. */
+/* Each parameter's overlap with the rank's shard, with its own decay flag. A ZeRO-3
+ * window still open (an evaluation forward keeps the last stage's) would be stale after
+ * the update: it goes. */
 static void update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const void *cfg) {
+    if (zs->zero == 3) release_params(z, (int)(zs - z->st));
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
         ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,
@@ -496,6 +502,16 @@ int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, ds_err *err) {
 int ds_zero_gather_params(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
     return ensure_gathered(z, k, err);
+}
+
+int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return -1;
+    ds_zero_stage *zs = &z->st[k];
+    if (zs->zero != 3) return 0;
+    if (!zs->gathered) return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
+    memcpy(zs->param_shard->data, fdata(zs->s->flat_params) + zs->lo,
+           (size_t)(zs->hi - zs->lo) * sizeof(float));
+    return 0;
 }
 
 void ds_zero_release_params(ds_zero *z, int k) {

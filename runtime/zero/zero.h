@@ -61,6 +61,7 @@ typedef struct ds_zero {
     int n;
     size_t bucket_elems;
     ds_tensor *bucket[2]; /* comm category, made on first use */
+    int no_prefetch;      /* 1: ZeRO-3 gathers only when needed (to measure the overlap) */
 } ds_zero;
 
 /* Takes the model's stages in order (not owned; they must outlive z) and re-lays their
@@ -94,5 +95,8 @@ int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err);
  * frees them again. No-ops for 0..2. */
 int ds_zero_gather_params(ds_zero *z, int k, ds_err *err);
 void ds_zero_release_params(ds_zero *z, int k);
+/* After writing stage k's gathered parameters (loading weights): the rank's slice goes
+ * back into its shard, the truth for ZeRO-3. Every rank must have written the same. */
+int ds_zero_store_params(ds_zero *z, int k, ds_err *err);
 
 #endif

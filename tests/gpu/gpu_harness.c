@@ -104,9 +104,9 @@ void gh_close(gh *g, const char *what, const float *gpu, const float *cpu, size_
     }
     g->checks++;
     if (bad) g->failures++;
-    printf("%s %-44s n=%-9zu max|diff|=%.3g (atol %.1g rtol %.1g) worst [%zu] gpu %.9g cpu %.9g%s\n",
+    printf("%s %-44s n=%-9zu max|diff|=%.3g (atol %.1g rtol %.1g) worst [%zu] gpu %.9g cpu %.9g\n",
            bad ? "FAIL" : "ok  ", what, n, max_abs, atol, rtol, worst, n ? gpu[worst] : 0.0,
-           n ? cpu[worst] : 0.0, bad ? "" : "");
+           n ? cpu[worst] : 0.0);
     if (bad) printf("     %zu of %zu elements out of tolerance\n", bad, n);
 }
 

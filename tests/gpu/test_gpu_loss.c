@@ -34,14 +34,14 @@ static void test_crossentropy(gh *g, int N, int V) {
 
     GH_OK(g, ds_cuda_crossentropy_backward(g->ctx, d_dl, d_logits, d_tg, dloss, N, V));
     got = gh_downf(g, d_dl, NV);
-    gh_close(g, "crossentropy bwd (accumulating)", got, dl, NV, 1e-7f, 1e-5f);
+    gh_close(g, "crossentropy bwd (accumulating)", got, dl, NV, 1e-7f, 5e-5f);
     free(got);
 
     GH_OK(g, ds_cuda_crossentropy_forward_backward(g->ctx, d_losses, d_dl, d_logits, d_tg, dloss,
                                                    N, V, &gtotal));
     got = gh_downf(g, d_dl, NV);
     float *gl = gh_downf(g, d_losses, N);
-    gh_close(g, "crossentropy fused dlogits", got, fused, NV, 1e-7f, 1e-5f);
+    gh_close(g, "crossentropy fused dlogits", got, fused, NV, 1e-7f, 5e-5f);
     gh_close(g, "crossentropy fused losses", gl, losses2, N, 1e-5f, 1e-5f);
     gh_expect(g, "crossentropy fused total", fabs(gtotal - total2) <= 1e-5 * N + 1e-5 * fabs(total2));
     /* in place: dlogits is the logits buffer; same bits as into a separate buffer */

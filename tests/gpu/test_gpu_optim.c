@@ -73,6 +73,24 @@ static float bits_f(uint32_t u) {
     return f;
 }
 
+/* 16-bit results: the same bits, except that a NaN only needs to be a NaN (the CPU's F16C
+ * path and the scalar code may keep different payload bits) */
+static void same_halves(gh *g, const char *what, const uint16_t *gpu, const uint16_t *cpu,
+                        size_t n, int f16) {
+    size_t bad = 0, nan_payload = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t exp = f16 ? 0x7C00u : 0x7F80u, man = f16 ? 0x03FFu : 0x007Fu;
+        int gnan = (gpu[i] & exp) == exp && (gpu[i] & man);
+        int cnan = (cpu[i] & exp) == exp && (cpu[i] & man);
+        if (gnan && cnan) nan_payload += gpu[i] != cpu[i];
+        else if (gpu[i] != cpu[i]) bad++;
+    }
+    char line[160];
+    snprintf(line, sizeof line, "%s: %zu of %zu differ (%zu NaNs with other payload bits)", what,
+             bad, n, nan_payload);
+    gh_expect(g, line, bad == 0);
+}
+
 static void test_convert(gh *g) {
     /* random bit patterns (every class: NaN, inf, denormals) plus the rounding edges */
     size_t n = 1 << 20;
@@ -91,11 +109,11 @@ static void test_convert(gh *g) {
     ds_f32_to_bf16(h, x, n);
     GH_OK(g, ds_cuda_f32_to_bf16(g->ctx, d_h, d_x, n));
     gh_down(g, gotw, d_h, n * 2);
-    gh_same_bits(g, "f32 -> bf16", gotw, h, n * 2);
+    same_halves(g, "f32 -> bf16", gotw, h, n, 0);
     ds_f32_to_f16(h, x, n);
     GH_OK(g, ds_cuda_f32_to_f16(g->ctx, d_h, d_x, n));
     gh_down(g, gotw, d_h, n * 2);
-    gh_same_bits(g, "f32 -> f16", gotw, h, n * 2);
+    same_halves(g, "f32 -> f16", gotw, h, n, 1);
 
     /* back: every 16-bit pattern. The CPU's F16C path quiets signalling NaNs, the shared
      * scalar code keeps them: NaN must map to NaN, everything else bit for bit. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -182,6 +183,9 @@ static void test_latest_and_steps(void **state) {
     if (save_sequential(f->dir, 10, 3, f->arrays, f->n, NULL, &err)) fail_msg("save: %s", err.msg);
     ck = open_ok(path);
     assert_int_equal(ds_ckpt_world(ck), 3);
+    char old_shard[4300];
+    snprintf(old_shard, sizeof old_shard, "%s/rank-1-of-2.bin", path);
+    assert_int_equal(access(old_shard, F_OK), -1); /* the W=2 shards were removed */
     assert_int_equal(ds_ckpt_expect(ck, "stage0/params", DS_F32, 999, &err), 0);
     assert_int_equal(ds_ckpt_verify(ck, &err), 0);
     ds_ckpt_close(ck);

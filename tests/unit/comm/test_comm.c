@@ -124,6 +124,8 @@ static int all_ops_rank(rank_env *env) {
         check_allgather_u16(c, rank, world, sizes[s]);
         check_broadcast(c, rank, world, sizes[s]);
     }
+    /* more 1 MiB segments per ring step than the 4-segment scratch ring holds */
+    check_reduce_scatter(c, rank, world, 1500007, 0);
     check_i32(c, rank, world);
     RANK_CHECK(ds_comm_barrier(c, &err) == 0, "%s", err.msg);
     ds_comm_close(c);

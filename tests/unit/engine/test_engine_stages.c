@@ -139,7 +139,12 @@ static void test_flat_layout_and_parameter_table(void **state) {
         "local m2 = gpt.GPT({vocab=50, context=8, layers=3, heads=2, d=16}, {seed = 3,\n"
         "  blocks = {{layers = 1}, {layers = 2, checkpoint = 'full'}}})\n"
         "same(m:param('h.2.attn.c_attn.weight'):to_table(), m2:param('h.2.attn.c_attn.weight'):to_table(), 'init across stagings')\n"
-        "assert(#m2.stages == 4)\n");
+        "assert(#m2.stages == 4)\n"
+        /* and whatever the thread count (wte is large enough to be split) */
+        "local big = {vocab=600, context=8, layers=1, heads=2, d=256}\n"
+        "ds.set_threads(1); local t1 = gpt.GPT(big, {seed = 3}):param('wte.weight'):to_table()\n"
+        "ds.set_threads(2); local t2 = gpt.GPT(big, {seed = 3}):param('wte.weight'):to_table()\n"
+        "same(t1, t2, 'init with 1 and 2 threads')\n");
 }
 
 /* Optimizers on sub-ranges (what a ZeRO shard runs) give the same bits as on the whole
@@ -215,6 +220,20 @@ static void test_accumulation_clipping_schedules(void **state) {
         "end\n"
         "local n0 = m:clip_grad_norm(0.01)\n"
         "assert(n0 > 0.01 and math.abs(m:grad_norm() - 0.01) < 1e-5, 'clipping')\n"
+        /* train_step fuses clipping into the optimizer's pass: the same bits as
+         * clip_grad_norm followed by a step */
+        "local wide = {vocab=1100, context=6, layers=1, heads=2, d=256, dropout=0}\n" /* wte: 2 chunks */
+        "for _, kind in ipairs {'AdamW', 'SGD', 'wide'} do\n"
+        "  local c = kind == 'wide' and wide or cfg\n"
+        "  kind = kind == 'wide' and 'AdamW' or kind\n"
+        "  local a, b = gpt.GPT(c, {seed = 2}), gpt.GPT(c, {seed = 2})\n"
+        "  local oa, ob = ds.optim[kind] {a, lr = 0.01, weight_decay = 0.1}, ds.optim[kind] {b, lr = 0.01, weight_decay = 0.1}\n"
+        "  for step = 1, 2 do\n"
+        "    a:zero_grad(); a:forward(x, y); a:backward(1.0); a:clip_grad_norm(0.05); oa:step()\n"
+        "    b:train_step {step = step, optimizer = ob, clip = 0.05, next_batch = function() return x, y end}\n"
+        "  end\n"
+        "  same(flat(a, 'params'), flat(b, 'params'), kind .. ': fused clipping')\n"
+        "end\n"
         "local f = ds.optim.warmup_cosine {lr = 1.0, min_lr = 0.1, warmup = 10, total = 110}\n"
         "assert(f(5) == 0.5 and f(10) == 1.0 and math.abs(f(60) - 0.55) < 1e-12 and f(110) == 0.1 and f(200) == 0.1)\n"
         "assert(ds.optim.constant {lr = 0.3}(7) == 0.3)\n");

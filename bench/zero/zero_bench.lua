@@ -1,0 +1,66 @@
+-- One rank of the ZeRO benchmark (bench/zero/zero_bench.c starts N of them): a GPT with
+-- every stage at ZeRO stage `zero`, fp32 AdamW, trained `warmup` + `steps` steps on
+-- synthetic data (global batch split over the ranks). Rank 0 appends one JSON line to
+-- out= with the model-state bytes from the allocation counters (after the last step:
+-- outside any ZeRO-3 gather window) and the fastest step time.
+local ds = require 'ds'
+local gpt = require 'ds.gpt'
+local synth = require 'ds.synth'
+
+local S = {zero = 0, steps = 8, warmup = 2, batch = 8, vocab = 512, context = 64, layers = 4,
+           d = 128, heads = 4, bucket = 0, threads = 1}
+for _, a in ipairs(arg) do
+  local k, v = a:match('^([%w_]+)=(.*)$')
+  S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
+end
+ds.set_threads(S.threads)
+local rank, world = ds.rank(), ds.world_size()
+local cfg = gpt.config {vocab = S.vocab, context = S.context, layers = S.layers, heads = S.heads, d = S.d}
+local model = gpt.GPT(cfg, {seed = 1, embed = {zero = S.zero}, blocks = {zero = S.zero}, head = {zero = S.zero}})
+local opt = ds.optim.AdamW {model, lr = 1e-4}
+local here = arg[0]:match('^(.*)/[^/]*$') or '.'
+if not model.zero then
+  local attach = dofile(here .. '/../../tests/integration/zero/zero_attach.lua')
+  attach(model, opt, {bucket = S.bucket, prefetch = S.prefetch})
+end
+local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 3}
+local b = S.batch // world
+local function rows(x)
+  local y = ds.tensor('int32', b, cfg.context)
+  for i = 1, b * cfg.context do y:set(i, x:get(rank * b * cfg.context + i)) end
+  return y
+end
+
+local function step(n)
+  return model:train_step {step = n, optimizer = opt, clip = 1.0, next_batch = function()
+    local x, y = source:batch(n, 1)
+    return rows(x), rows(y)
+  end}
+end
+for n = 1, S.warmup do step(n) end
+ds.memory_reset_peaks()
+-- The fastest step: on a shared machine a mean carries other programs' bursts; the
+-- driver also repeats each configuration, interleaved, and keeps the fastest run.
+local times, loss = {}, nil
+for n = S.warmup + 1, S.warmup + S.steps do
+  local t0 = ds.now()
+  loss = step(n).loss
+  times[#times + 1] = ds.now() - t0
+end
+table.sort(times)
+local dt = times[1]
+local m = ds.memory()
+
+-- Padding: parameters start on 16-float boundaries in a stage's flat buffer (numel) and
+-- ZeRO pads numel to a multiple of the world (padded).
+local psi, numel, padded = model:num_parameters(), 0, 0
+for _, st in ipairs(model.zero:info().stages) do numel = numel + st.numel; padded = padded + st.padded end
+if rank == 0 then
+  local f = assert(io.open(S.out, 'a'))
+  f:write(string.format('{"zero":%d,"world":%d,"params":%d,"flat_elems":%d,"padded_elems":%d,'
+    .. '"params_bytes":%d,"grads_bytes":%d,"optimizer_bytes":%d,"params_peak_bytes":%d,'
+    .. '"grads_peak_bytes":%d,"comm_peak_bytes":%d,"step_s":%.6f,"loss":%.6f}\n', S.zero, world, psi,
+    numel, padded, m.params.current, m.grads.current, m.optimizer.current, m.params.peak,
+    m.grads.peak, m.comm.peak, dt, loss))
+  f:close()
+end

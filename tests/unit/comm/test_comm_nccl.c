@@ -1,0 +1,118 @@
+/* The NCCL backend on a machine with GPUs (label "gpu"; exits 77, a skip, without one):
+ * every op on device buffers, exact against a reference sum, sync and async, with one
+ * rank per GPU (up to 2; a single GPU runs a world of one through NCCL all the same).
+ * CUDA is never touched in the parent: a process that initialised CUDA cannot fork
+ * children that use it, so even the device count comes from a probe child. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "comm_test_util.h"
+
+static float fill(int r, size_t i) { return (float)(int)((i * 7 + (size_t)r * 13) % 2001) - 1000.0f; }
+
+static float *to_device(const float *h, size_t n) {
+    void *d = NULL;
+    RANK_CHECK(cudaMalloc(&d, n * sizeof(float) + 4) == cudaSuccess, "cudaMalloc");
+    if (h) RANK_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    return d;
+}
+
+static float *to_host(const float *d, size_t n) {
+    float *h = malloc(n * sizeof(float) + 4);
+    RANK_CHECK(h && cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+    return h;
+}
+
+static int nccl_rank(rank_env *env) {
+    int rank = env->ctx.rank, world = env->ctx.world_size;
+    RANK_CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice(%d)", rank);
+    ds_err err = {{0}};
+    ds_comm_opts o = {.backend = DS_COMM_NCCL, .timeout_ms = env->timeout_ms};
+    ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(c != NULL, "open: %s", err.msg);
+    RANK_CHECK(ds_comm_backend_of(c) == DS_COMM_NCCL, "backend");
+    const size_t n = 1000003, shard = 250007;
+    float *h = malloc(n * sizeof(float)), *full = malloc(shard * (size_t)world * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = fill(rank, i);
+
+    /* all-reduce, sum then average */
+    float *d = to_device(h, n);
+    RANK_CHECK(ds_comm_allreduce(c, d, n, DS_F32, DS_COMM_SUM, &err) == 0, "%s", err.msg);
+    float *r = to_host(d, n);
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < world; q++) want += fill(q, i);
+        RANK_CHECK(r[i] == want, "allreduce i=%zu", i);
+    }
+    free(r);
+
+    /* reduce-scatter (async) */
+    for (size_t i = 0; i < shard * (size_t)world; i++) full[i] = fill(rank, i);
+    float *din = to_device(full, shard * (size_t)world), *dout = to_device(NULL, shard);
+    ds_comm_handle *hd = ds_comm_ireduce_scatter(c, din, dout, shard, DS_F32, DS_COMM_SUM, &err);
+    RANK_CHECK(hd != NULL, "%s", err.msg);
+    RANK_CHECK(ds_comm_wait(hd, &err) == 0, "%s", err.msg);
+    r = to_host(dout, shard);
+    for (size_t k = 0; k < shard; k++) {
+        float want = 0;
+        for (int q = 0; q < world; q++) want += fill(q, (size_t)rank * shard + k);
+        RANK_CHECK(r[k] == want, "reduce-scatter k=%zu", k);
+    }
+    free(r);
+
+    /* all-gather of a 16-bit payload, in place */
+    uint16_t *hg = malloc(shard * (size_t)world * 2);
+    for (size_t k = 0; k < shard; k++) hg[(size_t)rank * shard + k] = (uint16_t)(rank * 1000 + k);
+    void *dg = NULL;
+    RANK_CHECK(cudaMalloc(&dg, shard * (size_t)world * 2) == cudaSuccess, "cudaMalloc");
+    RANK_CHECK(cudaMemcpy(dg, hg, shard * (size_t)world * 2, cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    RANK_CHECK(ds_comm_allgather(c, (uint16_t *)dg + (size_t)rank * shard, dg, shard, DS_BF16,
+                                 &err) == 0, "%s", err.msg);
+    RANK_CHECK(cudaMemcpy(hg, dg, shard * (size_t)world * 2, cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+    for (int q = 0; q < world; q++)
+        for (size_t k = 0; k < shard; k++)
+            RANK_CHECK(hg[(size_t)q * shard + k] == (uint16_t)(q * 1000 + k), "allgather");
+
+    /* broadcast from the last rank, barrier */
+    RANK_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    RANK_CHECK(ds_comm_broadcast(c, d, n, DS_F32, world - 1, &err) == 0, "%s", err.msg);
+    r = to_host(d, n);
+    for (size_t i = 0; i < n; i++) RANK_CHECK(r[i] == fill(world - 1, i), "broadcast i=%zu", i);
+    free(r);
+    RANK_CHECK(ds_comm_barrier(c, &err) == 0, "%s", err.msg);
+
+    cudaFree(d);
+    cudaFree(din);
+    cudaFree(dout);
+    cudaFree(dg);
+    free(h);
+    free(full);
+    free(hg);
+    ds_comm_close(c);
+    return 0;
+}
+
+/* The number of CUDA devices, asked in a child so this process never initialises CUDA. */
+static int probe_devices(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        _exit(n > 100 ? 100 : n);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
+    return WEXITSTATUS(st);
+}
+
+int main(void) {
+    int ndev = probe_devices();
+    if (ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    int world = ndev >= 2 ? 2 : 1;
+    int failed = run_ranks(world, world, 60000, 240, nccl_rank, NULL);
+    printf("nccl, world %d: %s\n", world, failed ? "FAILED" : "passed");
+    return failed ? 1 : 0;
+}
