@@ -26,6 +26,7 @@ TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
 BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
 TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim bench_gpu)
+OPTIONAL_TARGETS=(test_comm_nccl) # the NCCL backend's test (runtime/comm), also labelled gpu
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
     exec > >(tee "$OUT/gpu-check.log") 2>&1
@@ -36,17 +37,23 @@ say() { printf '== %s\n' "$*"; }
 build() { # build DIR
     local dir=$1
     say "configure and build ${TARGETS[*]} in $dir"
-    cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir.configure.log" 2>&1 ||
-        { cat "$dir.configure.log"; echo "configure failed"; exit 1; }
-    grep -q 'CUDA kernels ON' "$dir.configure.log" ||
+    mkdir -p "$dir"
+    cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir/gpu-check-configure.log" 2>&1 ||
+        { cat "$dir/gpu-check-configure.log"; echo "configure failed"; exit 1; }
+    grep -q 'CUDA kernels ON' "$dir/gpu-check-configure.log" ||
         { echo "nvcc not found: the CUDA kernels are not built"; exit 1; }
     cmake --build "$dir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target "${TARGETS[@]}" || exit 1
+    local t
+    for t in "${OPTIONAL_TARGETS[@]}"; do
+        cmake --build "$dir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target "$t" >"$dir/gpu-check-$t.log" 2>&1 ||
+            echo "-- optional $t did not build (see $dir/gpu-check-$t.log); going on without it"
+    done
 }
 
 # run_tests BIN_DIR: every test_gpu_* program; 0 = pass, 77 = skipped (no device)
 run_tests() {
-    local bin=$1 failed=0 skipped=0 passed=0
-    for t in "$bin"/test_gpu_*; do
+    local bin=$1 failed=0 skipped=0 passed=0 unstarted=""
+    for t in "$bin"/test_*; do
         [ -x "$t" ] || continue
         local name start rc
         name=$(basename "$t")
@@ -59,10 +66,11 @@ run_tests() {
         0) passed=$((passed + 1)) ;;
         77) skipped=$((skipped + 1)) ;;
         124) echo "-- $name: TIMED OUT"; failed=$((failed + 1)) ;;
+        127) unstarted="$unstarted $name" ;; # a library it needs is not on this machine
         *) failed=$((failed + 1)) ;;
         esac
     done
-    say "tests: $passed passed, $failed failed, $skipped skipped (no device)"
+    say "tests: $passed passed, $failed failed, $skipped skipped (no device)${unstarted:+, not started (missing libraries):$unstarted}"
     [ "$skipped" -gt 0 ] && [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ] && return 2
     [ "$failed" -eq 0 ]
 }
@@ -80,7 +88,7 @@ run_bench() { # run_bench BIN
 # loads BIN_DIR: every program starts (the dynamic loader finds all its libraries)
 loads() {
     local b
-    for b in "$1"/*; do
+    for b in "$1"/test_gpu_* "$1"/bench_gpu; do
         if ldd "$b" | grep -q 'not found' || ldd "$b" | grep -q 'version .* not found'; then
             echo "-- $(basename "$b") does not load here:"
             ldd "$b" | grep 'not found'
@@ -114,10 +122,11 @@ rebuild_here() {
         -l:libcublasLt.so.13 -fopenmp -lstdc++ -lm -Wl,-rpath,"$dir/lib")
     local t
     for t in dense attention loss optim; do
-        gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -Itests/gpu "tests/gpu/test_gpu_$t.c" "$obj"/*.o \
+        gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -Itests/gpu -I"$cudalib/../include" -I/usr/local/cuda/include \
+            "tests/gpu/test_gpu_$t.c" "$obj"/*.o \
             "${libs[@]}" -o "$dir/bin/test_gpu_$t" || return 1
     done
-    gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -I"$cudalib/../include" bench/gpu/bench_gpu.c \
+    gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -I"$cudalib/../include" -I/usr/local/cuda/include bench/gpu/bench_gpu.c \
         "$obj"/*.o "${libs[@]}" -o "$dir/bin/bench_gpu" || return 1
     rm -rf "$obj"
     loads "$dir/bin"
@@ -138,10 +147,13 @@ bundle)
     build build-gpu
     rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
     cp build-gpu/tests/gpu/test_gpu_* build-gpu/bench/gpu/bench_gpu "$dir/bin/"
-    # non-CUDA libraries the programs load that a CUDA image may lack; the CUDA runtime
-    # and cuBLAS (hundreds of MB) are expected on the GPU machine
+    [ -x build-gpu/tests/unit/comm/test_comm_nccl ] && cp build-gpu/tests/unit/comm/test_comm_nccl "$dir/bin/"
+    # the libraries the programs load that a CUDA image may lack (OpenBLAS, libgomp, Lua,
+    # Gloo, ...); the C library, the C++ runtime and the CUDA libraries (cuBLAS and NCCL
+    # are hundreds of MB) are expected on the GPU machine
     for b in "$dir"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-        grep -E 'libopenblas|libgfortran|libquadmath|libgomp' | while read -r lib; do
+        grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so' |
+        grep -vE '/cuda|/libcu|/libnccl' | while read -r lib; do
         cp -L "$lib" "$dir/lib/$(basename "$lib")"
     done
     mkdir -p "$dir/include"
@@ -155,7 +167,7 @@ run)
     show_device
     # where the CUDA 13 runtime and cuBLAS live on this machine (toolkit or pip wheels)
     libpath="$dir/lib"
-    for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+    for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
         found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
         [ -n "$found" ] && case ":$libpath:" in
             *":$(dirname "$found"):"*) ;;
@@ -178,8 +190,10 @@ run)
     [ "$mode" != here ] && dir=$mode
     show_device
     build "$dir"
-    say "ctest -L gpu"
-    (cd "$dir" && ctest -L gpu --output-on-failure --timeout "$TEST_TIMEOUT")
+    say "ctest -L gpu (the tests/gpu programs, and test_comm_nccl if it built)"
+    excl=()
+    [ -x "$dir/tests/unit/comm/test_comm_nccl" ] || excl=(-E test_comm_nccl)
+    (cd "$dir" && ctest -L gpu "${excl[@]}" --output-on-failure --timeout "$TEST_TIMEOUT")
     rc=$?
     run_bench "$dir/bench/gpu/bench_gpu"
     exit $rc

@@ -77,7 +77,7 @@ else
   error("optimizer must be 'adamw' or 'sgd', got " .. tostring(S.optimizer))
 end
 local lr_at = S.schedule == 'constant' and ds.optim.constant {lr = S.lr}
-  or ds.optim.warmup_cosine {lr = S.lr, min_lr = S.min_lr, warmup = S.warmup, total = S.steps}
+  or ds.optim.warmup_cosine {lr = S.lr, min_lr = S.min_lr, warmup = math.min(S.warmup, S.steps), total = S.steps}
 
 print(string.format('GPT: %d layers, %d heads, d %d, vocab %d, context %d: %.3fM parameters; '
   .. 'batch %d x %d, accumulation %d; %d threads', cfg.layers, cfg.heads, cfg.d, cfg.vocab,

@@ -2,6 +2,7 @@
  * author. */
 #include <stdio.h>
 
+#include "comm.h"
 #include "script.h"
 #include "subcommands.h"
 
@@ -12,5 +13,7 @@ int dsrun_run_main(int argc, char **argv) {
     }
     ds_context ctx;
     ds_context_single(&ctx);
-    return ds_script_run(&ctx, argv[1], argc - 2, argv + 2);
+    int rc = ds_script_run(&ctx, argv[1], argc - 2, argv + 2);
+    ds_comm_close(ctx.comm); /* the world-of-one communicator, if the script made one */
+    return rc;
 }

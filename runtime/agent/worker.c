@@ -8,6 +8,7 @@
 
 #include "ds_context.h"
 #include "lifeline.h"
+#include "comm.h"
 #include "script.h"
 #include "store_client.h"
 #include "subcommands.h"
@@ -95,6 +96,7 @@ int dsrun_worker_main(int argc, char **argv) {
         return 1;
     }
     int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);
+    ds_comm_close(ctx.comm); /* opened lazily by the script's first collective */
     if (ctx.store) ds_store_close(ctx.store);
     return rc;
 }

@@ -5,7 +5,10 @@
  * does. */
 #include <lauxlib.h>
 
+#include <string.h>
+
 #include "ds_lua.h"
+#include "lua_engine.h"
 #include "zero.h"
 
 #define ZERO_MT "ds.Zero"
@@ -138,7 +141,14 @@ static float get_f(lua_State *L, int t, const char *key, double dflt) {
     return (float)v;
 }
 
-/* zero:adamw{lr=, beta1=, beta2=, eps=, weight_decay=, t=} */
+/* grad_scale (clipping) multiplies the gradients before the step: the same bits as
+ * the engine's fused ds_adamw_step_scaled, which scales each chunk in place first. */
+static void apply_grad_scale(lua_State *L, ds_zero *z) {
+    float k = get_f(L, 2, "grad_scale", 1.0);
+    if (k != 1.0f) ds_zero_scale_grads(z, k);
+}
+
+/* zero:adamw{lr=, beta1=, beta2=, eps=, weight_decay=, t=, grad_scale=} */
 static int l_adamw(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -148,18 +158,90 @@ static int l_adamw(lua_State *L) {
     c.t = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
     if (c.t < 1) return luaL_error(L, "zero:adamw: t = %d (1-based)", c.t);
+    apply_grad_scale(L, z);
     ds_err err = {{0}};
     return raise_if(L, ds_zero_adamw(z, &c, &err), &err);
 }
 
-/* zero:sgd{lr=, momentum=, weight_decay=} */
+/* zero:sgd{lr=, momentum=, weight_decay=, grad_scale=} */
 static int l_sgd(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_sgd_cfg c = {get_f(L, 2, "lr", 1e-2), get_f(L, 2, "momentum", 0.0),
                     get_f(L, 2, "weight_decay", 0.0)};
+    apply_grad_scale(L, z);
     ds_err err = {{0}};
     return raise_if(L, ds_zero_sgd(z, &c, &err), &err);
+}
+
+
+/* One range of a logical array as a table {name=, total=, begin=, tensor=} whose tensor
+ * views the rank's memory (valid while z lives and the buffer is not re-laid). */
+static void push_range(lua_State *L, int zidx, const char *name, ds_tensor *buf, int64_t buf_first,
+                       int64_t begin, int64_t end, int64_t total) {
+    ds_err err = {{0}};
+    int64_t len = end - begin;
+    ds_tensor *v = ds_tensor_view(DS_F32, buf->cat, 1, &len,
+                                  (float *)buf->data + (begin - buf_first), &err);
+    if (!v) luaL_error(L, "%s", err.msg);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)total);
+    lua_setfield(L, -2, "total");
+    lua_pushinteger(L, (lua_Integer)begin);
+    lua_setfield(L, -2, "begin");
+    ds_lua_push_tensor_view(L, v, zidx);
+    lua_setfield(L, -2, "tensor");
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+}
+
+static ds_tensor *ensure_vec(lua_State *L, ds_tensor **t, int64_t n) {
+    if (*t) return *t;
+    ds_err err = {{0}};
+    int64_t len = n > 0 ? n : 1;
+    if (!(*t = ds_tensor_new(DS_F32, DS_MEM_OPTIMIZER, 1, &len, &err))) luaL_error(L, "%s", err.msg);
+    return *t;
+}
+
+/* zero:arrays(k, mode [, optimizer]) -> { {name=, total=, begin=, tensor=}, ... }: stage
+ * k's model state as logical arrays of its flat length ("params", "adam_m", "adam_v",
+ * "momentum"), whatever the ZeRO stage and world size, so a checkpoint reshards:
+ *   mode "save": the rank's own range [lo, hi) of each array that exists (together the
+ *                ranks cover each array once);
+ *   mode "load": every range the rank keeps (the full parameters at ZeRO 0..2, the full
+ *                moments at 0), optimizer state for `optimizer` ("adamw" | "sgd")
+ *                made if missing. ZeRO-3 windows are closed first (they would be stale). */
+static int l_arrays(lua_State *L) {
+    ds_zero *z = check_zero(L, 1);
+    int k = (int)luaL_checkinteger(L, 2) - 1;
+    const char *mode = luaL_checkstring(L, 3);
+    const char *opt = luaL_optstring(L, 4, "");
+    if (k < 0 || k >= z->n) return luaL_error(L, "zero:arrays: stage %d (1..%d)", k + 1, z->n);
+    int save = !strcmp(mode, "save");
+    if (!save && strcmp(mode, "load")) return luaL_error(L, "zero:arrays: mode '%s' (save|load)", mode);
+    ds_zero_stage *zs = &z->st[k];
+    ds_stage *s = zs->s;
+    int64_t n = (int64_t)s->numel, lo = zs->lo, hi = zs->hi;
+    if (!save) ds_zero_release_params(z, k);
+    lua_newtable(L);
+    /* parameters */
+    if (zs->zero == 3) push_range(L, 1, "params", zs->param_shard, lo, lo, hi, n);
+    else if (save) push_range(L, 1, "params", s->flat_params, 0, lo, hi, n);
+    else push_range(L, 1, "params", s->flat_params, 0, 0, n, n);
+    /* optimizer state: full at ZeRO 0, the shard above */
+    struct { const char *name; ds_tensor **full, **shard; const char *opt; } st[3] = {
+        {"adam_m", &s->adam_m, &zs->m, "adamw"},
+        {"adam_v", &s->adam_v, &zs->v, "adamw"},
+        {"momentum", &s->momentum, &zs->mom, "sgd"}};
+    for (int i = 0; i < 3; i++) {
+        ds_tensor **t = zs->zero == 0 ? st[i].full : st[i].shard;
+        if (!save && !strcmp(opt, st[i].opt)) ensure_vec(L, t, zs->zero == 0 ? n : zs->part.shard);
+        if (!*t) continue;
+        if (zs->zero == 0) push_range(L, 1, st[i].name, *t, 0, save ? lo : 0, save ? hi : n, n);
+        else push_range(L, 1, st[i].name, *t, lo, lo, hi, n);
+    }
+    return 1;
 }
 
 static void set_int(lua_State *L, const char *key, long long v) {
@@ -202,7 +284,7 @@ void ds_lua_open_zero(lua_State *L) {
         {"adamw", l_adamw},                     {"sgd", l_sgd},
         {"mean", l_mean},                       {"gather_params", l_gather_params},
         {"release_params", l_release_params},   {"store_params", l_store_params},
-        {"info", l_info},
+        {"info", l_info},                       {"arrays", l_arrays},
         {NULL, NULL}};
     if (luaL_newmetatable(L, ZERO_MT)) {
         lua_newtable(L);

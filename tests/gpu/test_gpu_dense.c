@@ -1,5 +1,6 @@
 /* Matmul (cuBLAS), elementwise, GELU and LayerNorm on the GPU against the CPU kernels,
  * and the same backward call twice giving the same bits. Inputs uniform in [-1, 1]. */
+#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,43 @@ static void test_layernorm(gh *g, int N, int C, int affine) {
     ds_cuda_free(g->ctx, d_rstd);
 }
 
+/* TF32 tensor cores on request (10-bit mantissas: loose tolerance), then back to fp32; and
+ * the same backward on a stream of its own gives the default stream's bits. */
+static void test_tf32_and_stream(gh *g, int N, int C, int OC) {
+    float *inp = gh_randf(g, (size_t)N * C, -1, 1), *w = gh_randf(g, (size_t)OC * C, -1, 1);
+    float *dout = gh_randf(g, (size_t)N * OC, -1, 1), *out = gh_alloc((size_t)N * OC * 4);
+    float *d_inp = gh_up(g, inp, (size_t)N * C * 4), *d_w = gh_up(g, w, (size_t)OC * C * 4);
+    float *d_dout = gh_up(g, dout, (size_t)N * OC * 4), *d_out = gh_zeros(g, (size_t)N * OC * 4);
+    ds_matmul_forward(out, inp, w, NULL, N, C, OC);
+    GH_OK(g, ds_cuda_ctx_set_tf32(g->ctx, 1));
+    GH_OK(g, ds_cuda_matmul_forward(g->ctx, d_out, d_inp, d_w, NULL, N, C, OC));
+    GH_OK(g, ds_cuda_ctx_set_tf32(g->ctx, 0));
+    float *got = gh_downf(g, d_out, (size_t)N * OC);
+    gh_close(g, "matmul fwd with TF32", got, out, (size_t)N * OC, 3e-2f, 1e-2f);
+    free(got);
+
+    float *runs[2];
+    cudaStream_t st = NULL;
+    if (cudaStreamCreate(&st) != cudaSuccess) {
+        fprintf(stderr, "cudaStreamCreate failed\n");
+        exit(1);
+    }
+    for (int r = 0; r < 2; r++) {
+        GH_OK(g, ds_cuda_ctx_set_stream(g->ctx, r ? (void *)st : NULL));
+        float *d_dw = gh_zeros(g, (size_t)OC * C * 4), *d_db = gh_zeros(g, (size_t)OC * 4);
+        GH_OK(g, ds_cuda_matmul_backward(g->ctx, NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
+        runs[r] = gh_downf(g, d_dw, (size_t)OC * C);
+        ds_cuda_free(g->ctx, d_dw), ds_cuda_free(g->ctx, d_db);
+    }
+    GH_OK(g, ds_cuda_ctx_set_stream(g->ctx, NULL));
+    cudaStreamDestroy(st);
+    gh_same_bits(g, "matmul bwd dweight: own stream = default stream", runs[0], runs[1],
+                 (size_t)OC * C * 4);
+    free(runs[0]), free(runs[1]), free(inp), free(w), free(dout), free(out);
+    ds_cuda_free(g->ctx, d_inp), ds_cuda_free(g->ctx, d_w), ds_cuda_free(g->ctx, d_dout);
+    ds_cuda_free(g->ctx, d_out);
+}
+
 static void test_bad_arguments(gh *g) {
     gh_expect(g, "matmul with N = 0 is refused",
               ds_cuda_matmul_forward(g->ctx, NULL, NULL, NULL, NULL, 0, 4, 4) == -1 &&
@@ -184,6 +222,7 @@ int main(void) {
     test_layernorm(&g, 1024, 768, 1);
     test_layernorm(&g, 37, 100, 1);
     test_layernorm(&g, 5, 33, 0);
+    test_tf32_and_stream(&g, 1024, 768, 768);
     test_bad_arguments(&g);
     return gh_finish(&g);
 }

@@ -60,4 +60,30 @@ return function(model, opt, opts)
     z:adamw(c)
     return c.lr
   end
+  -- Collective: every rank writes its own range of each stage's arrays.
+  function model:save(dir, _, state)
+    local core = ds._core
+    local w = core.ckpt_writer(dir, state.step, ds.rank(), ds.world_size())
+    for k, s in ipairs(self.stages) do
+      for _, a in ipairs(z:arrays(k, 'save')) do w:add(s:info().name .. '/' .. a.name, a.tensor, a.total, a.begin) end
+    end
+    state.optimizer_t = opt.t
+    local ok, err = w:commit(state, function() core.comm.barrier() end)
+    if not ok then error('save ' .. dir .. ': ' .. tostring(err)) end
+  end
+  -- Reads back what this rank keeps, at any world size and ZeRO stage.
+  function model:load(dir, _)
+    local ck, err = ds._core.ckpt_open(dir)
+    if not ck then error('load ' .. dir .. ': ' .. tostring(err)) end
+    local state = ck:state()
+    for k, s in ipairs(self.stages) do
+      for _, a in ipairs(z:arrays(k, 'load', opt.momentum and 'sgd' or 'adamw')) do
+        local ok, e = ck:read(s:info().name .. '/' .. a.name, a.begin, a.tensor)
+        if not ok then error('load ' .. dir .. ': ' .. tostring(e)) end
+      end
+    end
+    opt.t = state.optimizer_t
+    ck:close()
+    return state
+  end
 end

@@ -15,7 +15,9 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 
 #include "../../unit/comm/comm_test_util.h"
 #include "script.h"
@@ -40,8 +42,22 @@ static void run_case(const char *name, int w, const char *const *kv, char *out, 
     script_args a = {0};
     char outarg[600];
     snprintf(outarg, sizeof outarg, "out=%s", out);
+    char ckarg[2][600];
+    int nck = 0;
+    for (const char *const *p = kv; *p; p++) /* save=NAME / load=NAME: under OUTDIR */
+        if ((!strncmp(*p, "save=", 5) || !strncmp(*p, "load=", 5)) && nck < 2) {
+            snprintf(ckarg[nck], sizeof ckarg[nck], "%.5s%s/%s", *p, g_outdir, *p + 5);
+            if (**p == 's') {
+                char cmd[700];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckarg[nck] + 5);
+                if (system(cmd) != 0) fail_msg("%s failed", cmd);
+            }
+            nck++;
+        }
     a.args[a.nargs++] = outarg;
-    for (; *kv && a.nargs < 15; kv++) a.args[a.nargs++] = (char *)*kv;
+    for (int i = 0; i < nck; i++) a.args[a.nargs++] = ckarg[i];
+    for (; *kv && a.nargs < 15; kv++)
+        if (strncmp(*kv, "save=", 5) && strncmp(*kv, "load=", 5)) a.args[a.nargs++] = (char *)*kv;
     int failed = run_ranks(w, w, 60000, 120, run_script_rank, &a);
     if (failed) fail_msg("%s: %d of %d ranks failed", name, failed, w);
 }
@@ -75,6 +91,16 @@ static result *load(const char *path) {
 static void compare(const char *name, const char *ref_path, const char *path, int mode) {
     int exact = mode == 3;
     result *a = load(ref_path), *b = load(path);
+    /* A resumed run starts later: compare from the reference's matching line on. */
+    int skip = 0;
+    while (skip < a->n && b->n > 0 && (strcmp(a->kind[skip], b->kind[0]) || a->idx[skip] != b->idx[0])) skip++;
+    if (skip == a->n) skip = 0;
+    if (skip) {
+        memmove(a->kind, a->kind + skip, (size_t)(a->n - skip) * sizeof a->kind[0]);
+        memmove(a->idx, a->idx + skip, (size_t)(a->n - skip) * sizeof a->idx[0]);
+        memmove(a->v, a->v + skip, (size_t)(a->n - skip) * sizeof a->v[0]);
+        a->n -= skip;
+    }
     if (a->n != b->n) fail_msg("%s: %d values, the reference has %d", name, b->n, a->n);
     double max_abs[3] = {0}, max_rel[3] = {0};
     int bad = 0;
@@ -105,7 +131,7 @@ static void compare(const char *name, const char *ref_path, const char *path, in
 typedef struct exact_case {
     char name[64];
     int world;
-    const char *kv[8];
+    const char *kv[10];
     int ref;          /* index of the case it is compared with */
     int mode;         /* CMP_* */
     int same_as;      /* >= 0: must also be bit-identical to that case */
@@ -121,7 +147,7 @@ static int add_case(const char *name, int world, const char *const *kv, int ref,
     exact_case *c = &g_cases[g_ncases];
     snprintf(c->name, sizeof c->name, "%s", name);
     c->world = world;
-    for (int i = 0; kv[i] && i < 7; i++) c->kv[i] = kv[i];
+    for (int i = 0; kv[i] && i < 9; i++) c->kv[i] = kv[i];
     c->ref = ref;
     c->mode = mode;
     c->same_as = same_as;
@@ -189,6 +215,31 @@ static void build_cases(void) {
         const char *m3[] = {opts[o][0], opts[o][1], "embed=3", "blocks=0", "head=1", NULL};
         snprintf(name, sizeof name, "%s_w4_mix_e3_b0_h1", on);
         add_case(name, 4, m3, ref[0], loose4, -1);
+
+        /* State checkpoints: saved after step 10 at world 4 (ZeRO-3) and continued at
+         * world 2 (ZeRO-1) and world 1 (ZeRO off): reshards, matches the uninterrupted
+         * world-4 run; saved and continued at world 2 (ZeRO-3): bit for bit. */
+        static char ck[2][4][32]; /* the cases keep pointers to these */
+        char *save4 = ck[o][0], *load4 = ck[o][1], *save2 = ck[o][2], *load2 = ck[o][3];
+        snprintf(save4, 32, "save=ck_%s_w4", on);
+        snprintf(load4, 32, "load=ck_%s_w4", on);
+        snprintf(save2, 32, "save=ck_%s_w2", on);
+        snprintf(load2, 32, "load=ck_%s_w2", on);
+        const char *c1[] = {opts[o][0], opts[o][1], "zero=3", save4, "save_at=10", NULL};
+        snprintf(name, sizeof name, "%s_ckpt_save_w4_z3", on);
+        int full4 = add_case(name, 4, c1, ref[0], loose4, -1);
+        const char *c2[] = {opts[o][0], opts[o][1], "zero=1", load4, NULL};
+        snprintf(name, sizeof name, "%s_ckpt_load_w2_z1", on);
+        add_case(name, 2, c2, full4, CMP_TOL, -1);
+        const char *c3[] = {opts[o][0], opts[o][1], "zero=0", load4, NULL};
+        snprintf(name, sizeof name, "%s_ckpt_load_w1_z0", on);
+        add_case(name, 1, c3, full4, CMP_TOL, -1);
+        const char *c4[] = {opts[o][0], opts[o][1], "zero=3", save2, "save_at=10", NULL};
+        snprintf(name, sizeof name, "%s_ckpt_save_w2_z3", on);
+        int full2 = add_case(name, 2, c4, ref[0], CMP_TOL, -1);
+        const char *c5[] = {opts[o][0], opts[o][1], "zero=3", load2, NULL};
+        snprintf(name, sizeof name, "%s_ckpt_load_w2_z3", on);
+        add_case(name, 2, c5, full2, CMP_BITWISE, -1);
     }
 }
 
@@ -200,6 +251,10 @@ int main(int argc, char **argv) {
     g_script = argv[1];
     g_outdir = argv[2];
     g_filter = argc > 3 && argv[3][0] ? argv[3] : NULL;
+    if (mkdir(g_outdir, 0755) != 0 && errno != EEXIST) {
+        perror(g_outdir);
+        return 2;
+    }
     build_cases();
     static struct CMUnitTest tests[128];
     int n = 0;

@@ -3,7 +3,10 @@
 -- world size. Writes, on rank 0, every step's loss and global grad norm and the final
 -- parameters to out= (one "kind index value" line each); zero_run.c compares files.
 --   dsrun run zero_gpt.lua out=PATH [zero=N] [embed=N] [blocks=N] [head=N] [accum=A]
---                          [steps=S] [bucket=E] [clip=C]
+--                          [steps=S] [bucket=E] [clip=C] [optim=sgd|adamw] [lr=X]
+--                          [save=DIR save_at=N] [load=DIR] [attach=1]
+-- save: writes a state checkpoint after step N; load: starts from DIR's latest and
+-- continues to `steps`.
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
 local synth = require 'ds.synth'
@@ -19,15 +22,22 @@ ds.set_threads(1)
 
 local rank, world = ds.rank(), ds.world_size()
 local cfg = gpt.config {vocab = 64, context = 16, layers = 2, heads = 4, d = 32}
-local model = gpt.GPT(cfg, {seed = 7, embed = {zero = S.embed or S.zero},
-                            blocks = {zero = S.blocks or S.zero}, head = {zero = S.head or S.zero}})
+local staging = {seed = 7, embed = {zero = S.embed or S.zero}, blocks = {zero = S.blocks or S.zero},
+                 head = {zero = S.head or S.zero}, zero_bucket = S.bucket > 0 and S.bucket or nil}
+local ok, model = pcall(gpt.GPT, cfg, staging)
+if not ok then -- a ds library without ZeRO in ds.Model (see below)
+  staging.zero_bucket = nil
+  model = gpt.GPT(cfg, staging)
+end
 local opt = S.optim == 'sgd' and ds.optim.SGD {model, lr = S.lr, momentum = 0.9, weight_decay = 0.1}
   or ds.optim.AdamW {model, lr = S.lr, betas = {0.9, 0.95}, weight_decay = 0.1}
 
--- (Until the engine's model.lua calls the ZeRO hooks itself.)
-local here = arg[0]:match('^(.*)/[^/]*$') or '.'
-if world > 1 or (S.embed or S.zero) > 0 or (S.blocks or S.zero) > 0 or (S.head or S.zero) > 0 then
-  dofile(here .. '/zero_attach.lua')(model, opt, {bucket = S.bucket})
+-- (Until lua/ds/model.lua drives ZeRO itself: then model.zero_state exists.)
+if not model.zero_state then
+  local here = arg[0]:match('^(.*)/[^/]*$') or '.'
+  if S.attach or S.save or S.load or world > 1 or (S.embed or S.zero) > 0 or (S.blocks or S.zero) > 0 or (S.head or S.zero) > 0 then
+    dofile(here .. '/zero_attach.lua')(model, opt, {bucket = S.bucket})
+  end
 end
 local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 11}
 assert(S.batch % world == 0, 'batch must split evenly over the ranks')
@@ -43,13 +53,16 @@ end
 
 local t0 = ds.now()
 local out = rank == 0 and assert(io.open(S.out, 'w'))
-for step = 1, S.steps do
+local first = 1
+if S.load then first = model:load(S.load, opt).step + 1 end
+for step = first, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
     next_batch = function(micro)
       local x, y = source:batch(step, micro)
       return my_rows(x), my_rows(y)
     end}
   if out then out:write(string.format('loss %d %.9e\ngnorm %d %.9e\n', step, st.loss, step, st.grad_norm)) end
+  if S.save and step == S.save_at then model:save(S.save, opt, {step = step}) end
 end
 -- Final parameters: every stage gathered (ZeRO-3 keeps shards only).
 local i = 0
