@@ -58,7 +58,8 @@ void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const
 /* ---- loss ----------------------------------------------------------------------- */
 /* Per row n: losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; the softmax
  * probabilities overwrite nothing: backward recomputes from logits. Rows with
- * target < 0 are ignored (loss 0). Returns the sum of the losses (fixed order). */
+ * target < 0 are ignored (loss 0); any other target must be < V (the caller checks its
+ * data once, not the kernel per row). Returns the sum of the losses (fixed order). */
 double ds_crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
                                int N, int V);
 /* dlogits[n,:] += dloss * (softmax(logits[n]) - onehot(targets[n])). dloss is the

@@ -11,6 +11,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
 THREADS=${THREADS:-2} B=${B:-4} T=${T:-64} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} MODEL=${MODEL:-all}
+# libgomp's idle threads spin by default and starve OpenBLAS's pthreads on the same cores
+# (docs/engine.md, "Threads"); PASSIVE for all three peers alike, unless set already.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load $(cut -d' ' -f1-3 /proc/loadavg)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -104,58 +104,74 @@ typedef struct gemm_total {
     double ds_seconds;     /* the same through ds_matmul_* */
 } gemm_total;
 
+/* One GEMM of a step: pass 0 forward, 1 dinp, 2 dweight of a linear layer. */
+static void run_gemm(const linear *l, int p, int N, int native, float *inp, float *w, float *out,
+                     float *dinp, float *dw) {
+    int C = l->C, OC = l->OC;
+    if (native && p == 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 1.0f,
+                    out, OC);
+    else if (native && p == 1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C,
+                    1.0f, dinp, C);
+    else if (native)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, out, OC, inp, C,
+                    1.0f, dw, C);
+    else if (p == 0)
+        ds_matmul_forward(out, inp, w, NULL, N, C, OC);
+    else if (p == 1)
+        ds_matmul_backward(dinp, NULL, NULL, out, inp, w, N, C, OC);
+    else
+        ds_matmul_backward(NULL, dw, NULL, out, inp, w, N, C, OC);
+}
+
+/* Every GEMM shape twice: through ds_matmul_* (the kernels' path: single-threaded OpenBLAS
+ * calls split over the OpenMP threads), then OpenBLAS with its own threads (the reference).
+ * The kernels' path runs first: OpenBLAS's threads keep spinning for a while after a
+ * threaded call, and would slow whatever runs next on the same cores. */
 static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
     linear lin[5];
     int nl = model_linears(m, lin);
     gemm_total tot = {0, 0, 0};
+    timing t[5][3][2];
+    for (int native = 0; native < 2; native++) {
+        if (native) openblas_set_num_threads(threads);
+        for (int i = 0; i < nl; i++) {
+            size_t C = lin[i].C, OC = lin[i].OC;
+            float *inp = frand(N * C, 1), *w = frand(OC * C, 0.1f), *out = frand(N * OC, 1);
+            float *dinp = frand(N * C, 1), *dw = frand(OC * C, 1);
+            for (int p = 0; p < 3; p++)
+                TIME_IT(t[i][p][native], run_gemm(&lin[i], p, N, native, inp, w, out, dinp, dw));
+            free(inp), free(w), free(out), free(dinp), free(dw);
+        }
+    }
+    ds_kernels_set_threads(threads); /* back to single-threaded OpenBLAS */
+    struct timespec settle = {0, 300000000}; /* let OpenBLAS's threads go to sleep */
+    nanosleep(&settle, NULL);
     printf("\n%s: sgemm on the model's GEMM shapes (N=%d tokens, %d threads)\n", m->name, N,
            threads);
     printf("%-10s %-8s %6s %6s %6s %10s %10s %12s\n", "layer", "pass", "M", "N", "K", "ms",
            "GFLOP/s", "ds GFLOP/s");
-    for (int i = 0; i < nl; i++) {
-        int C = lin[i].C, OC = lin[i].OC;
-        float *inp = frand((size_t)N * C, 1), *w = frand((size_t)OC * C, 0.1f);
-        float *out = frand((size_t)N * OC, 1), *dinp = frand((size_t)N * C, 1);
-        float *dw = frand((size_t)OC * C, 1);
-        const char *pass[3] = {"forward", "dinp", "dweight"};
+    const char *pass[3] = {"forward", "dinp", "dweight"};
+    for (int i = 0; i < nl; i++)
         for (int p = 0; p < 3; p++) {
-            timing t, td;
-            int M = p == 0 ? N : p == 1 ? N : OC, NN = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : N;
-            /* OpenBLAS with its own threads: the machine's GEMM speed, the reference */
-            openblas_set_num_threads(threads);
-            if (p == 0)
-                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f,
-                                       inp, C, w, C, 1.0f, out, OC));
-            else if (p == 1)
-                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
-                                       1.0f, out, OC, w, C, 1.0f, dinp, C));
-            else
-                TIME_IT(t, cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
-                                       out, OC, inp, C, 1.0f, dw, C));
-            /* the kernels' own path (ds_matmul_*, bias excluded) */
-            ds_kernels_set_threads(threads);
-            if (p == 0)
-                TIME_IT(td, ds_matmul_forward(out, inp, w, NULL, N, C, OC));
-            else if (p == 1)
-                TIME_IT(td, ds_matmul_backward(dinp, NULL, NULL, out, inp, w, N, C, OC));
-            else
-                TIME_IT(td, ds_matmul_backward(NULL, dw, NULL, out, inp, w, N, C, OC));
+            int C = lin[i].C, OC = lin[i].OC;
+            int M = p == 2 ? OC : N, NN = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : N;
+            timing tn = t[i][p][1], td = t[i][p][0];
             double flops = 2.0 * M * NN * K;
             tot.flops += flops * lin[i].per_step;
-            tot.seconds += t.best * lin[i].per_step;
+            tot.seconds += tn.best * lin[i].per_step;
             tot.ds_seconds += td.best * lin[i].per_step;
             printf("%-10s %-8s %6d %6d %6d %10.3f %10.1f %12.1f\n", lin[i].name, pass[p], M, NN,
-                   K, t.best * 1e3, flops / t.best * 1e-9, flops / td.best * 1e-9);
+                   K, tn.best * 1e3, flops / tn.best * 1e-9, flops / td.best * 1e-9);
             printf("{\"bench\":\"sgemm\",\"model\":\"%s\",\"layer\":\"%s\",\"pass\":\"%s\","
                    "\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"ms_best\":%.4f,"
                    "\"ms_median\":%.4f,\"gflop_per_s\":%.2f,\"ds_matmul_ms_best\":%.4f,"
                    "\"ds_matmul_gflop_per_s\":%.2f}\n",
-                   m->name, lin[i].name, pass[p], M, NN, K, threads, t.best * 1e3,
-                   t.median * 1e3, flops / t.best * 1e-9, td.best * 1e3,
+                   m->name, lin[i].name, pass[p], M, NN, K, threads, tn.best * 1e3,
+                   tn.median * 1e3, flops / tn.best * 1e-9, td.best * 1e3,
                    flops / td.best * 1e-9);
         }
-        free(inp), free(w), free(out), free(dinp), free(dw);
-    }
     printf("%s: one step's GEMMs: %.1f GFLOP in %.1f ms at sgemm speed = %.1f GFLOP/s "
            "(ds_matmul: %.1f ms, %.1f GFLOP/s)\n",
            m->name, tot.flops * 1e-9, tot.seconds * 1e3, tot.flops / tot.seconds * 1e-9,

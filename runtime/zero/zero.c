@@ -123,6 +123,16 @@ ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elem
     z->n = n;
     z->bucket_elems = bucket_elems ? bucket_elems : DS_ZERO_BUCKET_ELEMS;
     for (int k = 0; k < n; k++) z->st[k].s = stages[k];
+    /* Every rank starts from rank 0's parameters, as DeepSpeed does: initialisation is
+     * seeded, but a script may have changed them on one rank only. */
+    for (int k = 0; k < n && z->world > 1; k++) {
+        ds_stage *s = stages[k];
+        if (ds_comm_broadcast(comm, s->flat_params->data, s->numel, DS_F32, 0, err) != 0) {
+            ds_err_prefix(err, "zero: broadcast stage '%s' parameters", s->name);
+            ds_zero_free(z);
+            return NULL;
+        }
+    }
     for (int k = 0; k < n; k++) {
         if (setup_stage(z, k, err) != 0) {
             ds_err_prefix(err, "zero");

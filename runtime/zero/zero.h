@@ -66,7 +66,8 @@ typedef struct ds_zero {
 
 /* Takes the model's stages in order (not owned; they must outlive z) and re-lays their
  * buffers for their ZeRO stage: padded full buffers for 0..2, shards for 2 and 3.
- * Collective over comm. bucket_elems 0: DS_ZERO_BUCKET_ELEMS. */
+ * Collective over comm; the parameters are broadcast from rank 0 first. bucket_elems 0:
+ * DS_ZERO_BUCKET_ELEMS. */
 ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elems,
                      ds_err *err);
 /* Waits any gather in flight. NULL is allowed. */

@@ -36,7 +36,7 @@ static inline float *tu_copyf(const float *x, size_t n) {
 }
 
 static inline double *tu_to_double(const float *x, size_t n) {
-    double *y = malloc((n ? n : 1) * sizeof *y);
+    double *y = calloc(n ? n : 1, sizeof *y); /* calloc: gcc -O2 -fsanitize warns on y[0] when n == 0 */
     for (size_t i = 0; i < n; i++) y[i] = x[i];
     return y;
 }

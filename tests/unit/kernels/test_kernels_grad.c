@@ -130,7 +130,7 @@ static void check_gelu(size_t n) {
     float *x = tu_randf(n, -6.0f, 6.0f), *out = tu_randf(n, 0, 1), *dout = tu_randf(n, -1, 1);
     x[0] = 0.0f;
     ds_gelu_forward(out, x, n);
-    double *xd = tu_to_double(x, n), *yd = malloc(n * sizeof *yd), *fd = malloc(n * sizeof *fd);
+    double *xd = tu_to_double(x, n), *yd = calloc(n, sizeof *yd), *fd = calloc(n, sizeof *fd);
     ref_gelu(xd, yd, &n);
     assert_int_equal(tu_mismatch("gelu out", out, yd, n, FWD_ATOL, FWD_RTOL), 0);
     float *base = tu_randf(n, -1, 1), *grad = tu_copyf(base, n);
