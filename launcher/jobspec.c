@@ -91,7 +91,10 @@ static const char *SECTIONS[] = {"job", "resources", "ssh", "env", "rendezvous",
 static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
-                                     "CUDA_VISIBLE_DEVICES"};
+                                     "CUDA_VISIBLE_DEVICES", "DS_ENGINE_ZERO",
+                                     "DS_ENGINE_PRECISION", "DS_ENGINE_CHECKPOINT",
+                                     "DS_ENGINE_MICRO_BATCH", "DS_ENGINE_GRAD_ACCUM",
+                                     "DS_ENGINE_SEED"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)

@@ -130,13 +130,28 @@ static int push_int(char **env, int *n, const char *key, long long v) {
     return push_env(env, n, key, b);
 }
 
+/* The job's [engine] section reaches the script as DS_ENGINE_* (read by
+ * ds.engine_defaults() in lua/ds/model.lua). */
+static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
+    static const char *const PRECISION[] = {"fp32", "bf16", "fp16"};
+    int bad = 0;
+    bad |= push_int(env, n, "DS_ENGINE_ZERO", spec->zero_stage);
+    bad |= push_env(env, n, "DS_ENGINE_PRECISION", PRECISION[spec->precision]);
+    bad |= push_env(env, n, "DS_ENGINE_CHECKPOINT",
+                    spec->checkpointing ? spec->checkpointing : "none");
+    bad |= push_int(env, n, "DS_ENGINE_MICRO_BATCH", spec->micro_batch);
+    bad |= push_int(env, n, "DS_ENGINE_GRAD_ACCUM", spec->grad_accum);
+    bad |= push_int(env, n, "DS_ENGINE_SEED", spec->seed);
+    return bad;
+}
+
 char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, const char *job_id,
                         int attempt) {
     if (r < 0 || r >= plan->world_size) return NULL;
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    char **env = calloc((size_t)(11 + nenv), sizeof *env);
+    char **env = calloc((size_t)(17 + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);
@@ -150,6 +165,7 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     bad |= push_int(env, &n, "DS_ATTEMPT", attempt);
     /* one device per rank, named by its physical index (the slot) */
     if (plan->gpus) bad |= push_int(env, &n, "CUDA_VISIBLE_DEVICES", rk->slot);
+    if (spec) bad |= push_engine_defaults(env, &n, spec);
     for (int i = 0; i < nenv && !bad; i++)
         bad |= push_env(env, &n, spec->env[i].key, spec->env[i].value);
     if (bad) {

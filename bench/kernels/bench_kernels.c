@@ -281,7 +281,12 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
 }
 
 /* ---- 3. a whole step -------------------------------------------------------------- */
-static int bench_step(const gpt_shape *m, int B, int T, int threads, gemm_total gt) {
+typedef struct step_result {
+    size_t params;
+    double best, median, parts[4], gflops, loss0, loss;
+} step_result;
+
+static int bench_step(const gpt_shape *m, int B, int T, step_result *res) {
     gpt_step_cfg cfg = {m->V, T, m->L, m->NH, m->C, B, T};
     gpt_step *g = gpt_step_new(cfg);
     if (!g) {
@@ -291,43 +296,49 @@ static int bench_step(const gpt_shape *m, int B, int T, int threads, gemm_total 
     int N = B * T;
     int32_t *ids = malloc(2 * N * sizeof *ids), *tg = ids + N;
     for (int i = 0; i < N; i++) ids[i] = (i * 7919) % m->V, tg[i] = (i * 104729 + 1) % m->V;
-    double steps[64], parts[4], part_sum[4] = {0};
+    double steps[64], parts[4];
     int n = g_reps < 64 ? g_reps : 64;
-    double loss0 = gpt_step_run(g, ids, tg, 1, NULL), loss = loss0;
+    memset(res, 0, sizeof *res);
+    res->loss0 = res->loss = gpt_step_run(g, ids, tg, 1, NULL);
     for (int r = 0; r < n; r++) {
         double t0 = now_s();
-        loss = gpt_step_run(g, ids, tg, r + 2, parts);
+        res->loss = gpt_step_run(g, ids, tg, r + 2, parts);
         steps[r] = now_s() - t0;
-        for (int k = 0; k < 4; k++) part_sum[k] += parts[k] / n;
+        for (int k = 0; k < 4; k++) res->parts[k] += parts[k] / n;
     }
     qsort(steps, n, sizeof(double), cmp_double);
-    double best = steps[0], median = steps[n / 2];
-    size_t P = gpt_step_params(g);
-    double flops = 6.0 * P * N + 12.0 * m->L * m->C * T * (double)N;
-    /* 0 when the GEMM section did not run: the ratio is then not printed */
+    res->best = steps[0], res->median = steps[n / 2];
+    res->params = gpt_step_params(g);
+    double flops = 6.0 * res->params * N + 12.0 * m->L * m->C * T * (double)N;
+    res->gflops = flops / res->best * 1e-9;
+    free(ids);
+    gpt_step_free(g);
+    return 0;
+}
+
+/* gt.seconds is 0 when the GEMM section did not run: no ratio then */
+static void print_step(const gpt_shape *m, int B, int T, int threads, const step_result *r,
+                       gemm_total gt) {
+    int N = B * T;
     double sgemm_gflops = gt.seconds > 0 ? gt.flops / gt.seconds * 1e-9 : 0;
-    double gflops = flops / best * 1e-9;
     printf("\n%s: whole training step from the kernels (B=%d T=%d, %d threads, %zu params)\n",
-           m->name, B, T, threads, P);
+           m->name, B, T, threads, r->params);
     printf("step best %.1f ms, median %.1f ms (mean: forward %.1f, backward %.1f, clip+AdamW "
-           "%.1f, zero grads %.1f)\n", best * 1e3, median * 1e3, part_sum[0], part_sum[1],
-           part_sum[2], part_sum[3]);
-    printf("%.1f tokens/s, %.1f GFLOP/s", N / best, gflops);
+           "%.1f, zero grads %.1f)\n", r->best * 1e3, r->median * 1e3, r->parts[0], r->parts[1],
+           r->parts[2], r->parts[3]);
+    printf("%.1f tokens/s, %.1f GFLOP/s", N / r->best, r->gflops);
     if (sgemm_gflops > 0)
-        printf(" = %.0f%% of sgemm's %.1f GFLOP/s on the same shapes", 100.0 * gflops / sgemm_gflops,
-               sgemm_gflops);
-    printf("; loss %.3f -> %.3f\n", loss0, loss);
+        printf(" = %.0f%% of sgemm's %.1f GFLOP/s on the same shapes",
+               100.0 * r->gflops / sgemm_gflops, sgemm_gflops);
+    printf("; loss %.3f -> %.3f\n", r->loss0, r->loss);
     printf("{\"bench\":\"kernel_step\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"threads\":%d,"
            "\"params\":%zu,\"step_ms_best\":%.2f,\"step_ms_median\":%.2f,"
            "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,"
            "\"zero_grad_ms\":%.2f,\"tokens_per_s\":%.2f,\"gflop_per_s\":%.2f,"
            "\"sgemm_gflop_per_s\":%.2f,\"fraction_of_sgemm\":%.3f}\n",
-           m->name, B, T, threads, P, best * 1e3, median * 1e3, part_sum[0], part_sum[1],
-           part_sum[2], part_sum[3], N / best, gflops, sgemm_gflops,
-           sgemm_gflops > 0 ? gflops / sgemm_gflops : 0.0);
-    free(ids);
-    gpt_step_free(g);
-    return 0;
+           m->name, B, T, threads, r->params, r->best * 1e3, r->median * 1e3, r->parts[0],
+           r->parts[1], r->parts[2], r->parts[3], N / r->best, r->gflops, sgemm_gflops,
+           sgemm_gflops > 0 ? r->gflops / sgemm_gflops : 0.0);
 }
 
 int main(int argc, char **argv) {
@@ -366,11 +377,15 @@ int main(int argc, char **argv) {
         int want = !strcmp(which, "all") || !strcmp(which, m->name) ||
                    (!strcmp(which, "gpt2") && i == 0);
         if (!want) continue;
-        int all = !strcmp(only, "all");
+        /* The GEMM section runs last: its OpenBLAS-threaded reference leaves OpenBLAS's
+         * threads spinning for a while, which would slow what follows. */
+        int all = !strcmp(only, "all"), step = all || !strcmp(only, "step");
         gemm_total gt = {0, 0, 0};
-        if (all || !strcmp(only, "gemm")) gt = bench_gemms(m, B * T, threads);
+        step_result sr;
         if (all || !strcmp(only, "kernels")) bench_non_gemm(m, B, T, threads);
-        if ((all || !strcmp(only, "step")) && bench_step(m, B, T, threads, gt) != 0) return 1;
+        if (step && bench_step(m, B, T, &sr) != 0) return 1;
+        if (all || !strcmp(only, "gemm")) gt = bench_gemms(m, B * T, threads);
+        if (step) print_step(m, B, T, threads, &sr, gt);
     }
     return 0;
 }

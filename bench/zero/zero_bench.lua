@@ -18,17 +18,8 @@ local rank, world = ds.rank(), ds.world_size()
 local cfg = gpt.config {vocab = S.vocab, context = S.context, layers = S.layers, heads = S.heads, d = S.d}
 local staging = {seed = 1, embed = {zero = S.zero}, blocks = {zero = S.zero}, head = {zero = S.zero},
                  zero_bucket = S.bucket > 0 and S.bucket or nil, zero_prefetch = S.prefetch ~= 0}
-local ok, model = pcall(gpt.GPT, cfg, staging)
-if not ok then
-  staging.zero_bucket, staging.zero_prefetch = nil, nil
-  model = gpt.GPT(cfg, staging)
-end
+local model = gpt.GPT(cfg, staging)
 local opt = ds.optim.AdamW {model, lr = 1e-4}
-if not model.zero_state then -- a ds library without ZeRO in ds.Model: the test's hooks
-  local here = arg[0]:match('^(.*)/[^/]*$') or '.'
-  local attach = dofile(here .. '/../../tests/integration/zero/zero_attach.lua')
-  attach(model, opt, {bucket = S.bucket, prefetch = S.prefetch})
-end
 local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 3}
 local b = S.batch // world
 local function rows(x)

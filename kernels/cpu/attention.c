@@ -101,7 +101,8 @@ void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T
                           int NH) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
-#pragma omp parallel for collapse(2) schedule(dynamic)
+    size_t work = (size_t)B * NH * T * T * d.hs;
+#pragma omp parallel for collapse(2) schedule(dynamic) if (work > 4 * DS_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) forward_head(out, att, qkv, b, h, d);
 }
@@ -145,7 +146,8 @@ void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const
                            const float *att, int B, int T, int C, int NH) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
-#pragma omp parallel for collapse(2) schedule(dynamic)
+    size_t work = (size_t)B * NH * T * T * d.hs;
+#pragma omp parallel for collapse(2) schedule(dynamic) if (work > 2 * DS_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) backward_head(dqkv, scratch, dout, qkv, att, b, h, d);
 }

@@ -66,7 +66,7 @@ static float row_logsumexp(const float *x, int V) {
 
 double ds_crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
                                int N, int V) {
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if ((size_t)N * V > DS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         losses[n] = targets[n] < 0 ? 0.0f : row_logsumexp(x, V) - x[targets[n]];
@@ -78,7 +78,7 @@ double ds_crossentropy_forward(float *losses, const float *logits, const int32_t
 
 void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
                               float dloss, int N, int V) {
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if ((size_t)N * V > DS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         if (targets[n] < 0) continue;
         const float *x = logits + (size_t)n * V;
@@ -90,7 +90,7 @@ void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t
 
 double ds_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                         const int32_t *targets, float dloss, int N, int V) {
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if ((size_t)N * V > DS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         float *dx = dlogits + (size_t)n * V;

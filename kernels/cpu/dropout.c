@@ -22,7 +22,7 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, ds_rn
     float keep_scale = ds_km_keep_scale(p);
     uint32_t k[2] = {(uint32_t)key.seed, (uint32_t)(key.seed >> 32)};
     size_t nblocks = (n + 3) / 4;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(dynamic, 4096) if (n > DS_PAR_MIN / 4)
     for (size_t blk = 0; blk < nblocks; blk++) {
         uint32_t r[4] = {(uint32_t)blk, key.step, key.layer, key.micro};
         ds_km_philox4x32_10(r, k);

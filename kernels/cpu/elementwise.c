@@ -20,30 +20,30 @@ static size_t chunk_len(size_t c, size_t n) {
 }
 
 void ds_add_forward(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void ds_accumulate(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 void ds_scale(float *x, float s, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
 void ds_gelu_forward(float *out, const float *inp, size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 4)
     for (size_t c = 0; c < nchunks; c++)
         gelu_fwd_range(out + c * CHUNK, inp + c * CHUNK, chunk_len(c, n));
 }
 
 void ds_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 4)
     for (size_t c = 0; c < nchunks; c++)
         gelu_bwd_range(dinp + c * CHUNK, inp + c * CHUNK, dout + c * CHUNK, chunk_len(c, n));
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "simd.h"
 
 void ds_embedding_forward(float *out, const int32_t *ids, const float *table, int N, int C) {
     for (int n = 0; n < N; n++)
@@ -11,7 +12,7 @@ void ds_embedding_forward(float *out, const int32_t *ids, const float *table, in
 
 void ds_embedding_backward(float *dtable, const float *dout, const int32_t *ids, int N, int C) {
     enum { COLS = 64 }; /* 12 blocks for C=768: balanced over 2, 3, 4 or 6 threads */
-#pragma omp parallel for schedule(static) if (N * C > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)N * C > DS_PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += COLS) {
         int c1 = c0 + COLS < C ? c0 + COLS : C;
         for (int n = 0; n < N; n++) {

@@ -40,7 +40,7 @@ DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, cons
 
 void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C > 16384)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C > DS_PAR_MIN)
     for (int n = 0; n < N; n++)
         forward_row(out + (size_t)n * C, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
                     inp + (size_t)n * C, weight, bias, C, eps);
@@ -93,7 +93,7 @@ DS_SIMD static void dparams_cols(float *dweight, float *dbias, const float *dout
 void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean,
                            const float *rstd, int N, int C) {
-    int big = (size_t)N * C > 16384;
+    int big = (size_t)N * C > DS_PAR_MIN;
     if (dinp) {
 #pragma omp parallel for schedule(dynamic, 8) if (big)
         for (int n = 0; n < N; n++)

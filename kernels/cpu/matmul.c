@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "simd.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -58,7 +59,7 @@ void ds_matmul_forward(float *out, const float *inp, const float *weight, const 
                        int N, int C, int OC) {
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > DS_PAR_MIN)
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
@@ -70,7 +71,7 @@ void ds_matmul_forward(float *out, const float *inp, const float *weight, const 
  * result does not depend on the thread count. */
 static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     enum { COLS = 64 }; /* 12 blocks for C=768: balanced over 2, 3, 4 or 6 threads */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > DS_PAR_MIN)
     for (int c0 = 0; c0 < OC; c0 += COLS) {
         int c1 = c0 + COLS < OC ? c0 + COLS : OC;
         float acc[COLS];

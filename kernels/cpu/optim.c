@@ -22,7 +22,7 @@ void ds_adamw_update_scaled(float *param, const float *grad, float grad_scale, f
                             float weight_decay, int t) {
     ds_km_adamw k = ds_km_adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 2)
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * CHUNK, len = lo + CHUNK < n ? CHUNK : n - lo;
         adamw_range(param + lo, grad + lo, m + lo, v + lo, len, k);
@@ -43,7 +43,7 @@ DS_SIMD static void sgd_range(float *param, const float *grad, float *buf, size_
 void ds_sgd_update(float *param, const float *grad, float *buf, size_t n, float lr,
                    float momentum, float weight_decay) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(dynamic) if (nchunks > 1)
+#pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 2)
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * CHUNK, len = lo + CHUNK < n ? CHUNK : n - lo;
         sgd_range(param + lo, grad + lo, buf ? buf + lo : NULL, len, lr, momentum,
@@ -71,7 +71,7 @@ double ds_sumsq(const float *x, size_t n) {
     double total = 0.0;
     for (size_t base = 0; base < nchunks; base += MAXCHUNKS) {
         size_t cnt = nchunks - base < MAXCHUNKS ? nchunks - base : MAXCHUNKS;
-#pragma omp parallel for schedule(dynamic) if (cnt > 4)
+#pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN)
         for (size_t c = 0; c < cnt; c++) {
             size_t lo = (base + c) * CHUNK;
             partial[c] = sumsq_range(x + lo, lo + CHUNK < n ? CHUNK : n - lo);

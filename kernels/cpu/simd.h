@@ -29,4 +29,10 @@
 
 #define DS_LANES 16
 
+/* Below about this many element operations (~0.1-0.2 ms on one core) a kernel runs on
+ * one thread: a parallel region ends in a barrier, and when another process holds the
+ * other core the barrier waits for a scheduler slice (4-8 ms measured here), far more
+ * than the split saves. */
+#define DS_PAR_MIN 262144
+
 #endif

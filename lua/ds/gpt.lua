@@ -46,7 +46,7 @@ function gpt.layers(cfg)
   return L
 end
 
-local STAGING_KEYS = util.set {'seed', 'embed', 'blocks', 'head'}
+local STAGING_KEYS = util.set {'seed', 'embed', 'blocks', 'head', 'zero_bucket', 'zero_prefetch'}
 
 local function stage_of(layers, opts, name, seed)
   opts = opts or {}
@@ -66,6 +66,7 @@ end
 --   blocks = stage options for all blocks in one stage, or a list of
 --            {layers = n, <stage options>} splitting the blocks over several stages
 --   head   = stage options for ln_f and the tied head
+--   zero_bucket, zero_prefetch = ds.Model's ZeRO options (docs/zero.md)
 function gpt.GPT(cfg, staging)
   cfg = gpt.config(cfg)
   staging = staging or {}
@@ -93,6 +94,7 @@ function gpt.GPT(cfg, staging)
   if total ~= cfg.layers then util.errorf('gpt.GPT: blocks stages hold %d layers, the model has %d', total, cfg.layers) end
   stages[#stages + 1] = stage_of(L.head, staging.head, 'head', seed)
   stages.criterion = nn.CrossEntropy()
+  stages.zero_bucket, stages.zero_prefetch = staging.zero_bucket, staging.zero_prefetch
   local m = model.Model(stages)
   m.cfg = cfg
   return m
@@ -126,12 +128,14 @@ end
 function gpt.save_safetensors(m, path)
   local core = require 'ds._core'
   if not core.safetensors then util.error('gpt.save_safetensors: this build has no safetensors support') end
-  local out = {}
-  for _, p in ipairs(m:parameters()) do
-    local v = p.stage:param(p.name)
-    out[gpt.hf_name(p.name)] = gpt.is_conv1d(p.name) and v:transposed() or v
-  end
-  core.safetensors.save(path, out, {format = 'pt'})
+  m:with_params(function() -- ZeRO-3: the full parameters exist only inside (collective)
+    local out = {}
+    for _, p in ipairs(m:parameters()) do
+      local v = p.stage:param(p.name)
+      out[gpt.hf_name(p.name)] = gpt.is_conv1d(p.name) and v:transposed() or v
+    end
+    core.safetensors.save(path, out, {format = 'pt'})
+  end)
 end
 
 -- Buffers and tied weights a Hugging Face file may carry that are not parameters here.
@@ -146,23 +150,25 @@ function gpt.load_safetensors(m, path)
   if not core.safetensors then util.error('gpt.load_safetensors: this build has no safetensors support') end
   local file = core.safetensors.load(path)
   local used = {}
-  for _, p in ipairs(m:parameters()) do
-    local key = gpt.hf_name(p.name)
-    local t = file[key]
-    if not t then key = p.name; t = file[key] end
-    if not t then util.errorf("gpt.load_safetensors: %s has no tensor '%s'", path, gpt.hf_name(p.name)) end
-    if t:dtype() ~= 'fp32' then util.errorf("gpt.load_safetensors: %s: '%s' is %s (fp32 expected)", path, key, t:dtype()) end
-    if gpt.is_conv1d(p.name) then
-      if #t:shape() ~= 2 then util.errorf("gpt.load_safetensors: %s: '%s' is %s, expected 2-D", path, key, shape_str(t)) end
-      t = t:transposed()
+  m:with_params(function() -- ZeRO-3: written into the gathered parameters, then stored
+    for _, p in ipairs(m:parameters()) do
+      local key = gpt.hf_name(p.name)
+      local t = file[key]
+      if not t then key = p.name; t = file[key] end
+      if not t then util.errorf("gpt.load_safetensors: %s has no tensor '%s'", path, gpt.hf_name(p.name)) end
+      if t:dtype() ~= 'fp32' then util.errorf("gpt.load_safetensors: %s: '%s' is %s (fp32 expected)", path, key, t:dtype()) end
+      if gpt.is_conv1d(p.name) then
+        if #t:shape() ~= 2 then util.errorf("gpt.load_safetensors: %s: '%s' is %s, expected 2-D", path, key, shape_str(t)) end
+        t = t:transposed()
+      end
+      local dst = p.stage:param(p.name)
+      if shape_str(t) ~= shape_str(dst) then
+        util.errorf("gpt.load_safetensors: %s: '%s' is %s, the model needs %s", path, key, shape_str(t), shape_str(dst))
+      end
+      dst:copy(t)
+      used[key] = true
     end
-    local dst = p.stage:param(p.name)
-    if shape_str(t) ~= shape_str(dst) then
-      util.errorf("gpt.load_safetensors: %s: '%s' is %s, the model needs %s", path, key, shape_str(t), shape_str(dst))
-    end
-    dst:copy(t)
-    used[key] = true
-  end
+  end, true)
   for name in pairs(file) do
     if not used[name] and not ignorable(name) then
       util.errorf("gpt.load_safetensors: %s: unexpected tensor '%s' (a different model?)", path, name)

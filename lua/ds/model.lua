@@ -86,9 +86,13 @@ end
 local Model = {}
 Model.__index = Model
 
--- ds.Model{stage1, stage2, ..., criterion = nn.CrossEntropy()}
+-- ds.Model{stage1, stage2, ..., criterion = nn.CrossEntropy(), zero_bucket = elements,
+-- zero_prefetch = true}. With more than one rank, or any stage at ZeRO > 0, the model
+-- trains data-parallel through ds._core.zero_new (docs/zero.md): hooks around each
+-- stage's forward and backward, the reduction at the accumulation boundary, the global
+-- norm and the sharded optimizer step.
 function M.Model(spec)
-  util.check_keys(spec, util.set {'criterion'}, 'ds.Model')
+  util.check_keys(spec, util.set {'criterion', 'zero_bucket', 'zero_prefetch'}, 'ds.Model')
   local m = setmetatable({stages = {}, criterion = spec.criterion or nn.CrossEntropy()}, Model)
   for i, s in ipairs(spec) do
     if type(s) ~= 'userdata' or not pcall(s.info, s) then
@@ -97,14 +101,41 @@ function M.Model(spec)
     m.stages[i] = s
   end
   if #m.stages == 0 then util.error('ds.Model: no stages') end
+  if spec.zero_bucket ~= nil and (math.type(spec.zero_bucket) ~= 'integer' or spec.zero_bucket < 1) then
+    util.error('ds.Model: zero_bucket must be an integer >= 1 (elements)')
+  end
+  m.zero_opts = {bucket = spec.zero_bucket, prefetch = spec.zero_prefetch ~= false}
+  -- (A ds._core without the runtime's parts, as the engine's unit tests build it, has
+  -- no world size and no ZeRO: one rank, stages trained whole.)
+  local world = core.world_size and core.world_size() or 1
+  local sharded = world > 1
+  for _, s in ipairs(m.stages) do sharded = sharded or s:info().zero > 0 end
+  if sharded and (core.zero_new or world > 1) then m:zero_state() end
   return m
+end
+
+-- The ZeRO object over the stages (made on first use when the model runs without it:
+-- one rank, ZeRO off, where it only serves save and load).
+function Model:zero_state()
+  if not self.zero then
+    if not core.zero_new then util.error('this ds._core has no ZeRO (runtime/zero)') end
+    local t = {bucket = self.zero_opts.bucket, prefetch = self.zero_opts.prefetch}
+    for k, s in ipairs(self.stages) do t[k] = s end
+    self.zero = core.zero_new(t)
+  end
+  return self.zero
 end
 
 -- Output of the last stage (logits for a GPT). run: {train=, step=, micro=}.
 function Model:predict(x, run)
   run = run or {}
   local train = run.train ~= false
-  for _, s in ipairs(self.stages) do x = s:forward(x, train, run.step or 0, run.micro or 0) end
+  local z = self.zero
+  for k, s in ipairs(self.stages) do
+    if z then z:before_forward(k) end
+    x = s:forward(x, train, run.step or 0, run.micro or 0)
+    if z then z:after_forward(k) end
+  end
   return x
 end
 
@@ -117,15 +148,23 @@ end
 -- Backward of scale * loss (scale = 1/accumulation steps); gradients accumulate.
 function Model:backward(scale)
   local d = self.criterion:backward(scale or 1.0)
-  for i = #self.stages, 1, -1 do d = self.stages[i]:backward(d) end
+  local z = self.zero
+  for i = #self.stages, 1, -1 do
+    if z then z:before_backward(i) end
+    d = self.stages[i]:backward(d)
+    if z then z:after_backward(i) end
+  end
 end
 
 function Model:zero_grad()
+  if self.zero then return self.zero:zero_grad() end
   for _, s in ipairs(self.stages) do s:zero_grad() end
 end
 
--- Global gradient norm over every stage, summed in stage order.
+-- Global gradient norm over every stage, summed in stage order (with ZeRO: over every
+-- rank's shard, reduced gradients; every rank gets the same bits).
 function Model:grad_norm()
+  if self.zero then return math.sqrt(self.zero:grad_sumsq()) end
   local ss = 0
   for _, s in ipairs(self.stages) do ss = ss + s:grad_sumsq() end
   return math.sqrt(ss)
@@ -142,7 +181,9 @@ end
 function Model:clip_grad_norm(max_norm)
   local n = self:grad_norm()
   local k = clip_factor(n, max_norm)
-  if k ~= 1.0 then
+  if k ~= 1.0 and self.zero then
+    self.zero:scale_grads(k)
+  elseif k ~= 1.0 then
     for _, s in ipairs(self.stages) do s:scale_grads(k) end
   end
   return n
@@ -176,6 +217,61 @@ function Model:param(name, grad)
   util.errorf("model has no parameter '%s'", tostring(name))
 end
 
+-- Runs fn() with every ZeRO-3 stage's full parameters gathered (collective: every rank
+-- calls it); with write = true what fn wrote into them is kept (every rank must write
+-- the same). Parameter views taken inside are valid only inside.
+function Model:with_params(fn, write)
+  local z = self.zero
+  if not z then return fn() end
+  for k in ipairs(self.stages) do z:gather_params(k) end
+  local ok, err = pcall(fn)
+  if ok and write then
+    for k in ipairs(self.stages) do z:store_params(k) end
+  end
+  for k in ipairs(self.stages) do z:release_params(k) end
+  if not ok then error(err, 0) end
+end
+
+-- A state checkpoint (collective; runtime/ckpt, docs/zero.md): each rank writes its own
+-- range of every stage's parameters and optimizer state as logical arrays
+-- "<stage>/params", "<stage>/adam_m", ..., so loading at another world size or ZeRO
+-- stage reshards. state: a table saved in meta.json (step = required).
+function Model:save(dir, optimizer, state)
+  if type(state) ~= 'table' or math.type(state.step) ~= 'integer' then
+    util.error('model:save(dir, optimizer, state): state.step must be an integer')
+  end
+  local z = self:zero_state()
+  local w = core.ckpt_writer(dir, state.step, core.rank(), core.world_size())
+  for k, s in ipairs(self.stages) do
+    for _, a in ipairs(z:arrays(k, 'save')) do w:add(s:info().name .. '/' .. a.name, a.tensor, a.total, a.begin) end
+  end
+  local saved = {}
+  for key, v in pairs(state) do saved[key] = v end
+  saved.optimizer_t = optimizer and optimizer.t or 0
+  saved.world_size = core.world_size()
+  local ok, err = w:commit(saved, function() core.comm.barrier() end)
+  if not ok then util.errorf('model:save %s: %s', dir, tostring(err)) end
+end
+
+-- Loads dir's latest checkpoint (or a step directory) into the model and optimizer, at
+-- any world size and ZeRO stages; returns the saved state table.
+function Model:load(dir, optimizer)
+  local z = self:zero_state()
+  local ck, err = core.ckpt_open(dir)
+  if not ck then util.errorf('model:load: %s', tostring(err)) end
+  local state = ck:state()
+  local kind = optimizer and (optimizer.momentum and 'sgd' or 'adamw') or nil
+  for k, s in ipairs(self.stages) do
+    for _, a in ipairs(z:arrays(k, 'load', kind)) do
+      local ok, e = ck:read(s:info().name .. '/' .. a.name, a.begin, a.tensor)
+      if not ok then ck:close(); util.errorf('model:load: %s', tostring(e)) end
+    end
+  end
+  if optimizer then optimizer.t = state.optimizer_t or 0 end
+  ck:close()
+  return state
+end
+
 -- Frees every activation buffer (they come back with the next forward).
 function Model:release()
   for _, s in ipairs(self.stages) do s:release() end
@@ -196,6 +292,10 @@ function Model:train_step(t)
     loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro}) / accum
     self:backward(1.0 / accum)
     tokens = tokens + x:numel()
+  end
+  if self.zero then -- gradients averaged over the ranks; the loss too, in rank order
+    self.zero:reduce()
+    loss = self.zero:mean(loss)
   end
   -- Clipping is fused into the optimizer's pass (the same bits as clip_grad_norm first).
   local gn = self:grad_norm()

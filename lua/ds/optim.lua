@@ -24,7 +24,7 @@ function optim.AdamW(cfg)
      or betas[1] < 0 or betas[1] >= 1 or betas[2] < 0 or betas[2] >= 1 then
     util.error(w .. ': betas must be {b1, b2} with 0 <= b < 1')
   end
-  return setmetatable({stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-3, 0),
+  return setmetatable({model = cfg[1], stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-3, 0),
     beta1 = betas[1], beta2 = betas[2], eps = util.num(cfg, 'eps', w, 1e-8, 0),
     weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, AdamW)
 end
@@ -35,7 +35,8 @@ function AdamW:step(lr, grad_scale)
   self.t = self.t + 1
   local c = {lr = lr or self.lr, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
              weight_decay = self.weight_decay, t = self.t, grad_scale = grad_scale or 1.0}
-  for _, s in ipairs(self.stages) do s:adamw_step(c) end
+  if self.model.zero then self.model.zero:adamw(c) -- the rank's shards (docs/zero.md)
+  else for _, s in ipairs(self.stages) do s:adamw_step(c) end end
   return c.lr
 end
 
@@ -46,7 +47,7 @@ SGD.__index = SGD
 function optim.SGD(cfg)
   local w = 'ds.optim.SGD'
   util.check_keys(cfg, util.set {'lr', 'momentum', 'weight_decay'}, w)
-  return setmetatable({stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-2, 0),
+  return setmetatable({model = cfg[1], stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-2, 0),
     momentum = util.num(cfg, 'momentum', w, 0.0, 0, 1),
     weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, SGD)
 end
@@ -55,7 +56,8 @@ function SGD:step(lr, grad_scale)
   self.t = self.t + 1
   local c = {lr = lr or self.lr, momentum = self.momentum, weight_decay = self.weight_decay,
              grad_scale = grad_scale or 1.0}
-  for _, s in ipairs(self.stages) do s:sgd_step(c) end
+  if self.model.zero then self.model.zero:sgd(c)
+  else for _, s in ipairs(self.stages) do s:sgd_step(c) end end
   return c.lr
 end
 

@@ -58,10 +58,10 @@ struct ds_layer {
     uint32_t rng_id;
 
     /* configuration (what each kind uses) */
-    int in_dim, out_dim; /* linear; embedding: vocab -> out_dim; posemb: context */
+    int in_dim, out_dim; /* linear; embedding: in_dim = vocab; posemb: in_dim = context */
     int heads;
     int has_bias;
-    float eps, p, init_std;
+    float eps, p; /* layernorm eps; dropout probability */
 
     ds_param *param[DS_LAYER_MAX_PARAMS];
     int tied[DS_LAYER_MAX_PARAMS]; /* 1: param belongs to another layer (not owned) */

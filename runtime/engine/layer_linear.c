@@ -32,7 +32,6 @@ ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_er
     l->in_dim = in_dim;
     l->out_dim = out_dim;
     l->has_bias = bias;
-    l->init_std = init_std;
     if (!ds_layer_add_param(l, "weight", 2, out_dim, in_dim, 1, DS_INIT_NORMAL, init_std, err) ||
         (bias && !ds_layer_add_param(l, "bias", 1, out_dim, 1, 0, DS_INIT_ZEROS, 0, err))) {
         ds_layer_free(l);

@@ -385,6 +385,14 @@ static void keep(lua_State *L, int ud, const char *key, int val) {
     lua_pop(L, 1);
 }
 
+/* ZeRO-3 keeps only the rank's shard of the parameters outside a stage's forward and
+ * backward, ZeRO-2/3 only its shard of the gradients: no full buffer to view then. */
+static void check_present(lua_State *L, const ds_stage *s, const ds_tensor *flat, const char *what) {
+    if (!flat->data)
+        ds_lua_raise(L, "stage '%s' (ZeRO-%d) holds only this rank's shard of its %s now: "
+                     "read them inside model:with_params(fn)", s->name, s->opts.zero, what);
+}
+
 /* stage:forward(x [, train, step, micro]) -> output tensor (owned by the stage; valid
  * until its next forward, like torch7's module.output). */
 static int l_stage_forward(lua_State *L) {
@@ -415,7 +423,9 @@ static int l_stage_backward(lua_State *L) {
 }
 
 static int l_stage_zero_grad(lua_State *L) {
-    ds_stage_zero_grad(check_stage(L, 1));
+    ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
+    ds_stage_zero_grad(s);
     return 0;
 }
 
@@ -426,6 +436,8 @@ static int l_stage_release(lua_State *L) {
 
 static void push_flat_view(lua_State *L, ds_tensor *flat, size_t off, int ndim,
                            const int64_t *shape) {
+    if (!flat->data)
+        ds_lua_raise(L, "the stage's %s are not resident (released by ZeRO)", ds_mem_cat_name(flat->cat));
     ds_err err = {{0}};
     ds_tensor *v = ds_tensor_view(DS_F32, flat->cat, ndim, shape, (float *)flat->data + off, &err);
     if (!v) ds_lua_raise(L, "%s", err.msg);
@@ -434,6 +446,7 @@ static void push_flat_view(lua_State *L, ds_tensor *flat, size_t off, int ndim,
 
 static int l_stage_params(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_params, "parameters");
     int64_t n = (int64_t)s->numel;
     push_flat_view(L, s->flat_params, 0, 1, &n);
     return 1;
@@ -441,6 +454,7 @@ static int l_stage_params(lua_State *L) {
 
 static int l_stage_grads(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
     int64_t n = (int64_t)s->numel;
     push_flat_view(L, s->flat_grads, 0, 1, &n);
     return 1;
@@ -485,6 +499,7 @@ static int l_stage_param(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     const ds_param *p = find_param(L, s, 2);
     int grad = lua_toboolean(L, 3);
+    check_present(L, s, grad ? s->flat_grads : s->flat_params, grad ? "gradients" : "parameters");
     push_flat_view(L, grad ? s->flat_grads : s->flat_params, p->offset, p->ndim, p->shape);
     return 1;
 }
@@ -534,6 +549,8 @@ static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) 
 /* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [grad_scale=, lo=, hi=]} */
 static int l_stage_adamw(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
+    check_present(L, s, s->flat_params, "parameters");
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_adamw_cfg c = {opt_float(L, 2, "lr", 1e-3),   opt_float(L, 2, "beta1", 0.9),
                       opt_float(L, 2, "beta2", 0.999), opt_float(L, 2, "eps", 1e-8),
@@ -553,6 +570,8 @@ static int l_stage_adamw(lua_State *L) {
 /* stage:sgd_step{lr=, momentum=, weight_decay=, [grad_scale=, lo=, hi=]} */
 static int l_stage_sgd(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
+    check_present(L, s, s->flat_params, "parameters");
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_sgd_cfg c = {opt_float(L, 2, "lr", 1e-2), opt_float(L, 2, "momentum", 0.0),
                     opt_float(L, 2, "weight_decay", 0.0)};
@@ -566,13 +585,16 @@ static int l_stage_sgd(lua_State *L) {
 
 static int l_stage_grad_sumsq(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
     lua_pushnumber(L, ds_stage_grad_sumsq(s, (size_t)luaL_optinteger(L, 2, 0),
                                           (size_t)luaL_optinteger(L, 3, (lua_Integer)s->numel)));
     return 1;
 }
 
 static int l_stage_scale_grads(lua_State *L) {
-    ds_stage_scale_grads(check_stage(L, 1), (float)luaL_checknumber(L, 2));
+    ds_stage *s = check_stage(L, 1);
+    check_present(L, s, s->flat_grads, "gradients");
+    ds_stage_scale_grads(s, (float)luaL_checknumber(L, 2));
     return 0;
 }
 

@@ -13,6 +13,9 @@ static int check_range(const ds_stage *s, size_t lo, size_t hi, ds_err *err) {
     if (lo > hi || hi > s->numel)
         return ds_err_set(err, "stage '%s': range [%zu, %zu) outside its flat buffer of %zu",
                           s->name, lo, hi, s->numel);
+    if (!s->flat_params->data || !s->flat_grads->data)
+        return ds_err_set(err, "stage '%s': its parameters or gradients are not resident "
+                               "(released by ZeRO)", s->name);
     return 0;
 }
 
@@ -78,10 +81,10 @@ int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *
 
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
     if (hi > s->numel) hi = s->numel;
-    if (lo >= hi) return 0;
+    if (lo >= hi || !s->flat_grads->data) return 0;
     return ds_sumsq((const float *)s->flat_grads->data + lo, hi - lo);
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {
-    ds_scale(s->flat_grads->data, k, s->numel);
+    if (s->flat_grads->data) ds_scale(s->flat_grads->data, k, s->numel);
 }

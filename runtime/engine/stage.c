@@ -216,7 +216,8 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
 }
 
 void ds_stage_zero_grad(ds_stage *s) {
-    memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
+    if (s->flat_grads->data) /* ZeRO may have released it */
+        memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
 }
 
 void ds_stage_release(ds_stage *s) {

@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; for f in "$work"/out "$work"/err; do [[ -f $f ]] &
 
 "$here/../launch/sshd.sh" start "$sshd" 2 || fail "sshd did not start"
 . "$sshd/env"
-cp "$here/zero_gpt.lua" "$here/zero_attach.lua" "$work/"
+cp "$here/zero_gpt.lua" "$work/"
 
 args="optim=adamw lr=0.001 steps=20"
 "$DSRUN" run "$work/zero_gpt.lua" out="$work/ref.txt" zero=0 $args > "$work/ref.log" 2>&1 || fail "the single-rank run failed"

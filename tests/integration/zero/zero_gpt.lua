@@ -1,10 +1,10 @@
 -- One rank of the ZeRO exactness runs: a tiny GPT trained on synthetic progressions with
 -- the global batch split into contiguous per-rank rows, so the maths is the same at any
 -- world size. Writes, on rank 0, every step's loss and global grad norm and the final
--- parameters to out= (one "kind index value" line each); zero_run.c compares files.
+-- parameters to out= (one "kind index value" line each); zero_exact.c compares files.
 --   dsrun run zero_gpt.lua out=PATH [zero=N] [embed=N] [blocks=N] [head=N] [accum=A]
 --                          [steps=S] [bucket=E] [clip=C] [optim=sgd|adamw] [lr=X]
---                          [save=DIR save_at=N] [load=DIR] [attach=1]
+--                          [save=DIR save_at=N] [load=DIR]
 -- save: writes a state checkpoint after step N; load: starts from DIR's latest and
 -- continues to `steps`.
 local ds = require 'ds'
@@ -24,21 +24,9 @@ local rank, world = ds.rank(), ds.world_size()
 local cfg = gpt.config {vocab = 64, context = 16, layers = 2, heads = 4, d = 32}
 local staging = {seed = 7, embed = {zero = S.embed or S.zero}, blocks = {zero = S.blocks or S.zero},
                  head = {zero = S.head or S.zero}, zero_bucket = S.bucket > 0 and S.bucket or nil}
-local ok, model = pcall(gpt.GPT, cfg, staging)
-if not ok then -- a ds library without ZeRO in ds.Model (see below)
-  staging.zero_bucket = nil
-  model = gpt.GPT(cfg, staging)
-end
+local model = gpt.GPT(cfg, staging)
 local opt = S.optim == 'sgd' and ds.optim.SGD {model, lr = S.lr, momentum = 0.9, weight_decay = 0.1}
   or ds.optim.AdamW {model, lr = S.lr, betas = {0.9, 0.95}, weight_decay = 0.1}
-
--- (Until lua/ds/model.lua drives ZeRO itself: then model.zero_state exists.)
-if not model.zero_state then
-  local here = arg[0]:match('^(.*)/[^/]*$') or '.'
-  if S.attach or S.save or S.load or world > 1 or (S.embed or S.zero) > 0 or (S.blocks or S.zero) > 0 or (S.head or S.zero) > 0 then
-    dofile(here .. '/zero_attach.lua')(model, opt, {bucket = S.bucket})
-  end
-end
 local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 11}
 assert(S.batch % world == 0, 'batch must split evenly over the ranks')
 
@@ -64,18 +52,16 @@ for step = first, S.steps do
   if out then out:write(string.format('loss %d %.9e\ngnorm %d %.9e\n', step, st.loss, step, st.grad_norm)) end
   if S.save and step == S.save_at then model:save(S.save, opt, {step = step}) end
 end
--- Final parameters: every stage gathered (ZeRO-3 keeps shards only).
-local i = 0
-for k, s in ipairs(model.stages) do
-  if model.zero then model.zero:gather_params(k) end
-  if out then
+-- Final parameters (ZeRO-3 keeps shards only: with_params gathers them).
+model:with_params(function()
+  local i = 0
+  for _, s in ipairs(model.stages) do
     for _, v in ipairs(s:params():to_table()) do
       i = i + 1
-      out:write(string.format('param %d %.9e\n', i, v))
+      if out then out:write(string.format('param %d %.9e\n', i, v)) end
     end
   end
-  if model.zero then model.zero:release_params(k) end
-end
+end)
 if out then out:close() end
 local m = ds.memory()
 io.stderr:write(string.format('rank %d: %d steps in %.3f s\n', rank, S.steps, ds.now() - t0))

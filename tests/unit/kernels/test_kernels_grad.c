@@ -442,7 +442,8 @@ static void test_crossentropy_fused(void **state) {
  * threads, since they split work so that no sum depends on the thread count. (GEMMs are
  * not: OpenBLAS picks its kernels and blocking by the block size each thread gets.) */
 static void run_non_gemm(float *res, const float *x, int threads) {
-    enum { B = 2, T = 33, C = 64, NH = 4, V = 1000, N = B * T };
+    /* large enough that every kernel takes its parallel path (see DS_PAR_MIN) */
+    enum { B = 2, T = 64, C = 2304, NH = 36, V = 4099, N = B * T };
     ds_kernels_set_threads(threads);
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = (i * 7) % 13;
@@ -450,16 +451,16 @@ static void run_non_gemm(float *res, const float *x, int threads) {
     size_t off = 0;
     ds_layernorm_forward(res + off, mean, rstd, x, x + N * C, x + N * C + C, N, C, 1e-5f);
     off += N * C;
-    memset(res + off, 0, (N * C + 2 * C) * sizeof(float));
+    memset(res + off, 0, ((size_t)N * C + 2 * C) * sizeof(float));
     ds_layernorm_backward(res + off, res + off + N * C, res + off + N * C + C, x + 5, x, x + 1,
                           mean, rstd, N, C);
     off += N * C + 2 * C;
-    ds_attention_forward(res + off, res + off + N * C, x, B, T, C, NH);
-    const float *att = res + off + N * C;
-    off += N * C + B * NH * T * T;
+    ds_attention_forward(res + off, res + off + (size_t)N * C, x, B, T, C, NH);
+    const float *att = res + off + (size_t)N * C;
+    off += (size_t)N * C + (size_t)B * NH * T * T;
     memset(res + off, 0, (size_t)N * 3 * C * sizeof(float));
-    ds_attention_backward(res + off, res + off + N * 3 * C, x + 3, x, att, B, T, C, NH);
-    off += N * 3 * C + B * NH * T * T;
+    ds_attention_backward(res + off, res + off + (size_t)N * 3 * C, x + 3, x, att, B, T, C, NH);
+    off += (size_t)N * 3 * C + (size_t)B * NH * T * T;
     int32_t tg[N];
     for (int i = 0; i < N; i++) tg[i] = (i * 31) % V;
     double tot = ds_crossentropy_forward(res + off, x, tg, N, V);
@@ -468,9 +469,9 @@ static void run_non_gemm(float *res, const float *x, int threads) {
     memset(res + off, 0, (size_t)N * V * sizeof(float));
     ds_crossentropy_backward(res + off, x, tg, 0.01f, N, V);
     off += (size_t)N * V;
-    memset(res + off, 0, 13 * C * sizeof(float));
+    memset(res + off, 0, 13 * (size_t)C * sizeof(float));
     ds_embedding_backward(res + off, x, ids, N, C);
-    off += 13 * C;
+    off += 13 * (size_t)C;
     double ss = ds_sumsq(x, 300000);
     memcpy(res + off, &ss, sizeof ss);
 }
@@ -478,8 +479,8 @@ static void run_non_gemm(float *res, const float *x, int threads) {
 static void test_determinism(void **state) {
     (void)state;
     tu_seed(12);
-    size_t nres = 200000;
-    float *x = tu_randf(400000, -1, 1);
+    size_t nres = 4000000;
+    float *x = tu_randf(1000000, -1, 1);
     float *r1 = calloc(nres, 4), *r2 = calloc(nres, 4), *r3 = calloc(nres, 4);
     run_non_gemm(r1, x, 2);
     run_non_gemm(r2, x, 2);

@@ -81,9 +81,12 @@ static void test_env(void **st) {
     char **env = ds_plan_rank_env(&p, &spec, 3, "job-7", 2);
     const char *want[] = {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
                           "NODE_RANK=1", "MASTER_ADDR=a", "MASTER_PORT=29500", "DS_JOB_ID=job-7",
-                          "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3", "NCCL_DEBUG=INFO", "X=", NULL};
+                          "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3",
+                          "DS_ENGINE_ZERO=0", "DS_ENGINE_PRECISION=fp32", "DS_ENGINE_CHECKPOINT=none",
+                          "DS_ENGINE_MICRO_BATCH=1", "DS_ENGINE_GRAD_ACCUM=1", "DS_ENGINE_SEED=1234",
+                          "NCCL_DEBUG=INFO", "X=", NULL};
     for (int i = 0; want[i]; i++) assert_string_equal(env[i], want[i]);
-    assert_null(env[12]);
+    assert_null(env[18]);
     ds_plan_env_free(env);
     assert_null(ds_plan_rank_env(&p, &spec, 4, "j", 0));
     assert_null(ds_plan_rank_env(&p, &spec, -1, "j", 0));
@@ -95,7 +98,8 @@ static void test_env(void **st) {
     env = ds_plan_rank_env(&p, &spec, 0, "j", 0);
     for (char **e = env; *e; e++) assert_null(strstr(*e, "CUDA_VISIBLE_DEVICES"));
     assert_string_equal(env[8], "DS_ATTEMPT=0");
-    assert_null(env[9]);
+    assert_string_equal(env[9], "DS_ENGINE_ZERO=0");
+    assert_null(env[15]);
     ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
@@ -190,7 +194,10 @@ static void test_json_with_spec(void **st) {
         "\"ranks\":[{\"rank\":0,\"host\":\"h\",\"node_rank\":0,\"local_rank\":0,\"slot\":0,"
         "\"env\":{\"RANK\":\"0\",\"WORLD_SIZE\":\"1\",\"LOCAL_RANK\":\"0\",\"LOCAL_WORLD_SIZE\":\"1\","
         "\"NODE_RANK\":\"0\",\"MASTER_ADDR\":\"h\",\"MASTER_PORT\":\"29500\",\"DS_JOB_ID\":\"t-1\","
-        "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
+        "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",\"DS_ENGINE_ZERO\":\"0\","
+        "\"DS_ENGINE_PRECISION\":\"fp32\",\"DS_ENGINE_CHECKPOINT\":\"none\","
+        "\"DS_ENGINE_MICRO_BATCH\":\"1\",\"DS_ENGINE_GRAD_ACCUM\":\"1\","
+        "\"DS_ENGINE_SEED\":\"1234\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
         "\"spares\":[]}\n");
     free(js);
     /* the FILE writer prints the same bytes */

@@ -3,7 +3,8 @@
  * loopback), each ZeRO stage: shards cut through the weight, 3 ranks pad the buffer to
  * 33. Every rank writes its own gradients; after the hooks, the reduction, clipping and
  * two AdamW steps the parameters must equal one rank's plain AdamW on the averaged
- * gradients, and each rank must hold only the state its stage keeps. */
+ * gradients (starting from rank 0's parameters, which ZeRO broadcasts), and each rank
+ * must hold only the state its stage keeps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
