@@ -88,5 +88,16 @@ case_rank0_killed_before_latest() {
     inspect_ok "$ck/step-2"
 }
 
+# A GPT saved by model:save exports to the same bytes as gpt.save_safetensors writes.
+case_export_gpt() {
+    "$DSRUN" run "$scripts/export_gpt.lua" "$ck" > "$job/out.save" 2>&1 ||
+        fail "export_gpt.lua: $(tail -3 "$job/out.save")"
+    "$DSRUN" ckpt export "$ck" "$job/model.safetensors" > "$job/out.export" 2>&1 ||
+        fail "dsrun ckpt export: $(tail -3 "$job/out.export")"
+    cmp -s "$job/model.safetensors" "$ck/reference.safetensors" ||
+        fail "the export differs from gpt.save_safetensors' file"
+    inspect_ok "$ck"
+}
+
 "case_$case"
 echo "ok ($case)"
