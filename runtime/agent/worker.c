@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ds_context.h"
+#include "kernels.h"
 #include "lifeline.h"
 #include "comm.h"
 #include "script.h"
@@ -76,6 +78,16 @@ static int connect_store(ds_context *ctx, ds_err *err) {
     return 0;
 }
 
+/* Ranks on one node share its cores: each takes cores / local ranks threads for its
+ * kernels (OpenMP and OpenBLAS alike), so 4 ranks on 2 cores do not run 8 spinning
+ * threads. OMP_NUM_THREADS, when the user sets it, wins. */
+static void share_cores(const ds_context *ctx) {
+    if (getenv("OMP_NUM_THREADS")) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per_rank = (int)(cores / (ctx->local_world_size > 0 ? ctx->local_world_size : 1));
+    ds_kernels_set_threads(per_rank > 0 ? per_rank : 1);
+}
+
 int dsrun_worker_main(int argc, char **argv) {
     int i = 1;
     while (i + 1 < argc && (!strcmp(argv[i], "--job") || !strcmp(argv[i], "--rank"))) i += 2;
@@ -91,6 +103,7 @@ int dsrun_worker_main(int argc, char **argv) {
         fprintf(stderr, "dsrun worker: %s\n", err.msg);
         return 1;
     }
+    share_cores(&ctx);
     if (connect_store(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         return 1;
