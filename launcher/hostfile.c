@@ -1,6 +1,7 @@
 /* hostfile: see hostfile.h and docs/hostfile.md. The language is DeepSpeed's
  * (`^(\S+)\s+slots=(\d+)` per line, `#` comments); where DeepSpeed silently accepts
  * something that is almost certainly a mistake, this parser says so. */
+#include "ds_textfile.h"
 #include "hostfile.h"
 
 #include <ctype.h>
@@ -183,39 +184,8 @@ int ds_hostfile_parse(ds_hostlist *out, const char *name, const char *text, ds_e
 
 int ds_hostfile_load(ds_hostlist *out, const char *path, ds_err *err) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_err_errno(err, errno, "%s: cannot open the hostfile", path);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return ds_err_set(err, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        free(buf);
-        return ds_err_set(err, "%s: read error", path);
-    }
-    buf[len] = '\0';
-    if (memchr(buf, '\0', len)) {
-        /* find the line for the message */
-        int line = 1;
-        for (const char *c = buf; *c; c++) line += *c == '\n';
-        free(buf);
-        return ds_err_set(err, "%s:%d: NUL byte in the hostfile (is it a text file?)", path, line);
-    }
+    char *buf = ds_textfile_read(path, "the hostfile", 64u << 20, err);
+    if (!buf) return -1;
     int rc = ds_hostfile_parse(out, path, buf, err);
     free(buf);
     return rc;

@@ -3,6 +3,7 @@
  * docs stay in step. inih's handler gets no line numbers, so lines are fed to it by our
  * own reader, which counts them (and left-trims each line, which turns inih's
  * indented-continuation lines off: an indented key is just a key). */
+#include "ds_textfile.h"
 #include "jobspec.h"
 
 #include <ctype.h>
@@ -751,38 +752,8 @@ int ds_jobspec_parse(ds_jobspec *spec, const char *name, const char *text, ds_er
 
 int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err) {
     memset(spec, 0, sizeof *spec);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_err_errno(err, errno, "%s: cannot open the job spec", path);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = cap <= (64u << 20) ? realloc(buf, cap) : NULL;
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return ds_err_set(err, "%s: too large or out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        free(buf);
-        return ds_err_set(err, "%s: read error (is it a directory?)", path);
-    }
-    buf[len] = '\0';
-    if (memchr(buf, '\0', len)) {
-        int line = 1;
-        for (const char *c = buf; *c; c++) line += *c == '\n';
-        free(buf);
-        return ds_err_set(err, "%s:%d: NUL byte in the job spec (is it a text file?)", path, line);
-    }
+    char *buf = ds_textfile_read(path, "the job spec", 64u << 20, err);
+    if (!buf) return -1;
     int rc = ds_jobspec_parse(spec, path, buf, err);
     free(buf);
     return rc;

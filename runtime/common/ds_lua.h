@@ -11,6 +11,12 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+/* Registers the metatable `name` for a userdata class once: `methods` become its
+ * __index table, `meta` its metamethods (__gc, __close, __tostring, ...); either may be
+ * NULL. Leaves the stack as it found it. */
+void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                      const luaL_Reg *meta);
+
 void ds_lua_open_runtime(lua_State *L); /* agent/script.c: rank, world_size, ... */
 void ds_lua_open_store(lua_State *L);   /* store/lua_store.c: store.*, barrier */
 void ds_lua_open_engine(lua_State *L);  /* engine/lua_engine.c: tensors, layers, optim */

@@ -351,17 +351,9 @@ void ds_lua_open_data(lua_State *L) {
         {"open", l_open},     {"tokenize", l_tokenize}, {"encode", l_encode},
         {"decode", l_decode}, {"write_tokens", l_write_tokens}, {"write_text", l_write_text},
         {NULL, NULL}};
-    if (luaL_newmetatable(L, LOADER_MT)) {
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, l_close);
-        lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, l_close);
-        lua_setfield(L, -2, "__close");
-        lua_pushcfunction(L, l_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    static const luaL_Reg meta[] = {
+        {"__gc", l_close}, {"__close", l_close}, {"__tostring", l_tostring}, {NULL, NULL}};
+    ds_lua_new_class(L, LOADER_MT, methods, meta);
     luaL_newlib(L, fns);
     lua_pushinteger(L, DS_BYTETOK_EOT);
     lua_setfield(L, -2, "EOT");

@@ -701,17 +701,6 @@ static int l_threads(lua_State *L) {
     return 1;
 }
 
-static void new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction gc) {
-    if (luaL_newmetatable(L, mt)) {
-        lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_pop(L, 1);
-}
-
 void ds_lua_open_stage(lua_State *L) {
     static const luaL_Reg stage_methods[] = {
         {"forward", l_stage_forward},       {"backward", l_stage_backward},
@@ -733,7 +722,9 @@ void ds_lua_open_stage(lua_State *L) {
                                    {"set_threads", l_set_threads},
                                    {"threads", l_threads},
                                    {NULL, NULL}};
-    new_class(L, STAGE_MT, stage_methods, l_stage_gc);
-    new_class(L, XENT_MT, xent_methods, l_xent_gc);
+    ds_lua_new_class(L, STAGE_MT, stage_methods,
+                     (const luaL_Reg[]){{"__gc", l_stage_gc}, {NULL, NULL}});
+    ds_lua_new_class(L, XENT_MT, xent_methods,
+                     (const luaL_Reg[]){{"__gc", l_xent_gc}, {NULL, NULL}});
     luaL_setfuncs(L, fns, 0);
 }

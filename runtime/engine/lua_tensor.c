@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 #include <string.h>
 
+#include "ds_lua.h"
 #include "lua_engine.h"
 
 #define TENSOR_MT "ds.Tensor"
@@ -260,15 +261,8 @@ void ds_lua_open_tensor(lua_State *L) {
         {"sum", l_sum},       {"shape", l_shape},       {"size", l_size},
         {"numel", l_numel},   {"dtype", l_dtype},       {"transposed", l_transposed},
         {NULL, NULL}};
-    if (luaL_newmetatable(L, TENSOR_MT)) {
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, l_gc);
-        lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, l_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    static const luaL_Reg meta[] = {{"__gc", l_gc}, {"__tostring", l_tostring}, {NULL, NULL}};
+    ds_lua_new_class(L, TENSOR_MT, methods, meta);
     lua_pushcfunction(L, l_tensor_new);
     lua_setfield(L, -2, "tensor");
 }

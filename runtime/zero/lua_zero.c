@@ -286,14 +286,8 @@ void ds_lua_open_zero(lua_State *L) {
         {"release_params", l_release_params},   {"store_params", l_store_params},
         {"info", l_info},                       {"arrays", l_arrays},
         {NULL, NULL}};
-    if (luaL_newmetatable(L, ZERO_MT)) {
-        lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, l_zero_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_pop(L, 1);
+    static const luaL_Reg meta[] = {{"__gc", l_zero_gc}, {NULL, NULL}};
+    ds_lua_new_class(L, ZERO_MT, methods, meta);
     lua_pushcfunction(L, l_zero_new);
     lua_setfield(L, -2, "zero_new");
 }

@@ -7,6 +7,7 @@
 
 #include "ckpt.h"
 #include "ckpt_json.h"
+#include "ds_lua.h"
 #include "ds_json.h"
 #include "tensor.h"
 
@@ -375,18 +376,6 @@ static int l_latest(lua_State *L) {
     return 1;
 }
 
-static void new_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
-                          lua_CFunction gc) {
-    if (luaL_newmetatable(L, name)) {
-        lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_pop(L, 1);
-}
-
 void ds_lua_open_ckpt(lua_State *L) {
     static const luaL_Reg writer[] = {
         {"add", l_writer_add}, {"commit", l_writer_commit}, {"abort", l_writer_abort},
@@ -395,10 +384,13 @@ void ds_lua_open_ckpt(lua_State *L) {
         {"step", l_step},     {"world", l_world},   {"dir", l_dir},       {"state", l_state},
         {"arrays", l_arrays}, {"expect", l_expect}, {"read", l_read},     {"verify", l_verify},
         {"close", l_close},   {NULL, NULL}};
-    new_metatable(L, WRITER_MT, writer, l_writer_abort);
-    new_metatable(L, CKPT_MT, ckpt, l_close);
+    ds_lua_new_class(L, WRITER_MT, writer,
+                     (const luaL_Reg[]){{"__gc", l_writer_abort}, {NULL, NULL}});
+    ds_lua_new_class(L, CKPT_MT, ckpt,
+                     (const luaL_Reg[]){{"__gc", l_close}, {NULL, NULL}});
     static const luaL_Reg none[] = {{NULL, NULL}};
-    new_metatable(L, JSON_MT, none, l_json_gc);
+    ds_lua_new_class(L, JSON_MT, none,
+                     (const luaL_Reg[]){{"__gc", l_json_gc}, {NULL, NULL}});
     static const luaL_Reg fns[] = {
         {"ckpt_writer", l_writer_new}, {"ckpt_open", l_open}, {"ckpt_latest", l_latest},
         {NULL, NULL}};
