@@ -263,7 +263,11 @@ function Model:load(dir, optimizer)
   local kind = optimizer and (optimizer.momentum and 'sgd' or 'adamw') or nil
   for k, s in ipairs(self.stages) do
     for _, a in ipairs(z:arrays(k, 'load', kind)) do
-      local ok, e = ck:read(s:info().name .. '/' .. a.name, a.begin, a.tensor)
+      -- The saved array must be exactly this model's size: a bigger model's checkpoint
+      -- would otherwise load its leading part without complaint.
+      local name = s:info().name .. '/' .. a.name
+      local ok, e = ck:expect(name, 'fp32', a.total)
+      if ok then ok, e = ck:read(name, a.begin, a.tensor) end
       if not ok then ck:close(); util.errorf('model:load: %s', tostring(e)) end
     end
   end
