@@ -46,6 +46,18 @@ void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
 void ds_embedding_forward(float *out, const int32_t *ids, const float *table, int N, int C);
 void ds_embedding_backward(float *dtable, const float *dout, const int32_t *ids, int N, int C);
 
+/* ---- dropout key (counter-based RNG) ---------------------------------------------- */
+/* Philox-4x32-10 keyed by (seed, step, layer, micro): element i keeps with prob 1-p and is
+ * scaled by 1/(1-p). Same key => same mask, so a recomputation draws the same mask and
+ * backward needs no saved mask. offset: element i draws as element offset + i would, so
+ * a data-parallel rank holding rows [r*B, (r+1)*B) of the global batch passes
+ * r * B * (elements per row) and draws the masks of the single-rank run. */
+typedef struct ds_rng_key {
+    uint64_t seed;
+    uint32_t step, layer, micro;
+    uint64_t offset;
+} ds_rng_key;
+
 /* ---- attention ------------------------------------------------------------------ */
 /* Causal multi-head self-attention on packed qkv[B,T,3C] (q | k | v, heads of size C/NH
  * inside each). out[B,T,C]. att[B,NH,T,T] holds the softmax probabilities (saved for
@@ -54,6 +66,16 @@ void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T
 /* dqkv += ...; scratch must hold B*NH*T*T floats (clobbered). */
 void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH);
+/* The same with dropout on the probabilities (GPT-2's attn_pdrop): out = (P*M) V, where M
+ * is ds_dropout_forward's mask for the [B,NH,T,T] tensor of probabilities under the same
+ * key (element ((b*NH + h)*T + t)*T + u, plus key.offset). att keeps P UNdropped; backward
+ * redraws M from the key, so nothing but att is saved. p = 0: bit-identical to the plain
+ * kernels. 0 <= p < 1. */
+void ds_attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH, float p, ds_rng_key key);
+void ds_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C,
+                                   int NH, float p, ds_rng_key key);
 
 /* ---- loss ----------------------------------------------------------------------- */
 /* Per row n: losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; the softmax
@@ -73,14 +95,7 @@ void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t
 double ds_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                         const int32_t *targets, float dloss, int N, int V);
 
-/* ---- dropout (counter-based RNG) -------------------------------------------------- */
-/* Philox-4x32-10 keyed by (seed, step, layer, micro): element i keeps with prob 1-p and is
- * scaled by 1/(1-p). Same key => same mask, so a recomputation draws the same mask and
- * backward needs no saved mask. */
-typedef struct ds_rng_key {
-    uint64_t seed;
-    uint32_t step, layer, micro;
-} ds_rng_key;
+/* ---- dropout (keyed by ds_rng_key above) ----------------------------------------- */
 void ds_philox4x32(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
 void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key);
 void ds_dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);

@@ -249,7 +249,7 @@ static void k_embed_bwd(void *a) {
 }
 static void k_dropout(void *a) {
     (void)a;
-    ds_rng_key key = {1234, 1, 2, 3};
+    ds_rng_key key = {1234, 1, 2, 3, 0};
     OK(ds_cuda_dropout_forward(g_ctx, K.y, K.x, (size_t)K.N * C, 0.1f, key));
 }
 static void k_adamw(void *a) {

@@ -1,5 +1,5 @@
-/* Dropout from Philox-4x32-10 (Salmon et al., SC'11). Element i draws word i%4 of the
- * block with counter {i/4, step, layer, micro} under key {seed lo, seed hi}: the mask is
+/* Dropout from Philox-4x32-10 (Salmon et al., SC'11). Element i draws word g%4 of the
+ * block with counter {g/4, step, layer, micro}, g = key.offset + i, under key {seed lo, seed hi}: the mask is
  * a pure function of (key, i), so a recomputation, any thread count and backward all see
  * the same mask without storing it. The generator and the keep rule live in
  * kernel_math.h, shared with the CUDA kernels, so both backends draw the same mask. */
@@ -21,13 +21,18 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, ds_rn
     uint32_t thresh = ds_km_drop_threshold(p);
     float keep_scale = ds_km_keep_scale(p);
     uint32_t k[2] = {(uint32_t)key.seed, (uint32_t)(key.seed >> 32)};
-    size_t nblocks = (n + 3) / 4;
+    /* blocks of the global index g = offset + i: an offset that is not a multiple of 4
+     * starts and ends inside a block */
+    uint64_t first = key.offset / 4, nblocks = (key.offset + n + 3) / 4 - first;
 #pragma omp parallel for schedule(dynamic, 4096) if (n > DS_PAR_MIN / 4)
-    for (size_t blk = 0; blk < nblocks; blk++) {
+    for (uint64_t b = 0; b < nblocks; b++) {
+        uint64_t blk = first + b;
         uint32_t r[4] = {(uint32_t)blk, key.step, key.layer, key.micro};
         ds_km_philox4x32_10(r, k);
         for (int j = 0; j < 4; j++) {
-            size_t i = blk * 4 + (size_t)j;
+            uint64_t g = blk * 4 + (uint64_t)j;
+            if (g < key.offset) continue;
+            size_t i = (size_t)(g - key.offset);
             if (i >= n) break;
             float y = ds_km_dropout1(src[i], r[j], p, thresh, keep_scale);
             dst[i] = accumulate ? dst[i] + y : y;

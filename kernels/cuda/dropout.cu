@@ -1,18 +1,23 @@
 // Dropout on the CPU kernel's Philox stream (kernel_math.h): thread j draws the block of
-// four words for elements 4j..4j+3, so every element sees the bits it sees on the CPU.
+// four words for global indices 4j..4j+3 (g = key.offset + i), so every element sees the
+// bits it sees on the CPU.
 #include "cuda_common.cuh"
 
 __global__ static void dropout_k(float *dst, const float *src, size_t n, float p,
                                  uint32_t thresh, float keep_scale, uint32_t k0, uint32_t k1,
-                                 uint32_t step, uint32_t layer, uint32_t micro, int accumulate) {
-    size_t nblocks = (n + 3) / 4;
+                                 uint32_t step, uint32_t layer, uint32_t micro,
+                                 unsigned long long offset, int accumulate) {
+    unsigned long long first = offset / 4, nblocks = (offset + n + 3) / 4 - first;
     uint32_t key[2] = {k0, k1};
-    for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < nblocks;
-         blk += (size_t)gridDim.x * blockDim.x) {
+    for (unsigned long long b = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         b < nblocks; b += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long blk = first + b;
         uint32_t r[4] = {(uint32_t)blk, step, layer, micro};
         ds_km_philox4x32_10(r, key);
         for (int j = 0; j < 4; j++) {
-            size_t i = blk * 4 + (size_t)j;
+            unsigned long long g = blk * 4 + (unsigned long long)j;
+            if (g < offset) continue;
+            size_t i = (size_t)(g - offset);
             if (i >= n) break;
             float y = ds_km_dropout1(src[i], r[j], p, thresh, keep_scale);
             dst[i] = accumulate ? dst[i] + y : y;
@@ -35,9 +40,9 @@ static int dropout_apply(ds_cuda_ctx *ctx, float *dst, const float *src, size_t 
         DS_CU_LAUNCHED(ctx, "dropout (p = 0)");
         return 0;
     }
-    dropout_k<<<ds_cu_blocks((n + 3) / 4), DS_CU_THREADS, 0, ctx->stream>>>(
+    dropout_k<<<ds_cu_blocks((n + 3) / 4 + 1), DS_CU_THREADS, 0, ctx->stream>>>(
         dst, src, n, p, ds_km_drop_threshold(p), ds_km_keep_scale(p), (uint32_t)key.seed,
-        (uint32_t)(key.seed >> 32), key.step, key.layer, key.micro, accumulate);
+        (uint32_t)(key.seed >> 32), key.step, key.layer, key.micro, (unsigned long long)key.offset, accumulate);
     DS_CU_LAUNCHED(ctx, "dropout");
     return 0;
 }

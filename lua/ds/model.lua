@@ -126,14 +126,15 @@ function Model:zero_state()
   return self.zero
 end
 
--- Output of the last stage (logits for a GPT). run: {train=, step=, micro=}.
+-- Output of the last stage (logits for a GPT). run: {train=, step=, micro=, row0=}; row0:
+-- global batch row of x's first row (data parallel: rank * local rows), keys dropout.
 function Model:predict(x, run)
   run = run or {}
   local train = run.train ~= false
   local z = self.zero
   for k, s in ipairs(self.stages) do
     if z then z:before_forward(k) end
-    x = s:forward(x, train, run.step or 0, run.micro or 0)
+    x = s:forward(x, train, run.step or 0, run.micro or 0, run.row0 or 0)
     if z then z:after_forward(k) end
   end
   return x
@@ -293,7 +294,10 @@ function Model:train_step(t)
   local loss, tokens = 0, 0
   for micro = 1, accum do
     local x, y = t.next_batch(micro)
-    loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro}) / accum
+    -- Each rank holds rows [rank * B, (rank + 1) * B) of the global batch (ds.data's
+    -- split): dropout keyed by global row draws the single-rank run's masks.
+    local row0 = self.zero and core.rank and core.rank() * x:size(1) or 0
+    loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro, row0 = row0}) / accum
     self:backward(1.0 / accum)
     tokens = tokens + x:numel()
   end

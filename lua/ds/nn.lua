@@ -91,10 +91,13 @@ function nn.Dropout(cfg)
   return new('Dropout', {name = cfg.name, p = p})
 end
 
--- The attention core: packed q|k|v [B, T, 3C] -> [B, T, C], causal, `heads` heads.
+-- The attention core: packed q|k|v [B, T, 3C] -> [B, T, C], causal, `heads` heads;
+-- dropout (default 0): dropout on the attention probabilities in training.
 function nn.Attention(cfg)
-  cfg = opts(cfg, 'nn.Attention', util.set {'heads'})
-  return new('Attention', {name = cfg.name, heads = util.int(cfg, 'heads', 'nn.Attention', nil, 1)})
+  cfg = opts(cfg, 'nn.Attention', util.set {'heads', 'dropout'})
+  local p = util.num(cfg, 'dropout', 'nn.Attention', 0.0, 0, 1)
+  if p >= 1 then util.error('nn.Attention: dropout must be < 1') end
+  return new('Attention', {name = cfg.name, heads = util.int(cfg, 'heads', 'nn.Attention', nil, 1), p = p})
 end
 
 local function container(kind, cfg)
@@ -112,16 +115,17 @@ function nn.Sequential(cfg) return container('Sequential', cfg) end
 -- out = x + f(x), f the listed layers in sequence.
 function nn.Residual(cfg) return container('Residual', cfg) end
 
--- GPT-2's attention: c_attn (d -> 3d), causal attention, c_proj (d -> d).
+-- GPT-2's attention: c_attn (d -> 3d), causal attention (dropout on its probabilities,
+-- default 0), c_proj (d -> d).
 function nn.CausalSelfAttention(cfg)
-  cfg = opts(cfg, 'nn.CausalSelfAttention', util.set {'d', 'heads', 'proj_std', 'std'})
+  cfg = opts(cfg, 'nn.CausalSelfAttention', util.set {'d', 'heads', 'dropout', 'proj_std', 'std'})
   local d = util.int(cfg, 'd', 'nn.CausalSelfAttention', nil, 1)
   local heads = util.int(cfg, 'heads', 'nn.CausalSelfAttention', nil, 1)
   if d % heads ~= 0 then util.errorf('nn.CausalSelfAttention: d = %d is not divisible by heads = %d', d, heads) end
   local std = util.num(cfg, 'std', 'nn.CausalSelfAttention', 0.02, 0)
   return nn.Sequential {name = cfg.name or 'attn',
     nn.Linear {name = 'c_attn', ['in'] = d, out = 3 * d, std = std},
-    nn.Attention {heads = heads},
+    nn.Attention {heads = heads, dropout = util.num(cfg, 'dropout', 'nn.CausalSelfAttention', 0.0, 0, 1)},
     nn.Linear {name = 'c_proj', ['in'] = d, out = d, std = util.num(cfg, 'proj_std', 'nn.CausalSelfAttention', std, 0)}}
 end
 
@@ -137,7 +141,8 @@ function nn.MLP(cfg)
     nn.Linear {name = 'c_proj', ['in'] = h, out = d, std = util.num(cfg, 'proj_std', 'nn.MLP', std, 0)}}
 end
 
--- GPT-2's pre-LN block: x + drop(attn(ln_1(x))), then + drop(mlp(ln_2(x))).
+-- GPT-2's pre-LN block: x + drop(attn(ln_1(x))), then + drop(mlp(ln_2(x))); the
+-- attention drops its probabilities with the same p (GPT-2's attn_pdrop = resid_pdrop).
 function nn.TransformerBlock(cfg)
   cfg = opts(cfg, 'nn.TransformerBlock', util.set {'d', 'heads', 'dropout', 'eps', 'std', 'proj_std'})
   local w = 'nn.TransformerBlock'
@@ -149,7 +154,7 @@ function nn.TransformerBlock(cfg)
   return nn.Sequential {name = cfg.name,
     nn.Residual {
       nn.LayerNorm {name = 'ln_1', d = d, eps = eps},
-      nn.CausalSelfAttention {d = d, heads = heads, std = std, proj_std = proj_std},
+      nn.CausalSelfAttention {d = d, heads = heads, dropout = p, std = std, proj_std = proj_std},
       nn.Dropout {p = p}},
     nn.Residual {
       nn.LayerNorm {name = 'ln_2', d = d, eps = eps},

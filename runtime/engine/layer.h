@@ -18,6 +18,10 @@ typedef struct ds_run {
     int train; /* 0: evaluation, dropout off */
     uint64_t seed;
     uint32_t step, micro;
+    /* Global batch row of the input's first row (a data-parallel rank's slice of the
+     * global batch starts at rank * local rows): dropout draws each row's mask by its
+     * global position, so every world size draws the masks of the single-rank run. */
+    uint64_t row0;
 } ds_run;
 
 typedef enum ds_init_kind { DS_INIT_ZEROS, DS_INIT_ONES, DS_INIT_NORMAL } ds_init_kind;
@@ -61,7 +65,7 @@ struct ds_layer {
     int in_dim, out_dim; /* linear; embedding: in_dim = vocab; posemb: in_dim = context */
     int heads;
     int has_bias;
-    float eps, p; /* layernorm eps; dropout probability */
+    float eps, p; /* layernorm eps; dropout probability (dropout, attention) */
 
     ds_param *param[DS_LAYER_MAX_PARAMS];
     int tied[DS_LAYER_MAX_PARAMS]; /* 1: param belongs to another layer (not owned) */
@@ -85,7 +89,8 @@ ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err);
 ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err);
 ds_layer *ds_gelu_new(ds_err *err);
 ds_layer *ds_dropout_new(float p, ds_err *err);
-ds_layer *ds_attention_new(int heads, ds_err *err); /* qkv [B,T,3C] -> [B,T,C] */
+/* qkv [B,T,3C] -> [B,T,C]; p: dropout on the attention probabilities (training only) */
+ds_layer *ds_attention_new(int heads, float p, ds_err *err);
 ds_layer *ds_sequential_new(ds_err *err);
 ds_layer *ds_residual_new(ds_layer *inner, ds_err *err);   /* out = x + inner(x) */
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err); /* keeps only its input */

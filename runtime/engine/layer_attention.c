@@ -1,12 +1,21 @@
 /* Causal multi-head self-attention core: packed qkv [B,T,3C] -> [B,T,C]. The projections
- * around it (c_attn, c_proj) are Linear layers; nn.CausalSelfAttention composes them. */
+ * around it (c_attn, c_proj) are Linear layers; nn.CausalSelfAttention composes them.
+ * In training with p > 0 the probabilities are dropped (GPT-2's attn_pdrop) with a mask
+ * keyed like the Dropout layer's (seed, step, layer, micro-batch, global row): backward
+ * and a checkpoint recomputation redraw it; att keeps the undropped probabilities. */
 #include "kernels.h"
 #include "layer.h"
 
 enum { ATT, SCRATCH };
 
+static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
+    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro,
+                        .offset = r->row0 * (uint64_t)l->heads * (uint64_t)T * (uint64_t)T};
+}
+
+static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p : 0.0f; }
+
 static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
-    (void)r;
     if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
     if (in->ndim != 3) return ds_err_set(err, "input has %d dimensions, expected [B,T,3C]", in->ndim);
     int64_t B = in->shape[0], T = in->shape[1], C3 = in->shape[2];
@@ -17,28 +26,39 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     if (ds_out_like(l, in, C3 / 3, err) != 0 ||
         ds_buf(&l->buf[ATT], DS_F32, DS_MEM_ACTIVATIONS, 4, att_shape, err) != 0)
         return -1;
-    ds_attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
-                         (int)(C3 / 3), l->heads);
+    float p = drop_p(l, r);
+    if (p > 0.0f)
+        ds_attention_forward_dropout(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
+                                     (int)(C3 / 3), l->heads, p, key_of(l, r, T));
+    else
+        ds_attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
+                             (int)(C3 / 3), l->heads);
     return 0;
 }
 
 static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
-    (void)r;
     if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
     int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
     int64_t att_shape[4] = {B, l->heads, T, T};
     if (ds_buf(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
-    ds_attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
-                          l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads);
+    float p = drop_p(l, r);
+    if (p > 0.0f)
+        ds_attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+                                      l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads, p,
+                                      key_of(l, r, T));
+    else
+        ds_attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+                              l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads);
     return 0;
 }
 
 static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward};
 
-ds_layer *ds_attention_new(int heads, ds_err *err) {
+ds_layer *ds_attention_new(int heads, float p, ds_err *err) {
     if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;
+    if (!(p >= 0 && p < 1)) return ds_err_set(err, "attention: p=%g (0 <= p < 1)", (double)p), NULL;
     ds_layer *l = ds_layer_alloc(&ATTENTION, err);
-    if (l) l->heads = heads;
+    if (l) l->heads = heads, l->p = p;
     return l;
 }

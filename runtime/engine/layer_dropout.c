@@ -1,11 +1,15 @@
 /* Dropout with a counter-based mask keyed by (seed, step, layer, micro-batch): backward
- * and a checkpoint recomputation redraw the same mask instead of saving it. In
- * evaluation, or with p = 0, the layer passes its input through untouched. */
+ * and a checkpoint recomputation redraw the same mask instead of saving it. Elements are
+ * counted from the input's global first row (r->row0), so a data-parallel rank draws the
+ * single-rank run's mask for its rows. In evaluation, or with p = 0, the layer passes
+ * its input through untouched. */
 #include "kernels.h"
 #include "layer.h"
 
-static ds_rng_key key_of(const ds_layer *l, const ds_run *r) {
-    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro};
+static ds_rng_key key_of(const ds_layer *l, const ds_run *r, const ds_tensor *in) {
+    uint64_t per_row = in->ndim && in->shape[0] ? (uint64_t)in->numel / (uint64_t)in->shape[0] : 0;
+    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro,
+                        .offset = r->row0 * per_row};
 }
 
 static int active(const ds_layer *l, const ds_run *r) { return r->train && l->p > 0; }
@@ -23,7 +27,7 @@ static int dropout_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds
     }
     if (ds_buf(&l->buf[MASKED], DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0) return -1;
     l->out = l->buf[MASKED];
-    ds_dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r));
+    ds_dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r, in));
     return 0;
 }
 
@@ -32,7 +36,7 @@ static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     (void)err;
     if (!din) return 0;
     if (!active(l, r)) ds_accumulate(din->data, dout->data, (size_t)in->numel);
-    else ds_dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r));
+    else ds_dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r, in));
     return 0;
 }
 

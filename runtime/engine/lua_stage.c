@@ -191,7 +191,8 @@ static ds_layer *make_kind(build_ctx *b, int idx, desc_reader *d, ds_err *err) {
         if (!d->failed) l = ds_dropout_new((float)p, err);
     } else if (!strcmp(k, "Attention")) {
         int heads = get_int(d, "heads", 0, 1);
-        if (!d->failed) l = ds_attention_new(heads, err);
+        double p = get_num(d, "p", 0.0);
+        if (!d->failed) l = ds_attention_new(heads, (float)p, err);
     } else if (!strcmp(k, "Sequential")) {
         if ((l = ds_sequential_new(err)) && build_children(b, l, idx, d, err) != 0) {
             ds_layer_free(l);
@@ -393,15 +394,19 @@ static void check_present(lua_State *L, const ds_stage *s, const ds_tensor *flat
                      "read them inside model:with_params(fn)", s->name, s->opts.zero, what);
 }
 
-/* stage:forward(x [, train, step, micro]) -> output tensor (owned by the stage; valid
- * until its next forward, like torch7's module.output). */
+/* stage:forward(x [, train, step, micro, row0]) -> output tensor (owned by the stage;
+ * valid until its next forward, like torch7's module.output). row0: global batch row of
+ * x's first row (data parallel: rank * local rows), keys dropout. */
 static int l_stage_forward(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     ds_tensor *x = ds_lua_check_tensor(L, 2);
+    lua_Integer row0 = luaL_optinteger(L, 6, 0);
+    if (row0 < 0) return luaL_error(L, "stage:forward: row0 = %d (must be >= 0)", (int)row0);
     ds_run r = {.train = lua_isnone(L, 3) ? 1 : lua_toboolean(L, 3),
                 .seed = s->seed,
                 .step = (uint32_t)luaL_optinteger(L, 4, 0),
-                .micro = (uint32_t)luaL_optinteger(L, 5, 0)};
+                .micro = (uint32_t)luaL_optinteger(L, 5, 0),
+                .row0 = (uint64_t)row0};
     ds_err err = {{0}};
     if (ds_stage_forward(s, x, &r, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     keep(L, 1, "input", 2);

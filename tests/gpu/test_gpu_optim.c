@@ -191,11 +191,13 @@ int main(void) {
     test_sumsq(&g, 1);
     test_convert(&g);
     test_philox_vector(&g);
-    ds_rng_key k1 = {0x0123456789ABCDEFull, 7, 3, 1}, k2 = {42, 0, 0, 0};
+    ds_rng_key k1 = {0x0123456789ABCDEFull, 7, 3, 1, 0}, k2 = {42, 0, 0, 0, 0};
     test_dropout(&g, 1 << 22, 0.1f, k1);
     test_dropout(&g, 1000003, 0.5f, k2);
     test_dropout(&g, 10, 0.5f, k1);  /* n not a multiple of 4 */
     test_dropout(&g, 4097, 0.0f, k1); /* p = 0: copy / add */
     test_dropout(&g, 4097, 1.0f, k1); /* p = 1: all dropped */
+    ds_rng_key k3 = {99, 2, 5, 1, 1000003}; /* a data-parallel rank's row offset: not */
+    test_dropout(&g, 65541, 0.3f, k3);      /* a multiple of 4, the CPU's bits too */
     return gh_finish(&g);
 }

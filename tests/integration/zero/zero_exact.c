@@ -5,6 +5,8 @@
  * global gradient norm and the final parameters must match the single-rank run with
  * ZeRO off within |a - b| <= 1e-5 + 1.3e-6 |b| (the issue's fp32 tolerance); a run
  * at world 1 must match it bit for bit (same arithmetic, only split differently).
+ * With dropout 0.1 (SGD) worlds 2 and 4 match the world-1 run within the same tolerance:
+ * dropout masks follow the global batch row, not the rank's local one.
  *
  *   zero_exact SCRIPT OUTDIR [FILTER]   FILTER: run only cases whose name contains it
  *
@@ -241,6 +243,13 @@ static void build_cases(void) {
         snprintf(name, sizeof name, "%s_ckpt_load_w2_z3", on);
         add_case(name, 2, c5, full2, CMP_BITWISE, -1);
     }
+    /* Dropout 0.1 (residual, embedding and attention probabilities): masks keyed by
+     * global batch row, so worlds 2 and 4 draw the world-1 masks; SGD, the tolerance. */
+    const char *d1[] = {"optim=sgd", "lr=0.1", "dropout=0.1", "zero=0", NULL};
+    int dref = add_case("sgd_dropout_ref", 1, d1, 0, CMP_REF, -1);
+    add_case("sgd_dropout_w2_z0", 2, d1, dref, CMP_TOL, -1);
+    const char *d4[] = {"optim=sgd", "lr=0.1", "dropout=0.1", "zero=2", NULL};
+    add_case("sgd_dropout_w4_z2", 4, d4, dref, CMP_TOL, -1);
 }
 
 int main(int argc, char **argv) {

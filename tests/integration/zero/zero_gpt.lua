@@ -4,7 +4,9 @@
 -- parameters to out= (one "kind index value" line each); zero_exact.c compares files.
 --   dsrun run zero_gpt.lua out=PATH [zero=N] [embed=N] [blocks=N] [head=N] [accum=A]
 --                          [steps=S] [bucket=E] [clip=C] [optim=sgd|adamw] [lr=X]
---                          [save=DIR save_at=N] [load=DIR]
+--                          [dropout=P] [save=DIR save_at=N] [load=DIR]
+-- dropout: the GPT's dropout (default 0); masks are keyed by global batch row, so any
+-- world size draws the single-rank run's masks.
 -- save: writes a state checkpoint after step N; load: starts from DIR's latest and
 -- continues to `steps`.
 local ds = require 'ds'
@@ -21,7 +23,7 @@ assert(S.out, 'out= is required')
 ds.set_threads(1)
 
 local rank, world = ds.rank(), ds.world_size()
-local cfg = gpt.config {vocab = 64, context = 16, layers = 2, heads = 4, d = 32}
+local cfg = gpt.config {vocab = 64, context = 16, layers = 2, heads = 4, d = 32, dropout = S.dropout or 0}
 local staging = {seed = 7, embed = {zero = S.embed or S.zero}, blocks = {zero = S.blocks or S.zero},
                  head = {zero = S.head or S.zero}, zero_bucket = S.bucket > 0 and S.bucket or nil}
 local model = gpt.GPT(cfg, staging)

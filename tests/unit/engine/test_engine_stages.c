@@ -261,6 +261,63 @@ static void test_dropout_backward_uses_forward_mask(void **state) {
         "assert(dropped > 30 and dropped < 90, 'dropped ' .. dropped .. ' of 200 at p = 0.3')\n");
 }
 
+/* Attention dropout (nn.Attention's dropout, on the probabilities) in training only,
+ * exact under checkpoint recomputation; masks keyed by global batch row (row0): a slice
+ * of the batch run with its row0 draws the whole batch's masks for those rows. */
+static void test_attention_dropout(void **state) {
+    (void)state;
+    run_chunk(
+        "local function stage(ck, p)\n"
+        "  return ds.Stage {name = 'a', seed = 3, checkpoint = ck,\n"
+        "    nn.Linear {name = 'c_attn', ['in'] = 8, out = 24},\n"
+        "    nn.Attention {heads = 2, dropout = p},\n"
+        "    nn.Dropout {p = p},\n"
+        "    nn.Linear {name = 'c_proj', ['in'] = 8, out = 8}}\n"
+        "end\n"
+        "local function fill(B, first, f)\n"
+        "  local t = ds.tensor('fp32', B, 5, 8)\n"
+        "  for i = 1, B * 40 do t:set(i, f(first + i)) end\n"
+        "  return t\n"
+        "end\n"
+        "local function run(s, B, row0, train)\n"
+        "  local first = row0 * 40\n"
+        "  local x = fill(B, first, function(i) return math.sin(i * 0.37) end)\n"
+        "  local dout = fill(B, first, function(i) return math.cos(i * 0.11) end)\n"
+        "  s:zero_grad()\n"
+        "  local out = s:forward(x, train ~= false, 4, 1, row0):to_table()\n"
+        "  local din = s:backward(dout):to_table()\n"
+        "  return {out = out, din = din, grads = s:grads():to_table()}\n"
+        "end\n"
+        "local a = run(stage('none', 0.3), 4, 0)\n"
+        "local b = run(stage('full', 0.3), 4, 0)\n"
+        "same(a.out, b.out, 'output with checkpointing')\n"
+        "same(a.din, b.din, 'input gradient with checkpointing')\n"
+        "same(a.grads, b.grads, 'parameter gradients with checkpointing')\n"
+        "local e = run(stage('none', 0.3), 4, 0, false)\n"
+        "local z = run(stage('none', 0), 4, 0)\n"
+        "same(e.out, z.out, 'evaluation must not drop')\n"
+        "local differ = 0\n"
+        "for i = 1, #a.out do if a.out[i] ~= e.out[i] then differ = differ + 1 end end\n"
+        "assert(differ > #a.out / 2, 'dropout changed only ' .. differ .. ' outputs')\n"
+        /* rows 3..4 alone at row0 = 2: the same masks as in the whole batch */
+        "local function close(x, y, what)\n"
+        "  for i = 1, #x do\n"
+        "    if math.abs(x[i] - y[i]) > 1e-6 + 1e-5 * math.abs(y[i]) then\n"
+        "      error(string.format('%s: element %d: %.9g vs %.9g', what, i, x[i], y[i]))\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "local s = stage('none', 0.3)\n"
+        "local whole, half = run(s, 4, 0), run(s, 2, 2)\n"
+        "local tail = {out = {}, din = {}}\n"
+        "for i = 81, 160 do tail.out[i - 80] = whole.out[i]; tail.din[i - 80] = whole.din[i] end\n"
+        "close(half.out, tail.out, 'rows 3..4 output at row0 = 2')\n"
+        "close(half.din, tail.din, 'rows 3..4 input gradient at row0 = 2')\n"
+        "local wrong = run(s, 2, 0)\n"
+        "local ok = pcall(close, wrong.out, tail.out, '')\n"
+        "assert(not ok, 'row0 does not key the masks')\n");
+}
+
 /* Export writes Hugging Face names and layouts (Conv1D weights [in, out], no lm_head);
  * loading that file into a differently initialised model reproduces every weight. */
 static void test_safetensors_round_trip(void **state) {
@@ -295,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_optimizer_ranges_and_decay),
         cmocka_unit_test(test_accumulation_clipping_schedules),
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
+        cmocka_unit_test(test_attention_dropout),
         cmocka_unit_test(test_safetensors_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

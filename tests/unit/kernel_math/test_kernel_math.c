@@ -63,7 +63,7 @@ static void test_dropout_mask_matches_cpu(void **state) {
     size_t n = 100003;
     float *x = randv(n, -1, 1), *a = malloc(n * 4), *b = malloc(n * 4);
     for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-        ds_rng_key key = {0xFEDCBA9876543210ull + k, 11, 5, 2};
+        ds_rng_key key = {0xFEDCBA9876543210ull + k, 11, 5, 2, 0};
         ds_dropout_forward(a, x, n, ps[k], key);
         dropout_like_gpu(b, x, n, ps[k], key);
         assert_memory_equal(a, b, n * 4);

@@ -346,6 +346,169 @@ static void test_attention_large(void **state) {
     check_attention(1, 37, 96, 3, 0); /* odd T and head size not a multiple of 16 */
 }
 
+/* ---- attention with dropout on the probabilities ------------------------------------ */
+/* The mask the kernel must use: ds_dropout_forward's on ones over the [B,NH,T,T] tensor. */
+static float *attention_mask(int B, int T, int NH, float p, ds_rng_key key) {
+    size_t na = (size_t)B * NH * T * T;
+    float *one = malloc(na * sizeof *one), *m = malloc(na * sizeof *m);
+    for (size_t i = 0; i < na; i++) one[i] = 1.0f;
+    ds_dropout_forward(m, one, na, p, key);
+    free(one);
+    return m;
+}
+
+typedef struct { att_shape s; const float *mask; } attd_ctx;
+
+static void ref_attention_dropout(const double *qkv, double *y, const void *ctx) {
+    const attd_ctx *c = ctx;
+    int B = c->s.B, T = c->s.T, C = c->s.C, NH = c->s.NH, hs = C / NH;
+    double *p = malloc((size_t)T * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const float *m = c->mask + (((size_t)b * NH + h) * T + t) * T;
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                    p[u] = d / sqrt((double)hs);
+                    if (p[u] > mx) mx = p[u];
+                }
+                for (int u = 0; u <= t; u++) sum += (p[u] = exp(p[u] - mx));
+                double *o = y + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++)
+                        acc += p[u] / sum * m[u] *
+                               qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+                    o[i] = acc;
+                }
+            }
+    free(p);
+}
+
+static void check_attention_dropout(int B, int T, int C, int NH, float p, int full_fd) {
+    ds_rng_key key = {.seed = 0x5EEDull << 33 | 9, .step = 3, .layer = 17, .micro = 2};
+    attd_ctx c = {{B, T, C, NH}, attention_mask(B, T, NH, p, key)};
+    size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = tu_randf(nx, -1.5f, 1.5f), *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1, 1);
+    float *att = tu_randf(na, 5, 6), *scratch = tu_randf(na, 5, 6);
+    float *out0 = tu_randf(ny, 0, 1), *att0 = tu_randf(na, 5, 6);
+    ds_attention_forward_dropout(out, att, qkv, B, T, C, NH, p, key);
+    ds_attention_forward(out0, att0, qkv, B, T, C, NH);
+    assert_memory_equal(att, att0, na * sizeof *att); /* att keeps P undropped */
+    double *xd = tu_to_double(qkv, nx), *yd = malloc(ny * sizeof *yd);
+    ref_attention_dropout(xd, yd, &c);
+    assert_int_equal(tu_mismatch("attention dropout out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
+    float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
+    ds_attention_backward_dropout(grad, scratch, dout, qkv, att, B, T, C, NH, p, key);
+    double *g = tu_to_double(dout, ny);
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_attention_dropout, &c, xd, nx, g, ny, fd);
+        expect_accumulated("attention dropout dqkv", grad, base, fd, nx);
+        free(fd);
+    } else {
+        for (int k = 0; k < 2; k++) {
+            float *df = tu_randf(nx, -1, 1);
+            double *d = tu_to_double(df, nx);
+            expect_close("attention dropout directional", dot_fd(grad, base, d, nx),
+                         tu_fd_dir(ref_attention_dropout, &c, xd, d, nx, g, ny), 1e-4);
+            free(df), free(d);
+        }
+    }
+    free(qkv), free(out), free(dout), free(att), free(scratch), free(out0), free(att0), free(xd),
+        free(yd), free(base), free(grad), free(g), free((float *)c.mask);
+}
+
+static void test_attention_dropout_grad(void **state) {
+    (void)state;
+    tu_seed(21);
+    check_attention_dropout(2, 5, 8, 2, 0.3f, 1);
+    check_attention_dropout(1, 7, 12, 3, 0.5f, 1);
+    check_attention_dropout(2, 33, 64, 2, 0.1f, 0);
+}
+
+/* p = 0 must be the plain kernels, bit for bit, forward and backward. */
+static void test_attention_dropout_p0(void **state) {
+    (void)state;
+    tu_seed(22);
+    int B = 2, T = 19, C = 48, NH = 3;
+    size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    ds_rng_key key = {42, 1, 2, 3, 0};
+    float *qkv = tu_randf(nx, -1.5f, 1.5f), *dout = tu_randf(ny, -1, 1);
+    float *o[2], *a[2], *sc[2], *g[2];
+    float *base = tu_randf(nx, -0.5f, 0.5f);
+    for (int k = 0; k < 2; k++) {
+        o[k] = tu_randf(ny, 0, 1), a[k] = tu_randf(na, 0, 1), sc[k] = tu_randf(na, 0, 1);
+        g[k] = tu_copyf(base, nx);
+    }
+    ds_attention_forward(o[0], a[0], qkv, B, T, C, NH);
+    ds_attention_backward(g[0], sc[0], dout, qkv, a[0], B, T, C, NH);
+    ds_attention_forward_dropout(o[1], a[1], qkv, B, T, C, NH, 0.0f, key);
+    ds_attention_backward_dropout(g[1], sc[1], dout, qkv, a[1], B, T, C, NH, 0.0f, key);
+    assert_memory_equal(o[0], o[1], ny * sizeof(float));
+    assert_memory_equal(a[0], a[1], na * sizeof(float));
+    assert_memory_equal(g[0], g[1], nx * sizeof(float));
+    for (int k = 0; k < 2; k++) free(o[k]), free(a[k]), free(sc[k]), free(g[k]);
+    free(qkv), free(dout), free(base);
+}
+
+/* With v[u] = e_u (head size T) the output row t is P[t] times its mask row: the
+ * fraction of zeros among the causal entries is the drop rate, kept ones are scaled. */
+static void test_attention_dropout_rate(void **state) {
+    (void)state;
+    tu_seed(23);
+    int B = 8, T = 64, C = 64, NH = 1;
+    float p = 0.1f, keep = 1.0f / (1.0f - p);
+    size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = tu_randf(nx, -1, 1), *out = malloc(ny * sizeof *out), *att = malloc(na * sizeof *att);
+    for (int b = 0; b < B; b++)
+        for (int u = 0; u < T; u++)
+            for (int i = 0; i < C; i++)
+                qkv[((size_t)b * T + u) * 3 * C + 2 * C + i] = i == u ? 1.0f : 0.0f;
+    ds_rng_key key = {777, 5, 4, 0, 0};
+    ds_attention_forward_dropout(out, att, qkv, B, T, C, NH, p, key);
+    size_t dropped = 0, total = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int u = 0; u <= t; u++) {
+                float y = out[((size_t)b * T + t) * C + u], a = att[(((size_t)b * T) + t) * T + u];
+                total++;
+                if (y == 0.0f) dropped++;
+                else assert_true(y == a * keep);
+            }
+    double rate = (double)dropped / total, sigma = sqrt(p * (1 - p) / total);
+    assert_true(fabs(rate - p) < 6 * sigma);
+    free(qkv), free(out), free(att);
+}
+
+/* key.offset = rows before mine * elements per row: the last batch row alone draws what
+ * it draws as part of the whole batch (a data-parallel rank's slice). */
+static void test_attention_dropout_offset(void **state) {
+    (void)state;
+    tu_seed(24);
+    int B = 3, T = 11, C = 24, NH = 2;
+    size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    size_t rx = nx / B, ry = ny / B, ra = na / B;
+    float *qkv = tu_randf(nx, -1.5f, 1.5f), *dout = tu_randf(ny, -1, 1);
+    float *out = malloc(ny * sizeof *out), *att = malloc(na * sizeof *att), *sc = malloc(na * sizeof *sc);
+    float *grad = calloc(nx, sizeof *grad), *g1 = calloc(rx, sizeof *g1);
+    float *o1 = malloc(ry * sizeof *o1), *a1 = malloc(ra * sizeof *a1), *s1 = malloc(ra * sizeof *s1);
+    ds_rng_key key = {99, 2, 6, 1, 0};
+    ds_attention_forward_dropout(out, att, qkv, B, T, C, NH, 0.4f, key);
+    ds_attention_backward_dropout(grad, sc, dout, qkv, att, B, T, C, NH, 0.4f, key);
+    key.offset = 2 * ra;
+    ds_attention_forward_dropout(o1, a1, qkv + 2 * rx, 1, T, C, NH, 0.4f, key);
+    ds_attention_backward_dropout(g1, s1, dout + 2 * ry, qkv + 2 * rx, a1, 1, T, C, NH, 0.4f, key);
+    assert_memory_equal(o1, out + 2 * ry, ry * sizeof *o1);
+    assert_memory_equal(g1, grad + 2 * rx, rx * sizeof *g1);
+    free(qkv), free(dout), free(out), free(att), free(sc), free(grad), free(g1), free(o1),
+        free(a1), free(s1);
+}
+
 /* ---- cross-entropy ---------------------------------------------------------------- */
 typedef struct { int N, V; const int32_t *targets; } ce_ctx;
 
@@ -508,7 +671,9 @@ int main(void) {
         cmocka_unit_test(test_matmul_no_bias),   cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_add_accumulate_scale), cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_embedding),        cmocka_unit_test(test_attention_small),
-        cmocka_unit_test(test_attention_large),  cmocka_unit_test(test_crossentropy_small),
+        cmocka_unit_test(test_attention_large),  cmocka_unit_test(test_attention_dropout_grad),
+        cmocka_unit_test(test_attention_dropout_p0), cmocka_unit_test(test_attention_dropout_rate),
+        cmocka_unit_test(test_attention_dropout_offset), cmocka_unit_test(test_crossentropy_small),
         cmocka_unit_test(test_crossentropy_gpt2_vocab), cmocka_unit_test(test_crossentropy_fused),
         cmocka_unit_test(test_determinism),
     };

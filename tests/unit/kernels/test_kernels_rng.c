@@ -45,7 +45,7 @@ static void test_dropout_rate_and_scale(void **state) {
     size_t n = 1000003;
     float ps[3] = {0.1f, 0.5f, 0.9f};
     for (int k = 0; k < 3; k++) {
-        ds_rng_key key = {12345, 7, 3, 1};
+        ds_rng_key key = {12345, 7, 3, 1, 0};
         float *out = dropout_of_ones(n, ps[k], key);
         double rate = (double)count_dropped(out, n) / n;
         double sigma = sqrt(ps[k] * (1 - ps[k]) / n);
@@ -59,7 +59,7 @@ static void test_dropout_rate_and_scale(void **state) {
 static void test_dropout_same_key_same_mask(void **state) {
     (void)state;
     size_t n = 100001;
-    ds_rng_key key = {0xDEADBEEFCAFEull, 11, 2, 0};
+    ds_rng_key key = {0xDEADBEEFCAFEull, 11, 2, 0, 0};
     float *a = dropout_of_ones(n, 0.3f, key), *b = dropout_of_ones(n, 0.3f, key);
     assert_memory_equal(a, b, n * sizeof(float));
     ds_kernels_set_threads(1);
@@ -75,7 +75,7 @@ static void test_dropout_same_key_same_mask(void **state) {
 static void test_dropout_different_keys_differ(void **state) {
     (void)state;
     size_t n = 4096;
-    ds_rng_key base = {42, 1, 1, 1};
+    ds_rng_key base = {42, 1, 1, 1, 0};
     ds_rng_key keys[5] = {base, base, base, base, base};
     keys[1].seed = 43 | (1ull << 40);
     keys[2].step = 2;
@@ -105,7 +105,7 @@ static void test_dropout_keying_contract(void **state) {
     (void)state;
     size_t n = 1001;
     float p = 0.25f;
-    ds_rng_key key = {0x0123456789ABCDEFull, 5, 6, 7};
+    ds_rng_key key = {0x0123456789ABCDEFull, 5, 6, 7, 0};
     float *out = dropout_of_ones(n, p, key);
     uint32_t k[2] = {0x89ABCDEFu, 0x01234567u};
     for (size_t i = 0; i < n; i++) {
@@ -122,7 +122,7 @@ static void test_dropout_backward(void **state) {
     tu_seed(21);
     size_t n = 70001;
     float p = 0.2f;
-    ds_rng_key key = {9, 8, 7, 6};
+    ds_rng_key key = {9, 8, 7, 6, 0};
     float *inp = tu_randf(n, 0.5f, 1.0f), *out = malloc(n * sizeof(float));
     float *dout = tu_randf(n, -1, 1), *base = tu_randf(n, -1, 1), *dinp = tu_copyf(base, n);
     ds_dropout_forward(out, inp, n, p, key);
@@ -145,6 +145,23 @@ static void test_dropout_backward(void **state) {
     free(inp), free(out), free(dout), free(base), free(dinp), free(d0);
 }
 
+/* key.offset shifts the element index: a slice [k, n) with offset k draws what the
+ * whole tensor draws there, for offsets inside a Philox block too. */
+static void test_dropout_offset(void **state) {
+    (void)state;
+    size_t n = 1031;
+    ds_rng_key key = {0xABCDEF01234ull, 9, 5, 2, 0};
+    float *whole = dropout_of_ones(n, 0.3f, key);
+    size_t offs[4] = {1, 2, 4, 517};
+    for (int k = 0; k < 4; k++) {
+        key.offset = offs[k];
+        float *part = dropout_of_ones(n - offs[k], 0.3f, key);
+        assert_memory_equal(part, whole + offs[k], (n - offs[k]) * sizeof *part);
+        free(part);
+    }
+    free(whole);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
@@ -153,6 +170,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_different_keys_differ),
         cmocka_unit_test(test_dropout_keying_contract),
         cmocka_unit_test(test_dropout_backward),
+        cmocka_unit_test(test_dropout_offset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
