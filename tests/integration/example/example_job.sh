@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's example job, as scripts/example.sh runs it (dslaunch on this node, data made
 # by the project), must train: its last logged loss must fall below TARGET. It starts at
-# ln 257 = 5.55 and ends near 0.9 after its 300 steps (2 ranks, ZeRO-3; ~30 s on 2 cores).
+# ln 257 = 5.55 and ends near 0.9 after its 300 steps (2 ranks, ZeRO-3; 30-60 s on 2 cores).
 # usage: example_job.sh DSLAUNCH DSRUN SOURCE_DIR TARGET
 set -euo pipefail
 dslaunch=$1 dsrun=$2 src=$3 target=$4
