@@ -1,10 +1,8 @@
 #include "bytetok.h"
+#include "ds_mapfile.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 int ds_docs_mode_parse(const char *s, ds_docs_mode *out) {
@@ -123,37 +121,16 @@ static int utf8_error(const char *path, const uint8_t *s, size_t bad, ds_err *er
 
 int ds_bytetok_encode_file(const char *path, ds_docs_mode mode, int any_bytes,
                            ds_token_sink sink, void *ctx, uint64_t *bytes, ds_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ds_err_errno(err, errno, "%s: cannot open", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ds_err_errno(err, e, "%s: stat", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ds_err_set(err, "%s: not a regular file", path);
-    }
-    size_t n = (size_t)st.st_size;
+    ds_mapfile m;
+    if (ds_mapfile_open(&m, path, NULL, err) != 0) return -1;
+    const uint8_t *s = m.data ? m.data : (const uint8_t *)"";
+    size_t n = m.len;
     *bytes = n;
-    const uint8_t *s = (const uint8_t *)"";
-    void *map = NULL;
-    if (n > 0) {
-        map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return ds_err_errno(err, e, "%s: mmap", path);
-        }
-        s = map;
-    }
-    close(fd);
     size_t bad;
     int rc = 0;
     if (!any_bytes && ds_utf8_validate(s, n, &bad) != 0) rc = utf8_error(path, s, bad, err);
     else rc = ds_bytetok_encode(s, n, mode, sink, ctx, err);
-    if (map) munmap(map, n);
+    ds_mapfile_close(&m);
     return rc;
 }
 

@@ -5,20 +5,17 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bytetok.h"
+#include "ds_mapfile.h"
 
 #define SKIP_MAX_DEPTH 64
 
 struct ds_st_file {
-    void *map;
-    size_t map_len;
+    ds_mapfile file; /* what ds_st_open mapped; empty for ds_st_parse */
     ds_st_tensor *tensors; /* sorted by name */
     size_t n, cap;
     ds_st_kv *meta; /* sorted by key */
@@ -536,31 +533,14 @@ ds_st_file *ds_st_parse(const void *bytes, size_t len, const char *name, ds_err 
 }
 
 ds_st_file *ds_st_open(const char *path, ds_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ds_err_errno(err, errno, "%s: cannot open", path), NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ds_err_set(err, "%s: not a regular file", path), NULL;
-    }
-    size_t len = (size_t)st.st_size;
-    void *map = NULL;
-    if (len > 0) {
-        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return ds_err_errno(err, e, "%s: mmap", path), NULL;
-        }
-    }
-    close(fd);
-    ds_st_file *f = ds_st_parse(map ? map : "", len, path, err);
+    ds_mapfile m;
+    if (ds_mapfile_open(&m, path, NULL, err) != 0) return NULL;
+    ds_st_file *f = ds_st_parse(m.data ? m.data : "", m.len, path, err);
     if (!f) {
-        if (map) munmap(map, len);
+        ds_mapfile_close(&m);
         return NULL;
     }
-    f->map = map;
-    f->map_len = len;
+    f->file = m;
     return f;
 }
 
@@ -570,7 +550,7 @@ void ds_st_close(ds_st_file *f) {
     for (size_t i = 0; i < f->nmeta; i++) free((char *)f->meta[i].key), free((char *)f->meta[i].value);
     free(f->tensors);
     free(f->meta);
-    if (f->map) munmap(f->map, f->map_len);
+    ds_mapfile_close(&f->file);
     free(f);
 }
 

@@ -1,11 +1,8 @@
 #include "tokfile.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static void put_le(uint8_t *p, uint64_t v, int bytes) {
@@ -145,40 +142,21 @@ static int check_header(const uint8_t *h, size_t size, ds_tokfile *tf, ds_err *e
 int ds_tokfile_open(ds_tokfile *tf, const char *path, ds_err *err) {
     memset(tf, 0, sizeof *tf);
     snprintf(tf->path, sizeof tf->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ds_err_errno(err, errno, "%s: cannot open token file", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ds_err_errno(err, e, "%s: stat", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ds_err_set(err, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    if (size == 0) {
-        close(fd);
+    if (ds_mapfile_open(&tf->file, path, "token file", err) != 0) return -1;
+    if (tf->file.len == 0) {
+        ds_tokfile_close(tf);
         return ds_err_set(err, "%s: empty file (not a token file)", path);
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return ds_err_errno(err, e, "%s: mmap", path);
-    tf->map = map;
-    tf->map_len = size;
-    if (check_header(map, size, tf, err) != 0) {
+    if (check_header(tf->file.data, tf->file.len, tf, err) != 0) {
         ds_tokfile_close(tf);
         return -1;
     }
-    tf->tokens = (const uint8_t *)map + DS_TOKFILE_HEADER;
+    tf->tokens = (const uint8_t *)tf->file.data + DS_TOKFILE_HEADER;
     return 0;
 }
 
 void ds_tokfile_close(ds_tokfile *tf) {
-    if (tf->map) munmap(tf->map, tf->map_len);
-    tf->map = NULL;
+    ds_mapfile_close(&tf->file);
     tf->tokens = NULL;
 }
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "ds_err.h"
+#include "ds_mapfile.h"
 
 #define DS_TOKFILE_MAGIC "DSTOKENS"
 #define DS_TOKFILE_VERSION 1u
@@ -29,8 +30,7 @@ typedef struct ds_tokfile {
     uint32_t vocab;     /* from the header; 0 when the writer did not know it */
     uint64_t count;     /* tokens */
     const uint8_t *tokens; /* count * width bytes inside the mapping */
-    void *map;
-    size_t map_len;
+    ds_mapfile file;
 } ds_tokfile;
 
 /* A streaming writer: tokens go to "<path>.tmp-<pid>", which close() completes (count in
