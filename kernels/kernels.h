@@ -122,6 +122,29 @@ void ds_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void ds_f32_to_f16(uint16_t *dst, const float *src, size_t n);    /* IEEE half, RNE */
 void ds_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
+/* ---- 16-bit working copies (mixed precision) -------------------------------------- */
+/* Arithmetic on bf16 / fp16 arrays (raw bits) done in fp32 with one rounding to 16 bits
+ * per result, the way 16-bit hardware with fp32 accumulation does it. */
+typedef enum ds_half { DS_HALF_BF16, DS_HALF_F16 } ds_half;
+void ds_half_from_f32(ds_half h, uint16_t *dst, const float *src, size_t n);
+void ds_half_to_f32(ds_half h, float *dst, const uint16_t *src, size_t n);
+/* acc[i] = round16(acc[i] + x[i]): an fp32 gradient added into a 16-bit gradient buffer. */
+void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n);
+/* out[i] = round16(a[i] + b[i]) (out may alias a or b): one step of a 16-bit reduction. */
+void ds_half_add(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+/* x[i] = round16(x[i] * k) */
+void ds_half_scale(ds_half h, uint16_t *x, float k, size_t n);
+/* Sum of squares in double, fixed order; inf or NaN anywhere makes it non-finite. */
+double ds_half_sumsq(ds_half h, const uint16_t *x, size_t n);
+/* AdamW / SGD on a 16-bit working copy w: the step runs on the fp32 master weights with
+ * grad * grad_scale widened to fp32 (grad untouched), then w = round16(master). */
+void ds_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                          float *master, float *m, float *v, size_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int t);
+void ds_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                        float *master, float *buf, size_t n, float lr, float momentum,
+                        float weight_decay);
+
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);
 int ds_kernels_threads(void);
