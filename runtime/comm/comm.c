@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm_backend.h"
+#include "kernels.h" /* ds_half_scale: the 16-bit average */
 
 #define DS_COMM_DEFAULT_TIMEOUT_MS 120000
 
@@ -275,10 +276,16 @@ static const char *op_name(ds_comm_kind k) {
     return "?";
 }
 
-/* After a successful sum, DS_COMM_AVG divides by the world size (fp32 only). */
+/* After a successful sum, DS_COMM_AVG divides by the world size: fp32 exactly, 16-bit
+ * as round16(x * (1/world)), exact for a power-of-two world unless it underflows. */
 static void finish_avg(ds_comm_handle *h) {
     ds_comm *c = h->comm;
     if (h->op != DS_COMM_AVG || c->vt->native_avg) return;
+    if (h->dtype == DS_BF16 || h->dtype == DS_F16) {
+        ds_half_scale(h->dtype == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16, h->out,
+                      1.0f / (float)c->world, h->count);
+        return;
+    }
     float *p = h->out;
     for (size_t i = 0; i < h->count; i++) p[i] /= (float)c->world;
 }
@@ -341,9 +348,8 @@ static void *comm_thread_main(void *arg) {
 }
 
 static int check_reduce(ds_dtype dt, ds_comm_reduce op, ds_err *err) {
-    if (dt != DS_F32 && dt != DS_I32)
-        return ds_err_set(err, "reductions take f32 or i32, not %s", ds_dtype_name(dt));
-    if (op == DS_COMM_AVG && dt != DS_F32) return ds_err_set(err, "average needs f32");
+    if (op == DS_COMM_AVG && dt == DS_I32)
+        return ds_err_set(err, "average needs a floating-point dtype, not %s", ds_dtype_name(dt));
     if (op != DS_COMM_SUM && op != DS_COMM_AVG) return ds_err_set(err, "unknown reduction %d", (int)op);
     return 0;
 }

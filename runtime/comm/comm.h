@@ -44,7 +44,7 @@ typedef enum ds_comm_backend {
 
 typedef enum ds_comm_reduce {
     DS_COMM_SUM = 0,
-    DS_COMM_AVG, /* the sum divided by world size (fp32 only) */
+    DS_COMM_AVG, /* the sum divided by world size (floating-point dtypes) */
 } ds_comm_reduce;
 
 /* Everything has a default; a zeroed struct (or NULL) means "defaults". */
@@ -73,8 +73,11 @@ const char *ds_comm_backend_name(ds_comm_backend b);
 
 /* Asynchronous ops: start the op and return its handle at once (NULL with err when the
  * arguments are wrong or the communicator is broken; nothing was started then).
- * Reductions take fp32 or int32 (AVG: fp32 only); all-gather and broadcast move any
- * dtype as raw payload (bf16/fp16 working copies included). */
+ * Reductions take fp32, bf16, fp16 (SUM, AVG) and int32 (SUM, wrapping); all-gather and
+ * broadcast move any dtype as raw payload. bf16/fp16 sums are done in fp32 per addition
+ * and rounded to 16 bits after each one (as NCCL does for 16-bit types), so the result
+ * depends on the order, which is fixed per backend and world size and identical on
+ * every rank; AVG then scales by 1/world (docs/comm.md). */
 
 /* buf (count elements) becomes the element-wise reduction over all ranks. */
 ds_comm_handle *ds_comm_iallreduce(ds_comm *c, void *buf, size_t count, ds_dtype dt,

@@ -9,7 +9,15 @@
 #include "comm_backend.h"
 #include "gloo_shim.h"
 
-static ds_gloo_type gloo_type(ds_dtype dt) { return dt == DS_I32 ? DS_GLOO_I32 : DS_GLOO_F32; }
+static ds_gloo_type gloo_type(ds_dtype dt) {
+    switch (dt) {
+    case DS_F32: return DS_GLOO_F32;
+    case DS_BF16: return DS_GLOO_BF16;
+    case DS_F16: return DS_GLOO_F16;
+    case DS_I32: return DS_GLOO_I32;
+    }
+    return DS_GLOO_F32; /* comm.c validated dt */
+}
 
 static int gloo_run(void *be, ds_comm_handle *h, ds_err *err) {
     ds_gloo *g = be;

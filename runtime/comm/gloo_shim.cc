@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "engine/alloc.h"
+#include "kernels.h"
 }
 
 struct ds_gloo {
@@ -74,6 +75,35 @@ static void sum_i32(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; i++) o[i] = (int32_t)((uint32_t)x[i] + (uint32_t)y[i]);
 }
 
+// 16-bit sums: widened to fp32, added, rounded back once per addition (as NCCL does for
+// 16-bit types), so the result depends on the order; each chunk is summed by one chain
+// of ranks and then copied, which is what keeps every rank's bits the same.
+static void sum_bf16(void* c, const void* a, const void* b, size_t n) {
+  ds_half_add(DS_HALF_BF16, static_cast<uint16_t*>(c), static_cast<const uint16_t*>(a),
+              static_cast<const uint16_t*>(b), n);
+}
+
+static void sum_f16(void* c, const void* a, const void* b, size_t n) {
+  ds_half_add(DS_HALF_F16, static_cast<uint16_t*>(c), static_cast<const uint16_t*>(a),
+              static_cast<const uint16_t*>(b), n);
+}
+
+using SumFn = void (*)(void*, const void*, const void*, size_t);
+
+static SumFn sum_of(ds_gloo_type t) {
+  switch (t) {
+    case DS_GLOO_F32: return sum_f32;
+    case DS_GLOO_I32: return sum_i32;
+    case DS_GLOO_BF16: return sum_bf16;
+    case DS_GLOO_F16: return sum_f16;
+  }
+  throw std::invalid_argument("unknown element type");
+}
+
+static size_t esize_of(ds_gloo_type t) {
+  return t == DS_GLOO_BF16 || t == DS_GLOO_F16 ? 2 : 4;
+}
+
 extern "C" ds_gloo* ds_gloo_open(ds_store_client* store, const char* prefix, int rank,
                                  int world, const char* addr, int timeout_ms, ds_err* err) {
   ds_gloo* g = new (std::nothrow) ds_gloo();
@@ -117,13 +147,17 @@ extern "C" int ds_gloo_allreduce(ds_gloo* g, void* buf, size_t count, ds_gloo_ty
                                  uint32_t tag, ds_err* err) {
   return guarded(err, "allreduce", [&] {
     gloo::AllreduceOptions opts(g->ctx);
-    if (t == DS_GLOO_F32) {
+    // Only the element size matters to Gloo (its segments stay whole elements); the
+    // arithmetic is ours.
+    if (t == DS_GLOO_F32)
       opts.setOutput(static_cast<float*>(buf), count);
-      opts.setReduceFunction(sum_f32);
-    } else {
+    else if (t == DS_GLOO_I32)
       opts.setOutput(static_cast<int32_t*>(buf), count);
-      opts.setReduceFunction(sum_i32);
-    }
+    else if (t == DS_GLOO_F16)
+      opts.setOutput(static_cast<gloo::float16*>(buf), count);
+    else
+      opts.setOutput(static_cast<uint16_t*>(buf), count);  // bf16: gloo has no type for it
+    opts.setReduceFunction(sum_of(t));
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setTag(tag);
     opts.setTimeout(g->timeout);
@@ -142,7 +176,8 @@ extern "C" int ds_gloo_reduce_scatter(ds_gloo* g, void* in, void* out, size_t co
                                       ds_gloo_type t, uint32_t tag, ds_err* err) {
   return guarded(err, "reduce-scatter", [&] {
     const int rank = g->ctx->rank, world = g->ctx->size;
-    const size_t esize = 4, bytes = count * esize, seg = kRingSegmentBytes;
+    // seg is a multiple of every element size, so no segment splits an element.
+    const size_t esize = esize_of(t), bytes = count * esize, seg = kRingSegmentBytes;
     char* base = static_cast<char*>(in);
     if (!g->scratch) {
       g->scratch = static_cast<char*>(ds_alloc(kRingDepth * seg, DS_MEM_COMM));
@@ -154,7 +189,7 @@ extern "C" int ds_gloo_reduce_scatter(ds_gloo* g, void* in, void* out, size_t co
     const size_t nseg = (bytes + seg - 1) / seg;
     auto seg_len = [&](size_t k) { return bytes - k * seg < seg ? bytes - k * seg : seg; };
     const uint64_t slot0 = gloo::Slot::build(kRingSlotPrefix, tag);
-    auto sum = t == DS_GLOO_F32 ? sum_f32 : sum_i32;
+    const SumFn sum = sum_of(t);
     for (int s = 0; s < world - 1; s++) {
       const size_t send_chunk = (size_t)((rank - s - 1 + 2 * world) % world);
       const size_t recv_chunk = (size_t)((rank - s - 2 + 2 * world) % world);

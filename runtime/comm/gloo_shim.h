@@ -18,7 +18,9 @@ extern "C" {
 
 typedef struct ds_gloo ds_gloo;
 
-typedef enum ds_gloo_type { DS_GLOO_F32, DS_GLOO_I32 } ds_gloo_type;
+/* Element types of the reductions; BF16 and F16 are raw 16-bit payloads summed through
+ * fp32 with one rounding to 16 bits per addition (kernels.h ds_half_add). */
+typedef enum ds_gloo_type { DS_GLOO_F32, DS_GLOO_I32, DS_GLOO_BF16, DS_GLOO_F16 } ds_gloo_type;
 
 /* Creates a TCP device bound to addr, then connects the full mesh through store, whose
  * keys are prefix + Gloo's own key names. timeout_ms bounds the rendezvous and every

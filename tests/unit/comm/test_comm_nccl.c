@@ -1,12 +1,14 @@
 /* The NCCL backend on a machine with GPUs (label "gpu"; exits 77, a skip, without one):
- * every op on device buffers, exact against a reference sum, sync and async, with one
- * rank per GPU (up to 2; a single GPU runs a world of one through NCCL all the same).
+ * every op on device buffers (reductions in fp32, bf16 and fp16), exact against a
+ * reference sum, sync and async, with one rank per GPU (up to 2; a single GPU runs a
+ * world of one through NCCL all the same).
  * CUDA is never touched in the parent: a process that initialised CUDA cannot fork
  * children that use it, so even the device count comes from a probe child. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "comm_test_util.h"
+#include "kernels.h"
 
 static float fill(int r, size_t i) { return (float)(int)((i * 7 + (size_t)r * 13) % 2001) - 1000.0f; }
 
@@ -21,6 +23,45 @@ static float *to_host(const float *d, size_t n) {
     float *h = malloc(n * sizeof(float) + 4);
     RANK_CHECK(h && cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
     return h;
+}
+
+/* bf16 and fp16 all-reduce, SUM and AVG, on integers in [-32, 32]: every partial sum
+ * (and its average over 1 or 2 ranks) is exact in 16 bits, so any order NCCL picks
+ * gives the reference's bits. */
+static float small_int(int r, size_t i) {
+    return (float)(int)((i * 7 + (size_t)r * 13) % 65) - 32.0f;
+}
+
+static void check_half_allreduce(ds_comm *c, int rank, int world, ds_dtype dt) {
+    const size_t n = 1000003;
+    ds_half hf = dt == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16;
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+    uint16_t *h = malloc(n * 2), *w16 = malloc(n * 2);
+    void *d = NULL;
+    RANK_CHECK(x && want && h && w16, "out of memory");
+    RANK_CHECK(cudaMalloc(&d, n * 2) == cudaSuccess, "cudaMalloc");
+    for (int op = 0; op < 2; op++) {
+        for (size_t i = 0; i < n; i++) {
+            x[i] = small_int(rank, i);
+            want[i] = 0;
+            for (int q = 0; q < world; q++) want[i] += small_int(q, i);
+            if (op == 1) want[i] /= (float)world;
+        }
+        ds_half_from_f32(hf, h, x, n);
+        ds_half_from_f32(hf, w16, want, n);
+        RANK_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+        ds_err err = {{0}};
+        RANK_CHECK(ds_comm_allreduce(c, d, n, dt, op ? DS_COMM_AVG : DS_COMM_SUM, &err) == 0,
+                   "%s", err.msg);
+        RANK_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+        for (size_t i = 0; i < n; i++)
+            RANK_CHECK(h[i] == w16[i], "%s allreduce op %d i=%zu", ds_dtype_name(dt), op, i);
+    }
+    cudaFree(d);
+    free(x);
+    free(want);
+    free(h);
+    free(w16);
 }
 
 static int nccl_rank(rank_env *env) {
@@ -72,6 +113,9 @@ static int nccl_rank(rank_env *env) {
     for (int q = 0; q < world; q++)
         for (size_t k = 0; k < shard; k++)
             RANK_CHECK(hg[(size_t)q * shard + k] == (uint16_t)(q * 1000 + k), "allgather");
+
+    check_half_allreduce(c, rank, world, DS_BF16);
+    check_half_allreduce(c, rank, world, DS_F16);
 
     /* broadcast from the last rank, barrier */
     RANK_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy");
