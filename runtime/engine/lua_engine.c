@@ -5,4 +5,5 @@
 void ds_lua_open_engine(lua_State *L) {
     ds_lua_open_tensor(L);
     ds_lua_open_stage(L);
+    ds_lua_open_loss_scaler(L);
 }

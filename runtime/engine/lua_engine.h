@@ -18,5 +18,6 @@ int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(print
 
 void ds_lua_open_tensor(lua_State *L); /* ds.tensor, metatable ds.Tensor */
 void ds_lua_open_stage(lua_State *L);  /* stage, criterion, memory, clock */
+void ds_lua_open_loss_scaler(lua_State *L); /* loss_scaler, grad_overflow */
 
 #endif
