@@ -48,7 +48,7 @@ typedef struct client {
     int blocked;          /* the request at the front of `in` waits for keys */
     int64_t deadline_ms;  /* of the blocked request; -1 forever */
     int dead;
-    ds_buf in, out;
+    ds_bytebuf in, out;
 } client;
 
 struct ds_store_server {
@@ -244,8 +244,8 @@ static void client_drop(ds_store_server *s, client *c, const char *reason) {
 
 static void client_free(client *c) {
     if (c->fd >= 0) close(c->fd);
-    ds_buf_free(&c->in);
-    ds_buf_free(&c->out);
+    ds_bytebuf_free(&c->in);
+    ds_bytebuf_free(&c->out);
     free(c);
 }
 
@@ -302,9 +302,9 @@ typedef struct request {
 } request;
 
 static int reply(request *q, uint8_t status, const void *a, size_t alen, const void *b, size_t blen) {
-    ds_buf *o = &q->c->out;
+    ds_bytebuf *o = &q->c->out;
     size_t start = o->len;
-    if (ds_frame_begin(o, status) != 0 || ds_buf_put(o, a, alen) != 0 || ds_buf_put(o, b, blen) != 0) {
+    if (ds_frame_begin(o, status) != 0 || ds_bytebuf_put(o, a, alen) != 0 || ds_bytebuf_put(o, b, blen) != 0) {
         snprintf(q->why, sizeof q->why, "out of memory replying");
         return REJECT;
     }
@@ -563,7 +563,7 @@ static void serve_frames(ds_store_server *s, client *c) {
         if (rc == BLOCKED) return;
         if (c->blocked) atomic_fetch_sub(&s->nwaiting, 1);
         c->blocked = 0;
-        ds_buf_consume(&c->in, 4 + (size_t)len);
+        ds_bytebuf_consume(&c->in, 4 + (size_t)len);
     }
 }
 
@@ -573,7 +573,7 @@ static void flush_out(ds_store_server *s, client *c) {
     while (!c->dead && c->out.len > c->out.off) {
         ssize_t n = send(c->fd, c->out.data + c->out.off, c->out.len - c->out.off, MSG_NOSIGNAL);
         if (n > 0) {
-            ds_buf_consume(&c->out, (size_t)n);
+            ds_bytebuf_consume(&c->out, (size_t)n);
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else {
@@ -587,7 +587,7 @@ static void read_in(ds_store_server *s, client *c) {
     for (int i = 0; i < READS_PER_TURN && !c->dead && !c->blocked; i++) {
         /* Before AUTH read no more than an AUTH frame: unknown peers cost ~nothing. */
         size_t chunk = c->authed ? READ_CHUNK : 4 + DS_STORE_AUTH_FRAME;
-        if (ds_buf_reserve(&c->in, chunk) != 0) {
+        if (ds_bytebuf_reserve(&c->in, chunk) != 0) {
             client_drop(s, c, "out of memory reading");
             return;
         }

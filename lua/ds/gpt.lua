@@ -46,7 +46,7 @@ function gpt.layers(cfg)
   return L
 end
 
-local STAGING_KEYS = util.set {'seed', 'embed', 'blocks', 'head', 'zero_bucket', 'zero_prefetch'}
+local STAGING_KEYS = util.set {'seed', 'embed', 'blocks', 'head', 'zero_bucket', 'zero_prefetch', 'loss_scaler'}
 
 local function stage_of(layers, opts, name, seed)
   opts = opts or {}
@@ -67,6 +67,7 @@ end
 --            {layers = n, <stage options>} splitting the blocks over several stages
 --   head   = stage options for ln_f and the tied head
 --   zero_bucket, zero_prefetch = ds.Model's ZeRO options (docs/zero.md)
+--   loss_scaler = ds.Model's loss-scaler options (fp16; docs/precision.md)
 function gpt.GPT(cfg, staging)
   cfg = gpt.config(cfg)
   staging = staging or {}
@@ -95,6 +96,7 @@ function gpt.GPT(cfg, staging)
   stages[#stages + 1] = stage_of(L.head, staging.head, 'head', seed)
   stages.criterion = nn.CrossEntropy()
   stages.zero_bucket, stages.zero_prefetch = staging.zero_bucket, staging.zero_prefetch
+  stages.loss_scaler = staging.loss_scaler
   local m = model.Model(stages)
   m.cfg = cfg
   return m

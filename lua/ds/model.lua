@@ -87,12 +87,14 @@ local Model = {}
 Model.__index = Model
 
 -- ds.Model{stage1, stage2, ..., criterion = nn.CrossEntropy(), zero_bucket = elements,
--- zero_prefetch = true}. With more than one rank, or any stage at ZeRO > 0, the model
+-- zero_prefetch = true, loss_scaler = {init_scale=, scale_window=, hysteresis=,
+-- min_scale=, ...}}. With more than one rank, or any stage at ZeRO > 0, the model
 -- trains data-parallel through ds._core.zero_new (docs/zero.md): hooks around each
 -- stage's forward and backward, the reduction at the accumulation boundary, the global
--- norm and the sharded optimizer step.
+-- norm and the sharded optimizer step. A model with an fp16 stage trains with a dynamic
+-- loss scaler (DeepSpeed's defaults unless loss_scaler says otherwise; docs/precision.md).
 function M.Model(spec)
-  util.check_keys(spec, util.set {'criterion', 'zero_bucket', 'zero_prefetch'}, 'ds.Model')
+  util.check_keys(spec, util.set {'criterion', 'zero_bucket', 'zero_prefetch', 'loss_scaler'}, 'ds.Model')
   local m = setmetatable({stages = {}, criterion = spec.criterion or nn.CrossEntropy()}, Model)
   for i, s in ipairs(spec) do
     if type(s) ~= 'userdata' or not pcall(s.info, s) then
@@ -105,6 +107,12 @@ function M.Model(spec)
     util.error('ds.Model: zero_bucket must be an integer >= 1 (elements)')
   end
   m.zero_opts = {bucket = spec.zero_bucket, prefetch = spec.zero_prefetch ~= false}
+  local fp16 = false
+  for _, s in ipairs(m.stages) do fp16 = fp16 or s:info().precision == 'fp16' end
+  if spec.loss_scaler ~= nil and type(spec.loss_scaler) ~= 'table' then
+    util.error('ds.Model: loss_scaler must be a table of options')
+  end
+  if fp16 or spec.loss_scaler then m.scaler = core.loss_scaler(spec.loss_scaler or {}) end
   -- (A ds._core without the runtime's parts, as the engine's unit tests build it, has
   -- no world size and no ZeRO: one rank, stages trained whole.)
   local world = core.world_size and core.world_size() or 1
@@ -223,7 +231,12 @@ end
 -- the same). Parameter views taken inside are valid only inside.
 function Model:with_params(fn, write)
   local z = self.zero
-  if not z then return fn() end
+  if not z then
+    fn()
+    -- 16-bit stages: masters made before the write would undo it at the next step.
+    if write then for _, s in ipairs(self.stages) do s:sync_master() end end
+    return
+  end
   for k in ipairs(self.stages) do z:gather_params(k) end
   local ok, err = pcall(fn)
   if ok and write then
@@ -250,6 +263,9 @@ function Model:save(dir, optimizer, state)
   for key, v in pairs(state) do saved[key] = v end
   saved.optimizer_t = optimizer and optimizer.t or 0
   saved.world_size = core.world_size()
+  saved.precision = {}
+  for _, s in ipairs(self.stages) do saved.precision[s:info().name] = s:info().precision end
+  if self.scaler then saved.loss_scaler = self.scaler:state() end
   local ok, err = w:commit(saved, function() core.comm.barrier() end)
   if not ok then util.errorf('model:save %s: %s', dir, tostring(err)) end
 end
@@ -262,17 +278,26 @@ function Model:load(dir, optimizer)
   if not ck then util.errorf('model:load: %s', tostring(err)) end
   local state = ck:state()
   local kind = optimizer and (optimizer.momentum and 'sgd' or 'adamw') or nil
+  local saved = {}
+  for _, a in ipairs(ck:arrays()) do saved[a.name] = true end
   for k, s in ipairs(self.stages) do
     for _, a in ipairs(z:arrays(k, 'load', kind)) do
       -- The saved array must be exactly this model's size: a bigger model's checkpoint
       -- would otherwise load its leading part without complaint.
       local name = s:info().name .. '/' .. a.name
-      local ok, e = ck:expect(name, 'fp32', a.total)
-      if ok then ok, e = ck:read(name, a.begin, a.tensor) end
-      if not ok then ck:close(); util.errorf('model:load: %s', tostring(e)) end
+      -- Saved before the optimizer's first step (fp16 runs skip their first steps while
+      -- the loss scale backs off): no moments yet, and zeros are what they would be.
+      local fresh = a.name ~= 'params' and not saved[name] and (state.optimizer_t or 0) == 0
+      if not fresh then
+        local ok, e = ck:expect(name, 'fp32', a.total)
+        if ok then ok, e = ck:read(name, a.begin, a.tensor) end
+        if not ok then ck:close(); util.errorf('model:load: %s', tostring(e)) end
+      end
     end
+    z:masters_to_params(k) -- 16-bit stages: the working copy from the loaded masters
   end
   if optimizer then optimizer.t = state.optimizer_t or 0 end
+  if self.scaler and type(state.loss_scaler) == 'table' then self.scaler:set_state(state.loss_scaler) end
   ck:close()
   return state
 end
@@ -285,12 +310,16 @@ end
 
 -- One optimizer step's worth of work: zero the gradients, run `accum` micro-batches
 -- (next_batch(micro) -> x, y), each loss scaled by 1/accum, clip, step.
--- Returns {loss=, grad_norm=, lr=, tokens=}.
+-- Returns {loss=, grad_norm=, lr=, tokens=, loss_scale=, skipped=}. With a loss scaler
+-- (fp16), each backward runs on loss * scale; gradients that overflowed anywhere (a
+-- non-finite global norm, the same on every rank) skip the optimizer step on every rank
+-- and the scaler backs off; otherwise the step removes the scale along with clipping.
 function Model:train_step(t)
   util.check_keys(t, util.set {'step', 'next_batch', 'accum', 'optimizer', 'clip', 'lr'}, 'model:train_step')
   local accum = t.accum or 1
   if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
   self:zero_grad()
+  local scale = self.scaler and self.scaler:scale() or 1.0
   local loss, tokens = 0, 0
   for micro = 1, accum do
     local x, y = t.next_batch(micro)
@@ -298,7 +327,7 @@ function Model:train_step(t)
     -- split): dropout keyed by global row draws the single-rank run's masks.
     local row0 = self.zero and core.rank and core.rank() * x:size(1) or 0
     loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro, row0 = row0}) / accum
-    self:backward(1.0 / accum)
+    self:backward(scale / accum)
     tokens = tokens + x:numel()
   end
   if self.zero then -- gradients averaged over the ranks; the loss too, in rank order
@@ -307,8 +336,17 @@ function Model:train_step(t)
   end
   -- Clipping is fused into the optimizer's pass (the same bits as clip_grad_norm first).
   local gn = self:grad_norm()
-  local lr = t.optimizer:step(t.lr, clip_factor(gn, t.clip))
-  return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens}
+  if self.scaler then
+    local overflow = core.grad_overflow(gn)
+    self.scaler:update(overflow)
+    if overflow then
+      return {loss = loss, grad_norm = gn, lr = t.lr or t.optimizer.lr, tokens = tokens,
+              loss_scale = scale, skipped = true}
+    end
+    gn = gn / scale -- powers of two: exact
+  end
+  local lr = t.optimizer:step(t.lr, clip_factor(gn, t.clip) / scale)
+  return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens, loss_scale = scale, skipped = false}
 end
 
 return M

@@ -90,13 +90,54 @@ static int with_path(const ds_layer *l, ds_err *err) {
     return -1;
 }
 
+/* ---- 16-bit parameters: fp32 images for the duration of one call ------------------- */
+/* The CPU kernels compute in fp32. A layer whose parameters live in a 16-bit stage gets
+ * fp32 images of them (workspace) made just before its forward or backward and dropped
+ * just after, so at most one layer's images exist at a time; its gradient image is added
+ * into the 16-bit gradients with one rounding per element and call. */
+
+static void drop_images(ds_layer *l, int fold_grads) {
+    for (int i = 0; i < l->nparam; i++) {
+        ds_param *p = l->param[i];
+        if (p->dtype == DS_F32) continue;
+        size_t bytes = p->numel * sizeof(float);
+        if (p->grad && fold_grads) ds_half_acc_f32(ds_half_of(p->dtype), p->half_grad, p->grad, p->numel);
+        ds_free(p->data, bytes, DS_MEM_WORKSPACE);
+        ds_free(p->grad, bytes, DS_MEM_WORKSPACE);
+        p->data = p->grad = NULL;
+    }
+}
+
+static int make_images(ds_layer *l, int grads, ds_err *err) {
+    for (int i = 0; i < l->nparam; i++) {
+        ds_param *p = l->param[i];
+        if (p->dtype == DS_F32) continue;
+        if (!p->half || (grads && !p->half_grad)) {
+            drop_images(l, 0);
+            return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)", p->name);
+        }
+        size_t bytes = p->numel * sizeof(float);
+        p->data = ds_alloc(bytes, DS_MEM_WORKSPACE);
+        if (grads) p->grad = ds_alloc(bytes, DS_MEM_WORKSPACE); /* zeroed */
+        if (!p->data || (grads && !p->grad)) {
+            drop_images(l, 0);
+            return ds_err_set(err, "out of memory for an fp32 image of '%s'", p->name);
+        }
+        ds_half_to_f32(ds_half_of(p->dtype), p->data, p->half, p->numel);
+    }
+    return 0;
+}
+
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
     l->in_ndim = -1;
     if (!in->data || in->ndim < 1) {
         ds_err_set(err, "input tensor has no storage (released?)");
         return with_path(l, err);
     }
-    if (l->ops->forward(l, r, in, err) != 0) return with_path(l, err);
+    if (make_images(l, 0, err) != 0) return with_path(l, err);
+    int rc = l->ops->forward(l, r, in, err);
+    drop_images(l, 0);
+    if (rc != 0) return with_path(l, err);
     l->in_ndim = in->ndim;
     for (int i = 0; i < in->ndim; i++) l->in_shape[i] = in->shape[i];
     return 0;
@@ -120,7 +161,10 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
                         "(run forward first, with the same input)");
         return with_path(l, err);
     }
-    if (l->ops->backward(l, r, in, dout, din, err) != 0) return with_path(l, err);
+    if (make_images(l, 1, err) != 0) return with_path(l, err);
+    int rc = l->ops->backward(l, r, in, dout, din, err);
+    drop_images(l, rc == 0);
+    if (rc != 0) return with_path(l, err);
     return 0;
 }
 

@@ -9,7 +9,11 @@
 
 #include <stdint.h>
 
+#include "kernels.h"
 #include "tensor.h"
+
+/* The kernels' name for a 16-bit float dtype (bf16 or fp16). */
+static inline ds_half ds_half_of(ds_dtype t) { return t == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16; }
 
 struct ds_stage;
 
@@ -36,7 +40,12 @@ typedef struct ds_param {
     ds_init_kind init;
     float std;
     size_t offset; /* elements from the start of the owner's flat buffers */
+    /* fp32 stages: slices of the flat buffers. 16-bit stages: fp32 images that exist only
+     * while a layer using the parameter runs (ds_layer_forward / _backward make them from
+     * half / half_grad and fold the image's gradient back); NULL otherwise. */
     float *data, *grad;
+    ds_dtype dtype;               /* of the owner's flat buffers: fp32, bf16 or fp16 */
+    uint16_t *half, *half_grad;   /* 16-bit stages: slices of the flat buffers */
     struct ds_stage *owner;
 } ds_param;
 

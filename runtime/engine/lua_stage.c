@@ -444,7 +444,8 @@ static void push_flat_view(lua_State *L, ds_tensor *flat, size_t off, int ndim,
     if (!flat->data)
         ds_lua_raise(L, "the stage's %s are not resident (released by ZeRO)", ds_mem_cat_name(flat->cat));
     ds_err err = {{0}};
-    ds_tensor *v = ds_tensor_view(DS_F32, flat->cat, ndim, shape, (float *)flat->data + off, &err);
+    char *base = (char *)flat->data + off * ds_dtype_size(flat->dtype);
+    ds_tensor *v = ds_tensor_view(flat->dtype, flat->cat, ndim, shape, base, &err);
     if (!v) ds_lua_raise(L, "%s", err.msg);
     ds_lua_push_tensor_view(L, v, 1);
 }
@@ -507,6 +508,16 @@ static int l_stage_param(lua_State *L) {
     check_present(L, s, grad ? s->flat_grads : s->flat_params, grad ? "gradients" : "parameters");
     push_flat_view(L, grad ? s->flat_grads : s->flat_params, p->offset, p->ndim, p->shape);
     return 1;
+}
+
+/* stage:sync_master() after weights were written into a 16-bit stage's working copy
+ * outside ZeRO: master weights that exist are made again from it (else the next step
+ * would undo the write). No-op for fp32 stages. */
+static int l_stage_sync_master(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    ds_err err = {{0}};
+    if (s->master && ds_stage_sync_master(s, 1, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    return 0;
 }
 
 static int l_stage_info(lua_State *L) {
@@ -714,7 +725,8 @@ void ds_lua_open_stage(lua_State *L) {
         {"param_table", l_stage_param_table}, {"param", l_stage_param},
         {"info", l_stage_info},             {"adamw_step", l_stage_adamw},
         {"sgd_step", l_stage_sgd},          {"grad_sumsq", l_stage_grad_sumsq},
-        {"scale_grads", l_stage_scale_grads}, {NULL, NULL}};
+        {"scale_grads", l_stage_scale_grads}, {"sync_master", l_stage_sync_master},
+        {NULL, NULL}};
     static const luaL_Reg xent_methods[] = {{"forward", l_xent_forward},
                                             {"backward", l_xent_backward},
                                             {"release", l_xent_release},

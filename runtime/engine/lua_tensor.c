@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ds_lua.h"
+#include "layer.h"
 #include "lua_engine.h"
 
 #define TENSOR_MT "ds.Tensor"
@@ -95,16 +96,20 @@ static int64_t check_index(lua_State *L, ds_tensor *t, int idx) {
     return i - 1;
 }
 
+/* bf16 / fp16 elements read and write as numbers, rounded to nearest even. */
 static double get_elem(const ds_tensor *t, int64_t i) {
+    float f;
     switch (t->dtype) {
     case DS_F32: return ((const float *)t->data)[i];
     case DS_I32: return ((const int32_t *)t->data)[i];
-    default: return 0;
+    case DS_BF16:
+    case DS_F16: ds_half_to_f32(ds_half_of(t->dtype), &f, (const uint16_t *)t->data + i, 1); return f;
     }
+    return 0;
 }
 
 static void check_host_dtype(lua_State *L, const ds_tensor *t, const char *what) {
-    if (t->dtype != DS_F32 && t->dtype != DS_I32)
+    if ((unsigned)t->dtype > DS_I32)
         luaL_error(L, "tensor:%s: %s tensors are not readable from Lua", what,
                    ds_dtype_name(t->dtype));
 }
@@ -114,8 +119,30 @@ static void set_elem(lua_State *L, ds_tensor *t, int64_t i, int vidx) {
         lua_Integer v = luaL_checkinteger(L, vidx);
         if (v < INT32_MIN || v > INT32_MAX) luaL_error(L, "value %d does not fit int32", (int)v);
         ((int32_t *)t->data)[i] = (int32_t)v;
-    } else {
+    } else if (t->dtype == DS_F32) {
         ((float *)t->data)[i] = (float)luaL_checknumber(L, vidx);
+    } else {
+        float f = (float)luaL_checknumber(L, vidx);
+        ds_half_from_f32(ds_half_of(t->dtype), (uint16_t *)t->data + i, &f, 1);
+    }
+}
+
+static int is_float(ds_dtype t) { return t == DS_F32 || t == DS_BF16 || t == DS_F16; }
+
+/* Float tensors of different precisions: through fp32, rounding to the destination's. */
+static void convert(ds_tensor *dst, const ds_tensor *src) {
+    size_t n = (size_t)dst->numel;
+    if (src->dtype == DS_F32) {
+        ds_half_from_f32(ds_half_of(dst->dtype), dst->data, src->data, n);
+    } else if (dst->dtype == DS_F32) {
+        ds_half_to_f32(ds_half_of(src->dtype), dst->data, src->data, n);
+    } else { /* bf16 <-> fp16, a block at a time */
+        float b[512];
+        for (size_t i = 0; i < n; i += 512) {
+            size_t k = n - i < 512 ? n - i : 512;
+            ds_half_to_f32(ds_half_of(src->dtype), b, (const uint16_t *)src->data + i, k);
+            ds_half_from_f32(ds_half_of(dst->dtype), (uint16_t *)dst->data + i, b, k);
+        }
     }
 }
 
@@ -144,14 +171,17 @@ static int l_fill(lua_State *L) {
     return 0;
 }
 
-/* t:copy(src): same dtype and element count. */
+/* t:copy(src): the same element count; the same dtype, or float dtypes converted
+ * (rounded to nearest even into bf16 / fp16). */
 static int l_copy(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
     ds_tensor *s = ds_lua_check_tensor(L, 2);
-    if (t->dtype != s->dtype || t->numel != s->numel)
+    int convertible = is_float(t->dtype) && is_float(s->dtype);
+    if ((t->dtype != s->dtype && !convertible) || t->numel != s->numel)
         return luaL_error(L, "tensor:copy: %s[%d] from %s[%d]", ds_dtype_name(t->dtype),
                           (int)t->numel, ds_dtype_name(s->dtype), (int)s->numel);
-    memcpy(t->data, s->data, ds_tensor_nbytes(t));
+    if (t->dtype == s->dtype) memcpy(t->data, s->data, ds_tensor_nbytes(t));
+    else convert(t, s);
     return 0;
 }
 
@@ -196,17 +226,24 @@ static int l_sum(lua_State *L) {
 /* t:transposed() -> a new 2-D tensor, t's transpose (GPT-2's Conv1D layout <-> ours). */
 static int l_transposed(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    if (t->ndim != 2 || ds_dtype_size(t->dtype) != 4)
-        return luaL_error(L, "tensor:transposed: needs a 2-D fp32 or int32 tensor, got %d-D %s",
-                          t->ndim, ds_dtype_name(t->dtype));
+    if (t->ndim != 2)
+        return luaL_error(L, "tensor:transposed: needs a 2-D tensor, got %d-D %s", t->ndim,
+                          ds_dtype_name(t->dtype));
     int64_t r = t->shape[0], c = t->shape[1], shape[2] = {c, r};
     ds_err err = {{0}};
     ds_tensor *o = ds_tensor_new(t->dtype, DS_MEM_DATA, 2, shape, &err);
     if (!o) return luaL_error(L, "tensor:transposed: %s", err.msg);
-    const uint32_t *src = t->data;
-    uint32_t *dst = o->data;
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < c; j++) dst[j * r + i] = src[i * c + j];
+    if (ds_dtype_size(t->dtype) == 4) {
+        const uint32_t *src = t->data;
+        uint32_t *dst = o->data;
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++) dst[j * r + i] = src[i * c + j];
+    } else {
+        const uint16_t *src = t->data;
+        uint16_t *dst = o->data;
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++) dst[j * r + i] = src[i * c + j];
+    }
     ds_lua_push_tensor(L, o);
     return 1;
 }

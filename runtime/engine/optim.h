@@ -1,6 +1,7 @@
 /* Optimizers on ranges of a stage's flat buffers: [lo, hi) in elements. A whole stage is
  * [0, numel); a ZeRO shard is any sub-range. Each parameter that overlaps the range is
- * updated on the overlap, with weight decay as its flag says. */
+ * updated on the overlap, with weight decay as its flag says. A 16-bit stage's step runs
+ * on its fp32 master weights (made on first use) and rounds them into the working copy. */
 #ifndef DS_OPTIM_H
 #define DS_OPTIM_H
 

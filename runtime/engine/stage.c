@@ -88,24 +88,70 @@ void ds_param_init(ds_param *p, uint64_t seed) {
     }
 }
 
+void ds_stage_bind_params(ds_stage *s) {
+    char *w = s->flat_params ? s->flat_params->data : NULL;
+    char *g = s->flat_grads ? s->flat_grads->data : NULL;
+    size_t esize = ds_dtype_size(s->opts.precision);
+    for (int i = 0; i < s->nparams; i++) {
+        ds_param *p = s->params[i];
+        void *pw = w ? w + p->offset * esize : NULL, *pg = g ? g + p->offset * esize : NULL;
+        p->dtype = s->opts.precision;
+        if (p->dtype == DS_F32) {
+            p->data = pw;
+            p->grad = pg;
+        } else {
+            p->half = pw;
+            p->half_grad = pg;
+        }
+    }
+}
+
+/* A 16-bit stage initialises each parameter in fp32, then rounds it: the working copy
+ * is the fp32 model rounded, whatever the precision. */
+static int init_params(ds_stage *s, ds_err *err) {
+    for (int i = 0; i < s->nparams; i++) {
+        ds_param *p = s->params[i];
+        if (p->dtype == DS_F32) {
+            ds_param_init(p, s->seed);
+            continue;
+        }
+        size_t bytes = p->numel * sizeof(float);
+        if (!(p->data = ds_alloc(bytes, DS_MEM_WORKSPACE)))
+            return ds_err_set(err, "out of memory initialising '%s'", p->name);
+        ds_param_init(p, s->seed);
+        ds_half_from_f32(ds_half_of(p->dtype), p->half, p->data, p->numel);
+        ds_free(p->data, bytes, DS_MEM_WORKSPACE);
+        p->data = NULL;
+    }
+    return 0;
+}
+
 static int layout(ds_stage *s, ds_err *err) {
     size_t off = 0;
     for (int i = 0; i < s->nparams; i++) {
         s->params[i]->offset = off;
+        s->params[i]->owner = s;
         off += (s->params[i]->numel + DS_PARAM_ALIGN - 1) / DS_PARAM_ALIGN * DS_PARAM_ALIGN;
     }
     s->numel = off;
     int64_t n = (int64_t)(off ? off : DS_PARAM_ALIGN);
-    s->flat_params = ds_tensor_new(DS_F32, DS_MEM_PARAMS, 1, &n, err);
-    s->flat_grads = ds_tensor_new(DS_F32, DS_MEM_GRADS, 1, &n, err);
+    s->flat_params = ds_tensor_new(s->opts.precision, DS_MEM_PARAMS, 1, &n, err);
+    s->flat_grads = ds_tensor_new(s->opts.precision, DS_MEM_GRADS, 1, &n, err);
     if (!s->flat_params || !s->flat_grads) return -1;
-    for (int i = 0; i < s->nparams; i++) {
-        ds_param *p = s->params[i];
-        p->data = (float *)s->flat_params->data + p->offset;
-        p->grad = (float *)s->flat_grads->data + p->offset;
-        p->owner = s;
-        ds_param_init(p, s->seed);
-    }
+    ds_stage_bind_params(s);
+    return init_params(s, err);
+}
+
+int ds_stage_sync_master(ds_stage *s, int refresh, ds_err *err) {
+    if (!ds_stage_is_half(s) || (s->master && !refresh)) return 0;
+    if (!s->flat_params->data)
+        return ds_err_set(err, "stage '%s': no resident working copy to make master weights from",
+                          s->name);
+    int64_t n = (int64_t)s->numel;
+    if (!s->master && !(s->master = ds_tensor_new(DS_F32, DS_MEM_OPTIMIZER, 1, &n, err)))
+        return ds_err_prefix(err, "stage '%s': master weights", s->name);
+    ds_half_to_f32(ds_half_of(s->opts.precision), s->master->data,
+                   s->flat_params->data, s->numel);
     return 0;
 }
 
@@ -155,6 +201,10 @@ ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stag
     }
     snprintf(s->name, sizeof s->name, "%s", name);
     s->opts = *opts;
+    if (opts->precision != DS_F32 && opts->precision != DS_BF16 && opts->precision != DS_F16) {
+        ds_err_set(err, "precision %s (fp32, bf16 or fp16)", ds_dtype_name(opts->precision));
+        goto fail;
+    }
     s->seed = seed;
     if (!(s->root = ds_sequential_new(err))) goto fail;
     /* Names first, on the layers as the script built them. */
@@ -186,6 +236,7 @@ void ds_stage_free(ds_stage *s) {
     ds_tensor_free(s->adam_m);
     ds_tensor_free(s->adam_v);
     ds_tensor_free(s->momentum);
+    ds_tensor_free(s->master);
     ds_tensor_free(s->grad_in);
     free(s);
 }

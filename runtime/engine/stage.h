@@ -21,14 +21,18 @@ typedef struct ds_stage {
     ds_param **params; /* the parameters this stage owns, in flat-buffer order */
     int nparams;
     size_t numel;      /* flat buffer length, alignment padding included */
+    /* The working copy and its gradients, in the stage's precision (fp32, bf16, fp16). */
     ds_tensor *flat_params, *flat_grads;
     ds_tensor *adam_m, *adam_v, *momentum; /* optimizer state, made on first use */
+    /* 16-bit stages: fp32 master weights (optimizer category), made from the working copy
+     * by the first optimizer step; the step updates them and rounds them into the copy. */
+    ds_tensor *master;
     ds_tensor *grad_in;        /* d(input) of the last backward */
     const ds_tensor *last_in;  /* input of the last forward */
     ds_run run;                /* keys of the last forward */
 } ds_stage;
 
-/* Parameters start on 16-float (64-byte) boundaries inside the flat buffer. */
+/* Parameters start on 16-element boundaries inside the flat buffer. */
 #define DS_PARAM_ALIGN 16
 
 /* Takes ownership of layers[0..n) (also on failure). Assigns names and RNG ids, lays out
@@ -37,6 +41,15 @@ typedef struct ds_stage {
 ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
                        uint64_t seed, ds_err *err);
 void ds_stage_free(ds_stage *s);
+
+static inline int ds_stage_is_half(const ds_stage *s) { return s->opts.precision != DS_F32; }
+/* Points every parameter at its slice of the flat buffers (NULL where one is released):
+ * after the buffers are re-laid or released (ZeRO). */
+void ds_stage_bind_params(ds_stage *s);
+/* 16-bit stages: the master weights as they must be now: made from the working copy if
+ * missing, or refreshed from it (after weights were written into the copy) with refresh.
+ * Full-length; ZeRO keeps its own shard instead. No-op for fp32 stages. */
+int ds_stage_sync_master(ds_stage *s, int refresh, ds_err *err);
 
 int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err);
 static inline const ds_tensor *ds_stage_output(const ds_stage *s) { return s->root->out; }

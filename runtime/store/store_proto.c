@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-int ds_buf_reserve(ds_buf *b, size_t extra) {
+int ds_bytebuf_reserve(ds_bytebuf *b, size_t extra) {
     if (b->off > 0 && b->off == b->len) b->off = b->len = 0;
     if (b->len + extra <= b->cap) return 0;
     /* Reclaim the consumed front before growing: a long-lived connection's buffer
@@ -24,44 +24,44 @@ int ds_buf_reserve(ds_buf *b, size_t extra) {
     return 0;
 }
 
-int ds_buf_put(ds_buf *b, const void *p, size_t n) {
-    if (ds_buf_reserve(b, n) != 0) return -1;
+int ds_bytebuf_put(ds_bytebuf *b, const void *p, size_t n) {
+    if (ds_bytebuf_reserve(b, n) != 0) return -1;
     if (n) memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;
 }
 
-int ds_buf_put_u8(ds_buf *b, uint8_t v) { return ds_buf_put(b, &v, 1); }
+int ds_bytebuf_put_u8(ds_bytebuf *b, uint8_t v) { return ds_bytebuf_put(b, &v, 1); }
 
-int ds_buf_put_u32(ds_buf *b, uint32_t v) {
+int ds_bytebuf_put_u32(ds_bytebuf *b, uint32_t v) {
     uint8_t p[4];
     ds_store_u32(p, v);
-    return ds_buf_put(b, p, 4);
+    return ds_bytebuf_put(b, p, 4);
 }
 
-int ds_buf_put_u64(ds_buf *b, uint64_t v) {
+int ds_bytebuf_put_u64(ds_bytebuf *b, uint64_t v) {
     uint8_t p[8];
     ds_store_u32(p, (uint32_t)(v >> 32));
     ds_store_u32(p + 4, (uint32_t)v);
-    return ds_buf_put(b, p, 8);
+    return ds_bytebuf_put(b, p, 8);
 }
 
-void ds_buf_consume(ds_buf *b, size_t n) {
+void ds_bytebuf_consume(ds_bytebuf *b, size_t n) {
     b->off += n;
     if (b->off >= b->len) b->off = b->len = 0;
 }
 
-void ds_buf_free(ds_buf *b) {
+void ds_bytebuf_free(ds_bytebuf *b) {
     free(b->data);
     memset(b, 0, sizeof *b);
 }
 
-int ds_frame_begin(ds_buf *b, uint8_t op) {
-    if (ds_buf_put_u32(b, 0) != 0) return -1;
-    return ds_buf_put_u8(b, op);
+int ds_frame_begin(ds_bytebuf *b, uint8_t op) {
+    if (ds_bytebuf_put_u32(b, 0) != 0) return -1;
+    return ds_bytebuf_put_u8(b, op);
 }
 
-void ds_frame_end(ds_buf *b, size_t start) {
+void ds_frame_end(ds_bytebuf *b, size_t start) {
     ds_store_u32(b->data + start, (uint32_t)(b->len - start - 4));
 }
 

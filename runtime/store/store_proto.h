@@ -49,22 +49,22 @@ enum ds_store_status {
 };
 
 /* A growable byte buffer; `off` is how much of the front has been consumed. */
-typedef struct ds_buf {
+typedef struct ds_bytebuf {
     uint8_t *data;
     size_t len, cap, off;
-} ds_buf;
+} ds_bytebuf;
 
-int ds_buf_reserve(ds_buf *b, size_t extra);   /* -1 on out of memory */
-int ds_buf_put(ds_buf *b, const void *p, size_t n);
-int ds_buf_put_u8(ds_buf *b, uint8_t v);
-int ds_buf_put_u32(ds_buf *b, uint32_t v);
-int ds_buf_put_u64(ds_buf *b, uint64_t v);
-void ds_buf_consume(ds_buf *b, size_t n);      /* drops n bytes from the front */
-void ds_buf_free(ds_buf *b);
+int ds_bytebuf_reserve(ds_bytebuf *b, size_t extra);   /* -1 on out of memory */
+int ds_bytebuf_put(ds_bytebuf *b, const void *p, size_t n);
+int ds_bytebuf_put_u8(ds_bytebuf *b, uint8_t v);
+int ds_bytebuf_put_u32(ds_bytebuf *b, uint32_t v);
+int ds_bytebuf_put_u64(ds_bytebuf *b, uint64_t v);
+void ds_bytebuf_consume(ds_bytebuf *b, size_t n);      /* drops n bytes from the front */
+void ds_bytebuf_free(ds_bytebuf *b);
 
 /* Starts a frame (placeholder length + op) / patches its length once the body is in. */
-int ds_frame_begin(ds_buf *b, uint8_t op);
-void ds_frame_end(ds_buf *b, size_t start);
+int ds_frame_begin(ds_bytebuf *b, uint8_t op);
+void ds_frame_end(ds_bytebuf *b, size_t start);
 
 /* Reads fields out of a received body; each returns -1 when the body is too short. */
 typedef struct ds_reader {

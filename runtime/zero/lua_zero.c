@@ -97,6 +97,7 @@ static int l_before_backward(lua_State *L) { return call_hook(L, ds_zero_before_
 static int l_after_backward(lua_State *L) { return call_hook(L, ds_zero_after_backward); }
 static int l_gather_params(lua_State *L) { return call_hook(L, ds_zero_gather_params); }
 static int l_store_params(lua_State *L) { return call_hook(L, ds_zero_store_params); }
+static int l_masters_to_params(lua_State *L) { return call_hook(L, ds_zero_masters_to_params); }
 
 static int l_release_params(lua_State *L) {
     ds_zero_release_params(check_zero(L, 1), (int)luaL_checkinteger(L, 2) - 1);
@@ -141,12 +142,6 @@ static float get_f(lua_State *L, int t, const char *key, double dflt) {
     return (float)v;
 }
 
-/* grad_scale (clipping) multiplies the gradients before the step: the same bits as
- * the engine's fused ds_adamw_step_scaled, which scales each chunk in place first. */
-static void apply_grad_scale(lua_State *L, ds_zero *z) {
-    float k = get_f(L, 2, "grad_scale", 1.0);
-    if (k != 1.0f) ds_zero_scale_grads(z, k);
-}
 
 /* zero:adamw{lr=, beta1=, beta2=, eps=, weight_decay=, t=, grad_scale=} */
 static int l_adamw(lua_State *L) {
@@ -158,9 +153,8 @@ static int l_adamw(lua_State *L) {
     c.t = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
     if (c.t < 1) return luaL_error(L, "zero:adamw: t = %d (1-based)", c.t);
-    apply_grad_scale(L, z);
     ds_err err = {{0}};
-    return raise_if(L, ds_zero_adamw(z, &c, &err), &err);
+    return raise_if(L, ds_zero_adamw(z, &c, get_f(L, 2, "grad_scale", 1.0), &err), &err);
 }
 
 /* zero:sgd{lr=, momentum=, weight_decay=, grad_scale=} */
@@ -169,9 +163,8 @@ static int l_sgd(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     ds_sgd_cfg c = {get_f(L, 2, "lr", 1e-2), get_f(L, 2, "momentum", 0.0),
                     get_f(L, 2, "weight_decay", 0.0)};
-    apply_grad_scale(L, z);
     ds_err err = {{0}};
-    return raise_if(L, ds_zero_sgd(z, &c, &err), &err);
+    return raise_if(L, ds_zero_sgd(z, &c, get_f(L, 2, "grad_scale", 1.0), &err), &err);
 }
 
 
@@ -211,7 +204,9 @@ static ds_tensor *ensure_vec(lua_State *L, ds_tensor **t, int64_t n) {
  *                ranks cover each array once);
  *   mode "load": every range the rank keeps (the full parameters at ZeRO 0..2, the full
  *                moments at 0), optimizer state for `optimizer` ("adamw" | "sgd")
- *                made if missing. ZeRO-3 windows are closed first (they would be stale). */
+ *                made if missing. ZeRO-3 windows are closed first (they would be stale).
+ * A 16-bit stage's "params" are its fp32 master weights (the truth the working copy is
+ * rounded from): after loading them, zero:masters_to_params(k) rounds them into it. */
 static int l_arrays(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
     int k = (int)luaL_checkinteger(L, 2) - 1;
@@ -225,8 +220,13 @@ static int l_arrays(lua_State *L) {
     int64_t n = (int64_t)s->numel, lo = zs->lo, hi = zs->hi;
     if (!save) ds_zero_release_params(z, k);
     lua_newtable(L);
-    /* parameters */
-    if (zs->zero == 3) push_range(L, 1, "params", zs->param_shard, lo, lo, hi, n);
+    /* parameters: a 16-bit stage's are its fp32 master weights */
+    ds_err err = {{0}};
+    ds_tensor *master = ds_stage_is_half(s) ? ds_zero_master(z, k, &err) : NULL;
+    if (ds_stage_is_half(s) && !master) return luaL_error(L, "zero:arrays: %s", err.msg);
+    if (master && zs->zero == 0) push_range(L, 1, "params", master, 0, save ? lo : 0, save ? hi : n, n);
+    else if (master) push_range(L, 1, "params", master, lo, lo, hi, n);
+    else if (zs->zero == 3) push_range(L, 1, "params", zs->param_shard, lo, lo, hi, n);
     else if (save) push_range(L, 1, "params", s->flat_params, 0, lo, hi, n);
     else push_range(L, 1, "params", s->flat_params, 0, 0, n, n);
     /* optimizer state: full at ZeRO 0, the shard above */
@@ -285,6 +285,7 @@ void ds_lua_open_zero(lua_State *L) {
         {"mean", l_mean},                       {"gather_params", l_gather_params},
         {"release_params", l_release_params},   {"store_params", l_store_params},
         {"info", l_info},                       {"arrays", l_arrays},
+        {"masters_to_params", l_masters_to_params},
         {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", l_zero_gc}, {NULL, NULL}};
     ds_lua_new_class(L, ZERO_MT, methods, meta);

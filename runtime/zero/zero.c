@@ -5,26 +5,40 @@
 
 #include "kernels.h"
 
+/* A stage's working copy and gradients are in its precision (fp32, bf16 or fp16); every
+ * buffer below that mirrors them (shards, windows, buckets) has that element size, while
+ * master weights and optimizer state are fp32. */
 static float *fdata(const ds_tensor *t) { return t ? (float *)t->data : NULL; }
+static size_t esize(const ds_zero_stage *zs) { return ds_dtype_size(zs->s->opts.precision); }
+static int is_half(const ds_zero_stage *zs) { return ds_stage_is_half(zs->s); }
+static ds_half half(const ds_zero_stage *zs) { return ds_half_of(zs->s->opts.precision); }
+/* Element i of a buffer in the stage's precision. */
+static char *at(const ds_zero_stage *zs, const ds_tensor *t, int64_t i) {
+    return t && t->data ? (char *)t->data + (size_t)i * esize(zs) : NULL;
+}
 
-/* Points every parameter of s at its slice of the flat buffers (NULL while released). */
-static void repoint(ds_stage *s) {
-    float *w = fdata(s->flat_params), *g = fdata(s->flat_grads);
-    for (int i = 0; i < s->nparams; i++) {
-        ds_param *p = s->params[i];
-        p->data = w ? w + p->offset : NULL;
-        p->grad = g ? g + p->offset : NULL;
-    }
+static void repoint(ds_stage *s) { ds_stage_bind_params(s); }
+
+/* Averaging 16-bit gradients: each rank's are divided by the world size first and then
+ * summed. Summing first (then dividing) overflows fp16 whenever the ranks' sum passes
+ * 65504 even though the average would not, skipping steps a single rank would take;
+ * divided first, no partial sum exceeds the largest input. Dividing by a power of two is
+ * exact (short of fp16's subnormal range); other world sizes round once more. */
+static ds_comm_reduce prescale(ds_zero *z, ds_zero_stage *zs, void *buf, size_t n) {
+    if (!is_half(zs)) return DS_COMM_AVG;
+    if (z->world > 1) ds_half_scale(half(zs), buf, 1.0f / (float)z->world, n);
+    return DS_COMM_SUM;
 }
 
 /* Grows an owning 1-D buffer to n elements keeping its values (padding: zero). */
 static int resize_keep(ds_tensor *t, int64_t n, ds_err *err) {
     if (t->numel == n && t->data) return 0;
-    float *p = ds_alloc((size_t)n * sizeof(float), t->cat);
+    size_t es = ds_dtype_size(t->dtype);
+    void *p = ds_alloc((size_t)n * es, t->cat);
     if (!p)
         return ds_err_set(err, "out of memory for %lld elements of %s", (long long)n,
                           ds_mem_cat_name(t->cat));
-    if (t->data) memcpy(p, t->data, (size_t)(t->numel < n ? t->numel : n) * sizeof(float));
+    if (t->data) memcpy(p, t->data, (size_t)(t->numel < n ? t->numel : n) * es);
     if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
     t->data = p;
     t->numel = n;
@@ -34,9 +48,9 @@ static int resize_keep(ds_tensor *t, int64_t n, ds_err *err) {
     return 0;
 }
 
-static ds_tensor *new_vec(int64_t n, ds_mem_cat cat, ds_err *err) {
+static ds_tensor *new_vec(ds_dtype dt, int64_t n, ds_mem_cat cat, ds_err *err) {
     int64_t len = n > 0 ? n : 1;
-    return ds_tensor_new(DS_F32, cat, 1, &len, err);
+    return ds_tensor_new(dt, cat, 1, &len, err);
 }
 
 static int index_of(const ds_zero *z, const ds_stage *s) {
@@ -89,13 +103,13 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
         if (zs->zero == 1 && resize_keep(s->flat_grads, padded, err) != 0) return -1;
         memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
     } else {
-        if (!(zs->grad_shard = new_vec(shard, DS_MEM_GRADS, err))) return -1;
+        if (!(zs->grad_shard = new_vec(s->opts.precision, shard, DS_MEM_GRADS, err))) return -1;
         ds_tensor_release(s->flat_grads);
     }
     if (zs->zero == 3) {
-        if (!(zs->param_shard = new_vec(shard, DS_MEM_PARAMS, err))) return -1;
-        memcpy(zs->param_shard->data, fdata(s->flat_params) + zs->lo,
-               (size_t)(zs->hi - zs->lo) * sizeof(float));
+        if (!(zs->param_shard = new_vec(s->opts.precision, shard, DS_MEM_PARAMS, err))) return -1;
+        memcpy(zs->param_shard->data, at(zs, s->flat_params, zs->lo),
+               (size_t)(zs->hi - zs->lo) * esize(zs));
         ds_tensor_release(s->flat_params);
     }
     /* A stage the script stepped before ZeRO took over keeps no full-size moments. */
@@ -103,7 +117,8 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
         ds_tensor_free(s->adam_m);
         ds_tensor_free(s->adam_v);
         ds_tensor_free(s->momentum);
-        s->adam_m = s->adam_v = s->momentum = NULL;
+        ds_tensor_free(s->master);
+        s->adam_m = s->adam_v = s->momentum = s->master = NULL;
     }
     repoint(s);
     return 0;
@@ -127,7 +142,7 @@ ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elem
      * seeded, but a script may have changed them on one rank only. */
     for (int k = 0; k < n && z->world > 1; k++) {
         ds_stage *s = stages[k];
-        if (ds_comm_broadcast(comm, s->flat_params->data, s->numel, DS_F32, 0, err) != 0) {
+        if (ds_comm_broadcast(comm, s->flat_params->data, s->numel, s->opts.precision, 0, err) != 0) {
             ds_err_prefix(err, "zero: broadcast stage '%s' parameters", s->name);
             ds_zero_free(z);
             return NULL;
@@ -153,6 +168,7 @@ void ds_zero_free(ds_zero *z) {
         ds_tensor_free(zs->m);
         ds_tensor_free(zs->v);
         ds_tensor_free(zs->mom);
+        ds_tensor_free(zs->master);
         free(zs->deps);
     }
     ds_tensor_free(z->bucket[0]);
@@ -171,7 +187,7 @@ static int start_gather(ds_zero *z, int k, ds_err *err) {
     if (ds_tensor_resize(s->flat_params, 1, &padded, err) != 0) return -1;
     repoint(s);
     zs->gather = ds_comm_iallgather(z->comm, zs->param_shard->data, s->flat_params->data,
-                                    (size_t)zs->part.shard, DS_F32, err);
+                                    (size_t)zs->part.shard, s->opts.precision, err);
     return zs->gather ? 0 : ds_err_prefix(err, "stage '%s': gather parameters", s->name);
 }
 
@@ -262,7 +278,8 @@ static int ensure_buckets(ds_zero *z, int64_t elems, ds_err *err) {
     for (int b = 0; b < 2; b++) {
         if (z->bucket[b] && z->bucket[b]->numel >= elems) continue;
         ds_tensor_free(z->bucket[b]);
-        if (!(z->bucket[b] = new_vec(elems, DS_MEM_COMM, err))) return -1;
+        /* fp32-sized elements: room for a column of any precision */
+        if (!(z->bucket[b] = new_vec(DS_F32, elems, DS_MEM_COMM, err))) return -1;
     }
     return 0;
 }
@@ -271,11 +288,22 @@ static int ensure_buckets(ds_zero *z, int64_t elems, ds_err *err) {
  * out as the reduce-scatter wants (rank r's piece at r * cc), and starts it. */
 static ds_comm_handle *start_bucket(ds_zero *z, ds_zero_stage *zs, int b, int64_t j0,
                                     int64_t cc, ds_err *err) {
-    float *buf = fdata(z->bucket[b]), *win = fdata(zs->s->flat_grads);
+    size_t es = esize(zs);
+    char *buf = z->bucket[b]->data;
     for (int r = 0; r < z->world; r++)
-        memcpy(buf + (int64_t)r * cc, win + r * zs->part.shard + j0, (size_t)cc * sizeof(float));
-    return ds_comm_ireduce_scatter(z->comm, buf, buf + (int64_t)z->rank * cc, (size_t)cc,
-                                   DS_F32, DS_COMM_AVG, err);
+        memcpy(buf + (size_t)(r * cc) * es, at(zs, zs->s->flat_grads, r * zs->part.shard + j0),
+               (size_t)cc * es);
+    ds_comm_reduce op = prescale(z, zs, buf, (size_t)(cc * z->world));
+    return ds_comm_ireduce_scatter(z->comm, buf, buf + (size_t)(z->rank * cc) * es, (size_t)cc,
+                                   zs->s->opts.precision, op, err);
+}
+
+/* The rank's reduced piece of bucket b (c elements) added into its shard at j. */
+static void add_piece(ds_zero *z, ds_zero_stage *zs, int b, int64_t j, int64_t c) {
+    char *acc = at(zs, zs->grad_shard, j);
+    const char *piece = (const char *)z->bucket[b]->data + (size_t)(z->rank * c) * esize(zs);
+    if (is_half(zs)) ds_half_add(half(zs), (uint16_t *)acc, (uint16_t *)acc, (const uint16_t *)piece, (size_t)c);
+    else ds_add_forward((float *)acc, (float *)acc, (const float *)piece, (size_t)c);
 }
 
 /* ZeRO-2/3: the stage's gradient window, reduce-scattered in buckets into the rank's
@@ -289,7 +317,6 @@ static int reduce_window(ds_zero *z, int k, ds_err *err) {
     if (col > shard) col = shard;
     if (shard == 0) goto done;
     if (ensure_buckets(z, col * z->world, err) != 0) return -1;
-    float *acc = fdata(zs->grad_shard);
     ds_comm_handle *h[2] = {NULL, NULL};
     int64_t j[2] = {0, 0}, c[2] = {0, 0};
     int b = 0, rc = 0;
@@ -298,7 +325,7 @@ static int reduce_window(ds_zero *z, int k, ds_err *err) {
         if (h[b]) { /* this bucket's previous use must be done before it is repacked */
             rc = ds_comm_wait(h[b], err);
             h[b] = NULL;
-            if (rc == 0) ds_add_forward(acc + j[b], acc + j[b], fdata(z->bucket[b]) + z->rank * c[b], (size_t)c[b]);
+            if (rc == 0) add_piece(z, zs, b, j[b], c[b]);
             if (rc != 0) break;
         }
         j[b] = j0;
@@ -310,7 +337,7 @@ static int reduce_window(ds_zero *z, int k, ds_err *err) {
         if (!h[bi]) continue;
         ds_err e2;
         if (ds_comm_wait(h[bi], rc == 0 ? err : &e2) != 0) rc = -1;
-        else if (rc == 0) ds_add_forward(acc + j[bi], acc + j[bi], fdata(z->bucket[bi]) + z->rank * c[bi], (size_t)c[bi]);
+        else if (rc == 0) add_piece(z, zs, bi, j[bi], c[bi]);
         h[bi] = NULL;
     }
     if (rc != 0) return ds_err_prefix(err, "stage '%s': reduce gradients", zs->s->name);
@@ -353,12 +380,16 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
     int rc = 0;
     for (int k = 0; k < z->n && rc == 0; k++) {
         ds_zero_stage *zs = &z->st[k];
-        float *g = fdata(zs->s->flat_grads);
-        if (zs->zero == 0)
-            h[k] = ds_comm_iallreduce(z->comm, g, zs->s->numel, DS_F32, DS_COMM_AVG, err);
-        else if (zs->zero == 1)
-            h[k] = ds_comm_ireduce_scatter(z->comm, g, g + zs->lo, (size_t)zs->part.shard,
-                                           DS_F32, DS_COMM_AVG, err);
+        ds_tensor *g = zs->s->flat_grads;
+        ds_dtype dt = zs->s->opts.precision;
+        if (zs->zero == 0) {
+            ds_comm_reduce op = prescale(z, zs, g->data, zs->s->numel);
+            h[k] = ds_comm_iallreduce(z->comm, g->data, zs->s->numel, dt, op, err);
+        } else if (zs->zero == 1) {
+            ds_comm_reduce op = prescale(z, zs, g->data, (size_t)zs->part.padded);
+            h[k] = ds_comm_ireduce_scatter(z->comm, g->data, at(zs, g, zs->lo),
+                                           (size_t)zs->part.shard, dt, op, err);
+        }
         else
             continue;
         if (!h[k]) rc = -1;
@@ -369,8 +400,17 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
 }
 
 /* The rank's reduced gradients of stage k: [lo, hi) of the flat buffer. */
-static float *shard_grads(ds_zero_stage *zs) {
-    return zs->zero >= 2 ? fdata(zs->grad_shard) : fdata(zs->s->flat_grads) + zs->lo;
+static void *shard_grads(ds_zero_stage *zs) {
+    return zs->zero >= 2 ? zs->grad_shard->data : at(zs, zs->s->flat_grads, zs->lo);
+}
+
+static double sumsq(ds_zero_stage *zs, const void *x, size_t n) {
+    return is_half(zs) ? ds_half_sumsq(half(zs), x, n) : ds_sumsq(x, n);
+}
+
+static void scale(ds_zero_stage *zs, void *x, float k, size_t n) {
+    if (is_half(zs)) ds_half_scale(half(zs), x, k, n);
+    else ds_scale(x, k, n);
 }
 
 /* Every rank's doubles, gathered, summed per column in rank order. */
@@ -395,7 +435,7 @@ int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
     double *sum = mine + z->n;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        mine[k] = ds_sumsq(shard_grads(zs), (size_t)(zs->hi - zs->lo));
+        mine[k] = sumsq(zs, shard_grads(zs), (size_t)(zs->hi - zs->lo));
     }
     int rc = sum_over_ranks(z, mine, z->n, sum, err);
     double total = 0;
@@ -408,8 +448,8 @@ int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
 void ds_zero_scale_grads(ds_zero *z, float k) {
     for (int i = 0; i < z->n; i++) {
         ds_zero_stage *zs = &z->st[i];
-        if (zs->zero == 0) ds_scale(fdata(zs->s->flat_grads), k, zs->s->numel);
-        else ds_scale(shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
+        if (zs->zero == 0) scale(zs, zs->s->flat_grads->data, k, zs->s->numel);
+        else scale(zs, shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
     }
 }
 
@@ -424,12 +464,22 @@ int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err) {
 
 static int ensure_state(ds_tensor **t, int64_t n, ds_err *err) {
     if (*t) return 0;
-    return (*t = new_vec(n, DS_MEM_OPTIMIZER, err)) ? 0 : -1;
+    return (*t = new_vec(DS_F32, n, DS_MEM_OPTIMIZER, err)) ? 0 : -1;
 }
 
 /* The rank's parameters of stage k, indexed like shard_grads. */
-static float *shard_params(ds_zero_stage *zs) {
-    return zs->zero == 3 ? fdata(zs->param_shard) : fdata(zs->s->flat_params) + zs->lo;
+static void *shard_params(ds_zero_stage *zs) {
+    return zs->zero == 3 ? zs->param_shard->data : at(zs, zs->s->flat_params, zs->lo);
+}
+
+/* 16-bit stages at ZeRO 1..3: the rank's fp32 master shard, made from (refresh: made
+ * again from) the rank's slice of the working copy. */
+static int sync_master_shard(ds_zero_stage *zs, int refresh, ds_err *err) {
+    if (!is_half(zs) || (zs->master && !refresh)) return 0;
+    if (ensure_state(&zs->master, zs->part.shard, err) != 0)
+        return ds_err_prefix(err, "stage '%s': master weights", zs->s->name);
+    ds_half_to_f32(half(zs), fdata(zs->master), shard_params(zs), (size_t)(zs->hi - zs->lo));
+    return 0;
 }
 
 /* All-gathers the updated shards of stages 1 and 2 (in place), all started first. */
@@ -440,8 +490,9 @@ static int gather_updated(ds_zero *z, ds_err *err) {
     for (int k = 0; k < z->n && rc == 0; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero != 1 && zs->zero != 2) continue;
-        float *w = fdata(zs->s->flat_params);
-        h[k] = ds_comm_iallgather(z->comm, w + zs->lo, w, (size_t)zs->part.shard, DS_F32, err);
+        ds_tensor *w = zs->s->flat_params;
+        h[k] = ds_comm_iallgather(z->comm, at(zs, w, zs->lo), w->data, (size_t)zs->part.shard,
+                                  zs->s->opts.precision, err);
         if (!h[k]) rc = -1;
     }
     if (wait_all(h, z->n, rc == 0 ? err : NULL) != 0) rc = -1;
@@ -449,62 +500,90 @@ static int gather_updated(ds_zero *z, ds_err *err) {
     return rc == 0 ? 0 : ds_err_prefix(err, "zero: gather updated parameters");
 }
 
-typedef void (*shard_update_fn)(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl,
-                                const void *cfg);
+typedef struct step_args {
+    const void *cfg;
+    float grad_scale;
+} step_args;
 
-static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const void *cfg) {
-    const ds_adamw_cfg *c = cfg;
+typedef void (*shard_update_fn)(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl,
+                                const step_args *a);
+
+static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
+    const ds_adamw_cfg *c = a->cfg;
     int64_t o = sl.shard_off;
-    ds_adamw_update(shard_params(zs) + o, shard_grads(zs) + o, fdata(zs->m) + o,
-                    fdata(zs->v) + o, (size_t)sl.len, c->lr, c->beta1, c->beta2, c->eps,
-                    p->decay ? c->weight_decay : 0.0f, c->t);
+    float wd = p->decay ? c->weight_decay : 0.0f;
+    float *m = fdata(zs->m) + o, *v = fdata(zs->v) + o;
+    if (is_half(zs))
+        ds_adamw_update_half(half(zs), (uint16_t *)shard_params(zs) + o,
+                             (const uint16_t *)shard_grads(zs) + o, a->grad_scale,
+                             fdata(zs->master) + o, m, v, (size_t)sl.len, c->lr, c->beta1,
+                             c->beta2, c->eps, wd, c->t);
+    else /* fp32: the gradients were scaled in place already (the single-rank bits) */
+        ds_adamw_update((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o, m, v,
+                        (size_t)sl.len, c->lr, c->beta1, c->beta2, c->eps, wd, c->t);
 }
 
-static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const void *cfg) {
-    const ds_sgd_cfg *c = cfg;
+static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
+    const ds_sgd_cfg *c = a->cfg;
     int64_t o = sl.shard_off;
-    ds_sgd_update(shard_params(zs) + o, shard_grads(zs) + o, fdata(zs->mom) + o, (size_t)sl.len,
-                  c->lr, c->momentum, p->decay ? c->weight_decay : 0.0f);
+    float wd = p->decay ? c->weight_decay : 0.0f;
+    if (is_half(zs))
+        ds_sgd_update_half(half(zs), (uint16_t *)shard_params(zs) + o,
+                           (const uint16_t *)shard_grads(zs) + o, a->grad_scale,
+                           fdata(zs->master) + o, fdata(zs->mom) + o, (size_t)sl.len, c->lr,
+                           c->momentum, wd);
+    else
+        ds_sgd_update((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o,
+                      fdata(zs->mom) + o, (size_t)sl.len, c->lr, c->momentum, wd);
 }
 
 /* Each parameter's overlap with the rank's shard, with its own decay flag. A ZeRO-3
  * window still open (an evaluation forward keeps the last stage's) would be stale after
- * the update: it goes. */
-static void update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const void *cfg) {
+ * the update: it goes. fp32 gradients are scaled in place first, as one rank does;
+ * 16-bit ones are scaled on the way into the fp32 step (scaling them in place would
+ * round them, and unscaling fp16 by the loss scale would flush them to zero). */
+static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const step_args *a,
+                        ds_err *err) {
     if (zs->zero == 3) release_params(z, (int)(zs - z->st));
+    if (sync_master_shard(zs, 0, err) != 0) return -1;
+    if (!is_half(zs) && a->grad_scale != 1.0f)
+        ds_scale(shard_grads(zs), a->grad_scale, (size_t)(zs->hi - zs->lo));
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
         ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,
                                                    (int64_t)p->numel);
-        if (sl.len > 0) fn(zs, p, sl, cfg);
+        if (sl.len > 0) fn(zs, p, sl, a);
     }
+    return 0;
 }
 
-int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, ds_err *err) {
+int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *err) {
+    step_args a = {c, grad_scale};
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero == 0) { /* the same full step on every rank, as on one rank */
-            if (ds_adamw_step(zs->s, 0, zs->s->numel, c, err) != 0) return -1;
+            if (ds_adamw_step_scaled(zs->s, 0, zs->s->numel, c, grad_scale, err) != 0) return -1;
             continue;
         }
         if (ensure_state(&zs->m, zs->part.shard, err) != 0 ||
             ensure_state(&zs->v, zs->part.shard, err) != 0)
             return ds_err_prefix(err, "stage '%s': optimizer state", zs->s->name);
-        update_shard(z, zs, adamw_piece, c);
+        if (update_shard(z, zs, adamw_piece, &a, err) != 0) return -1;
     }
     return gather_updated(z, err);
 }
 
-int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, ds_err *err) {
+int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, float grad_scale, ds_err *err) {
+    step_args a = {c, grad_scale};
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero == 0) {
-            if (ds_sgd_step(zs->s, 0, zs->s->numel, c, err) != 0) return -1;
+            if (ds_sgd_step_scaled(zs->s, 0, zs->s->numel, c, grad_scale, err) != 0) return -1;
             continue;
         }
         if (ensure_state(&zs->mom, zs->part.shard, err) != 0)
             return ds_err_prefix(err, "stage '%s': optimizer state", zs->s->name);
-        update_shard(z, zs, sgd_piece, c);
+        if (update_shard(z, zs, sgd_piece, &a, err) != 0) return -1;
     }
     return gather_updated(z, err);
 }
@@ -517,10 +596,44 @@ int ds_zero_gather_params(ds_zero *z, int k, ds_err *err) {
 int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero != 3) return 0;
-    if (!zs->gathered) return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
-    memcpy(zs->param_shard->data, fdata(zs->s->flat_params) + zs->lo,
-           (size_t)(zs->hi - zs->lo) * sizeof(float));
+    if (zs->zero == 3) {
+        if (!zs->gathered)
+            return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
+        memcpy(zs->param_shard->data, at(zs, zs->s->flat_params, zs->lo),
+               (size_t)(zs->hi - zs->lo) * esize(zs));
+    }
+    /* Masters made before the write would undo it at the next step. */
+    if (zs->zero == 0) return ds_stage_sync_master(zs->s, zs->s->master != NULL, err);
+    return zs->master ? sync_master_shard(zs, 1, err) : 0;
+}
+
+ds_tensor *ds_zero_master(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return NULL;
+    ds_zero_stage *zs = &z->st[k];
+    if (!is_half(zs)) return ds_err_set(err, "stage '%s' is fp32: no master weights", zs->s->name), NULL;
+    if (zs->zero == 0) return ds_stage_sync_master(zs->s, 0, err) == 0 ? zs->s->master : NULL;
+    if (zs->zero == 3) release_params(z, k);
+    return sync_master_shard(zs, 0, err) == 0 ? zs->master : NULL;
+}
+
+int ds_zero_masters_to_params(ds_zero *z, int k, ds_err *err) {
+    if (check_k(z, k, err) != 0) return -1;
+    ds_zero_stage *zs = &z->st[k];
+    if (!is_half(zs)) return 0;
+    ds_stage *s = zs->s;
+    if (zs->zero == 0) {
+        if (!s->master) return 0;
+        ds_half_from_f32(half(zs), s->flat_params->data, fdata(s->master), s->numel);
+        return 0;
+    }
+    if (!zs->master) return 0;
+    if (zs->zero == 3) release_params(z, k);
+    ds_half_from_f32(half(zs), shard_params(zs), fdata(zs->master), (size_t)(zs->hi - zs->lo));
+    if (zs->zero == 3) return 0;
+    ds_tensor *w = s->flat_params;
+    if (ds_comm_allgather(z->comm, at(zs, w, zs->lo), w->data, (size_t)zs->part.shard,
+                          s->opts.precision, err) != 0)
+        return ds_err_prefix(err, "stage '%s': gather loaded parameters", s->name);
     return 0;
 }
 

@@ -48,6 +48,7 @@ typedef struct ds_zero_stage {
     ds_tensor *param_shard;    /* 3: the rank's parameters (params category) */
     ds_tensor *grad_shard;     /* 2, 3: the rank's reduced gradients (grads category) */
     ds_tensor *m, *v, *mom;    /* 1..3: optimizer state for the shard (made on first use) */
+    ds_tensor *master;         /* 1..3, 16-bit stages: fp32 master weights of the shard */
     ds_comm_handle *gather;    /* 3: all-gather in flight into s->flat_params */
     int gathered;              /* 3: s->flat_params holds the full parameters */
     int *deps;                 /* stages whose parameters this one's layers use, itself first */
@@ -86,10 +87,12 @@ int ds_zero_reduce(ds_zero *z, ds_err *err);
 int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err);
 /* Multiplies every gradient this rank will use by k (clipping). */
 void ds_zero_scale_grads(ds_zero *z, float k);
-/* One optimizer step on the rank's shards, then the parameters are made whole again
- * (all-gather for 1 and 2; 3 keeps its shard). */
-int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, ds_err *err);
-int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, ds_err *err);
+/* One optimizer step on the rank's shards with the gradients multiplied by grad_scale
+ * (clipping, loss-scale removal), then the parameters are made whole again (all-gather
+ * for 1 and 2; 3 keeps its shard). 16-bit stages step their fp32 master shards (made from
+ * the working copy on first use) and round them into the working copy. */
+int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *err);
+int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, float grad_scale, ds_err *err);
 /* The mean of x over the ranks, summed in rank order. */
 int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err);
 /* Stage k's full parameters gathered (3) so they can be read; ds_zero_release_params
@@ -97,7 +100,15 @@ int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err);
 int ds_zero_gather_params(ds_zero *z, int k, ds_err *err);
 void ds_zero_release_params(ds_zero *z, int k);
 /* After writing stage k's gathered parameters (loading weights): the rank's slice goes
- * back into its shard, the truth for ZeRO-3. Every rank must have written the same. */
+ * back into its shard, the truth for ZeRO-3, and master weights that exist are made again
+ * from the written working copy. Every rank must have written the same. */
 int ds_zero_store_params(ds_zero *z, int k, ds_err *err);
+/* 16-bit stage k's fp32 master weights as this rank keeps them (full at ZeRO 0, else the
+ * shard [lo, hi)), made from the working copy if missing: what a checkpoint saves as the
+ * stage's parameters. NULL with err for an fp32 stage. */
+ds_tensor *ds_zero_master(ds_zero *z, int k, ds_err *err);
+/* After masters were loaded: the working copy rounded from them (collective for ZeRO 1
+ * and 2, which all-gather it). No-op for fp32 stages. */
+int ds_zero_masters_to_params(ds_zero *z, int k, ds_err *err);
 
 #endif

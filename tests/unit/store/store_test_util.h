@@ -90,7 +90,7 @@ static inline int raw_connect(fixture *f) {
     return fd;
 }
 
-static inline void raw_send(int fd, const ds_buf *b) {
+static inline void raw_send(int fd, const ds_bytebuf *b) {
     size_t off = 0;
     while (off < b->len) {
         ssize_t n = send(fd, b->data + off, b->len - off, MSG_NOSIGNAL);
@@ -100,13 +100,13 @@ static inline void raw_send(int fd, const ds_buf *b) {
 }
 
 static inline void raw_auth(int fd, const char *token) {
-    ds_buf b = {0};
+    ds_bytebuf b = {0};
     ds_frame_begin(&b, DS_STORE_OP_AUTH);
-    ds_buf_put_u32(&b, DS_STORE_VERSION);
-    ds_buf_put(&b, token, DS_STORE_TOKEN_LEN);
+    ds_bytebuf_put_u32(&b, DS_STORE_VERSION);
+    ds_bytebuf_put(&b, token, DS_STORE_TOKEN_LEN);
     ds_frame_end(&b, 0);
     raw_send(fd, &b);
-    ds_buf_free(&b);
+    ds_bytebuf_free(&b);
 }
 
 /* Reads one reply; returns its status, or -1 on EOF (the server closed us). */
