@@ -1,5 +1,7 @@
 -- One rank of the ZeRO benchmark (bench/zero/zero_bench.c starts N of them): a GPT with
--- every stage at ZeRO stage `zero`, fp32 AdamW, trained `warmup` + `steps` steps on
+-- every stage at ZeRO stage `zero` and precision `precision` (fp32, bf16 or fp16: 16-bit
+-- working copy and gradients, fp32 masters and moments; fp16 with the model's dynamic
+-- loss scaler, whose first steps may skip), AdamW, trained `warmup` + `steps` steps on
 -- synthetic data (global batch split over the ranks). Rank 0 appends one JSON line to
 -- out= with the model-state bytes from the allocation counters (after the last step:
 -- outside any ZeRO-3 gather window) and the fastest step time.
@@ -7,8 +9,8 @@ local ds = require 'ds'
 local gpt = require 'ds.gpt'
 local synth = require 'ds.synth'
 
-local S = {zero = 0, steps = 8, warmup = 2, batch = 8, vocab = 512, context = 64, layers = 4,
-           d = 128, heads = 4, bucket = 0, threads = 1, prefetch = 1}
+local S = {zero = 0, precision = 'fp32', steps = 8, warmup = 2, batch = 8, vocab = 512,
+           context = 64, layers = 4, d = 128, heads = 4, bucket = 0, threads = 1, prefetch = 1}
 for _, a in ipairs(arg) do
   local k, v = a:match('^([%w_]+)=(.*)$')
   S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
@@ -16,7 +18,8 @@ end
 ds.set_threads(S.threads)
 local rank, world = ds.rank(), ds.world_size()
 local cfg = gpt.config {vocab = S.vocab, context = S.context, layers = S.layers, heads = S.heads, d = S.d}
-local staging = {seed = 1, embed = {zero = S.zero}, blocks = {zero = S.zero}, head = {zero = S.zero},
+local function stage() return {zero = S.zero, precision = S.precision} end
+local staging = {seed = 1, embed = stage(), blocks = stage(), head = stage(),
                  zero_bucket = S.bucket > 0 and S.bucket or nil, zero_prefetch = S.prefetch ~= 0}
 local model = gpt.GPT(cfg, staging)
 local opt = ds.optim.AdamW {model, lr = 1e-4}
@@ -28,11 +31,15 @@ local function rows(x)
   return y
 end
 
+-- fp16 steps the loss scaler skipped for overflow (the masters need one that was not)
+local skipped = 0
 local function step(n)
-  return model:train_step {step = n, optimizer = opt, clip = 1.0, next_batch = function()
+  local r = model:train_step {step = n, optimizer = opt, clip = 1.0, next_batch = function()
     local x, y = source:batch(n, 1)
     return rows(x), rows(y)
   end}
+  if r.skipped then skipped = skipped + 1 end
+  return r
 end
 for n = 1, S.warmup do step(n) end
 ds.memory_reset_peaks()
@@ -54,10 +61,11 @@ local psi, numel, padded = model:num_parameters(), 0, 0
 for _, st in ipairs((model.zero or model:zero_state()):info().stages) do numel = numel + st.numel; padded = padded + st.padded end
 if rank == 0 then
   local f = assert(io.open(S.out, 'a'))
-  f:write(string.format('{"zero":%d,"world":%d,"params":%d,"flat_elems":%d,"padded_elems":%d,'
-    .. '"params_bytes":%d,"grads_bytes":%d,"optimizer_bytes":%d,"params_peak_bytes":%d,'
-    .. '"grads_peak_bytes":%d,"comm_peak_bytes":%d,"step_s":%.6f,"loss":%.6f}\n', S.zero, world, psi,
-    numel, padded, m.params.current, m.grads.current, m.optimizer.current, m.params.peak,
-    m.grads.peak, m.comm.peak, dt, loss))
+  f:write(string.format('{"zero":%d,"world":%d,"precision":"%s","params":%d,"flat_elems":%d,'
+    .. '"padded_elems":%d,"params_bytes":%d,"grads_bytes":%d,"optimizer_bytes":%d,'
+    .. '"params_peak_bytes":%d,"grads_peak_bytes":%d,"comm_peak_bytes":%d,"step_s":%.6f,'
+    .. '"loss":%.6f,"skipped":%d}\n', S.zero, world, S.precision, psi, numel, padded,
+    m.params.current, m.grads.current, m.optimizer.current, m.params.peak, m.grads.peak,
+    m.comm.peak, dt, loss, skipped))
   f:close()
 end
