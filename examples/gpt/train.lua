@@ -89,20 +89,23 @@ for _, s in ipairs(model.stages) do
 end
 
 local metrics = S.metrics and assert(io.open(S.metrics, 'w'))
-local t_last, tokens_since, last_loss = ds.now(), 0, nil
+local t_last, tokens_since, last_loss, skipped = ds.now(), 0, nil, 0
 for step = 1, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
     lr = lr_at(step), next_batch = function(micro) return source:batch(step, micro) end}
   tokens_since = tokens_since + st.tokens
+  if st.skipped then skipped = skipped + 1 end
   if step % S.log_every == 0 or step == S.steps then
     local now = ds.now()
     local tps = tokens_since / (now - t_last)
     local mem = ds.memory().total.peak
-    print(string.format('step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | peak mem %.1f MiB',
-      step, S.steps, st.loss, st.lr, st.grad_norm, tps, mem / 2^20))
+    -- fp16: the loss scale, and the steps skipped for overflow so far
+    local scale = model.scaler and string.format(' | scale %g (%d skipped)', st.loss_scale, skipped) or ''
+    print(string.format('step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | peak mem %.1f MiB%s',
+      step, S.steps, st.loss, st.lr, st.grad_norm, tps, mem / 2^20, scale))
     if metrics then
-      metrics:write(string.format('{"step":%d,"loss":%.6f,"lr":%.6g,"grad_norm":%.6f,"tokens_per_s":%.1f,"mem_peak_bytes":%d}\n',
-        step, st.loss, st.lr, st.grad_norm, tps, mem))
+      metrics:write(string.format('{"step":%d,"loss":%.6f,"lr":%.6g,"grad_norm":%.6f,"loss_scale":%g,"skipped_steps":%d,"tokens_per_s":%.1f,"mem_peak_bytes":%d}\n',
+        step, st.loss, st.lr, st.grad_norm, st.loss_scale, skipped, tps, mem))
       metrics:flush()
     end
     t_last, tokens_since = ds.now(), 0
