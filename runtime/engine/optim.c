@@ -26,8 +26,8 @@ static void overlap(const ds_param *p, size_t lo, size_t hi, size_t *a, size_t *
     *b = end < hi ? end : hi;
 }
 
-/* Elements per chunk when the gradients are scaled on the way: p, g, m, v of a chunk
- * (4 MiB) stay in cache between the scaling and the update. */
+/* SGD: elements per chunk when the gradients are scaled on the way: p, g, buf of a chunk
+ * (3 MiB) stay in cache between the scaling and the update. */
 #define SCALE_CHUNK ((size_t)1 << 18)
 
 /* 16-bit stages: the step runs on the fp32 masters, the gradients widened on the way. */
@@ -73,17 +73,13 @@ int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *
     if (ds_stage_is_half(s)) return adamw_half(s, lo, hi, c, grad_scale, err);
     float *w = s->flat_params->data, *g = s->flat_grads->data;
     float *m = s->adam_m->data, *v = s->adam_v->data;
-    int scaled = grad_scale != 1.0f;
     for (int i = 0; i < s->nparams; i++) {
         size_t a, b;
         overlap(s->params[i], lo, hi, &a, &b);
+        if (a >= b) continue;
         float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        for (size_t x = a; x < b; x += scaled ? SCALE_CHUNK : b - a) {
-            size_t n = b - x < SCALE_CHUNK || !scaled ? b - x : SCALE_CHUNK;
-            if (scaled) ds_scale(g + x, grad_scale, n);
-            ds_adamw_update(w + x, g + x, m + x, v + x, n, c->lr, c->beta1, c->beta2, c->eps,
-                            wd, c->t);
-        }
+        ds_adamw_update_scaled(w + a, g + a, grad_scale, m + a, v + a, b - a, c->lr, c->beta1,
+                               c->beta2, c->eps, wd, c->t);
     }
     return 0;
 }

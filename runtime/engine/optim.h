@@ -19,9 +19,10 @@ typedef struct ds_sgd_cfg {
 /* Moments live in the stage (optimizer category), made zeroed on first use. */
 int ds_adamw_step(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c, ds_err *err);
 int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *err);
-/* The same, with the gradients of the range multiplied by grad_scale first, in
- * cache-sized chunks just before their update: gradient clipping without a separate
- * pass over the buffer, and the same bits as ds_stage_scale_grads followed by the step. */
+/* The same on the gradients multiplied by grad_scale (clipping, loss-scale removal),
+ * fused into the update's one pass: the parameters get the same bits as after
+ * ds_stage_scale_grads and the step, but AdamW leaves the gradients unscaled (SGD scales
+ * them in place, in cache-sized chunks just before their update). */
 int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c,
                          float grad_scale, ds_err *err);
 int ds_sgd_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, float grad_scale,

@@ -518,13 +518,14 @@ static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl,
                              (const uint16_t *)shard_grads(zs) + o, a->grad_scale,
                              fdata(zs->master) + o, m, v, (size_t)sl.len, c->lr, c->beta1,
                              c->beta2, c->eps, wd, c->t);
-    else /* fp32: the gradients were scaled in place already (the single-rank bits) */
-        ds_adamw_update((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o, m, v,
-                        (size_t)sl.len, c->lr, c->beta1, c->beta2, c->eps, wd, c->t);
+    else
+        ds_adamw_update_scaled((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o,
+                               a->grad_scale, m, v, (size_t)sl.len, c->lr, c->beta1, c->beta2,
+                               c->eps, wd, c->t);
 }
 
 static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
-    const ds_sgd_cfg *c = a->cfg;
+    const ds_sgd_cfg *c = a->cfg; /* fp32: the gradients were scaled in place already */
     int64_t o = sl.shard_off;
     float wd = p->decay ? c->weight_decay : 0.0f;
     if (is_half(zs))
@@ -539,14 +540,15 @@ static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, c
 
 /* Each parameter's overlap with the rank's shard, with its own decay flag. A ZeRO-3
  * window still open (an evaluation forward keeps the last stage's) would be stale after
- * the update: it goes. fp32 gradients are scaled in place first, as one rank does;
- * 16-bit ones are scaled on the way into the fp32 step (scaling them in place would
- * round them, and unscaling fp16 by the loss scale would flush them to zero). */
+ * the update: it goes. The gradients are scaled on the way into the step (AdamW, and
+ * SGD on 16-bit stages: scaling 16-bit gradients in place would round them, and unscaling
+ * fp16 by the loss scale would flush them to zero); fp32 SGD scales them in place first,
+ * as one rank does. */
 static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const step_args *a,
                         ds_err *err) {
     if (zs->zero == 3) release_params(z, (int)(zs - z->st));
     if (sync_master_shard(zs, 0, err) != 0) return -1;
-    if (!is_half(zs) && a->grad_scale != 1.0f)
+    if (fn == sgd_piece && !is_half(zs) && a->grad_scale != 1.0f)
         ds_scale(shard_grads(zs), a->grad_scale, (size_t)(zs->hi - zs->lo));
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
