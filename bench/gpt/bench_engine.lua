@@ -1,6 +1,7 @@
 -- The engine's training speed on one rank:
 --   dsrun run bench/gpt/bench_engine.lua [model=all|gpt2|small] [B=4] [T=64] [steps=5]
 --                                        [warmup=2] [threads=2] [checkpoint=none]
+--                                        [precision=fp32|bf16|fp16]
 -- A step is what train.lua does: zero grads, forward, backward, clip at 1.0, AdamW
 -- (betas 0.9/0.95, weight decay 0.1). Random tokens: only speed is measured. GFLOP/s
 -- counts 6 * params * tokens + 12 * layers * d * T * tokens (as bench/kernels and
@@ -14,10 +15,11 @@ local MODELS = {
   small = {vocab = 257, layers = 4, heads = 4, d = 256},
 }
 
-local S = {model = 'all', B = 4, T = 64, steps = 5, warmup = 2, threads = 2, checkpoint = 'none'}
+local S = {model = 'all', B = 4, T = 64, steps = 5, warmup = 2, threads = 2, checkpoint = 'none',
+           precision = 'fp32'}
 for _, a in ipairs(arg) do
   local k, v = a:match('^(%w+)=(.*)$')
-  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=") end
+  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=, precision=") end
   S[k] = math.tointeger(tonumber(v)) or v
 end
 if S.threads > 0 then ds.set_threads(S.threads) end
@@ -33,7 +35,12 @@ end
 local function bench(name)
   local shape = MODELS[name] or error('unknown model ' .. name)
   local cfg = {vocab = shape.vocab, context = S.T, layers = shape.layers, heads = shape.heads, d = shape.d, dropout = 0}
-  local m = gpt.GPT(cfg, {seed = 1, blocks = {checkpoint = S.checkpoint}})
+  -- precision: every stage's working copy (docs/precision.md); the kernels compute in
+  -- fp32 either way, so this measures what the 16-bit copies cost or save. No loss
+  -- scaler: speed only.
+  local P16 = S.precision
+  local m = gpt.GPT(cfg, {seed = 1, embed = {precision = P16}, blocks = {checkpoint = S.checkpoint, precision = P16},
+                          head = {precision = P16}})
   local opt = ds.optim.AdamW {m, lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1}
   local x, y = ds.tensor('int32', S.B, S.T), ds.tensor('int32', S.B, S.T)
   math.randomseed(7)
@@ -66,7 +73,7 @@ local function bench(name)
   local mem = ds.memory()
   local r = {
     bench = 'engine', model = name, B = S.B, T = S.T, threads = ds.threads(), params = P,
-    steps = S.steps, checkpoint = S.checkpoint,
+    steps = S.steps, checkpoint = S.checkpoint, precision = S.precision,
     step_ms_best = best * 1e3, step_ms_median = median(times) * 1e3,
     forward_ms_median = median(parts.fwd) * 1e3, backward_ms_median = median(parts.bwd) * 1e3,
     clip_adamw_ms_median = median(parts.opt) * 1e3,

@@ -3,6 +3,7 @@
  * stack, computes there and rounds the results back once, so the rounding is the
  * converters' (round to nearest even) and the fast converter paths are used. */
 #include "kernels.h"
+#include "simd.h"
 
 #define BLOCK 512
 
@@ -16,15 +17,21 @@ static void narrow(ds_half h, uint16_t *dst, const float *src, size_t n) {
     else ds_f32_to_f16(dst, src, n);
 }
 
+/* Large arrays (a parameter's image: GPT-2's token embedding is 38.6M elements) are
+ * split over the threads in fixed chunks; elementwise, so the bits do not change. */
+#define CHUNK 16384
+
 void ds_half_from_f32(ds_half h, uint16_t *dst, const float *src, size_t n) {
-    narrow(h, dst, src, n);
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
+    for (size_t c = 0; c < n; c += CHUNK) narrow(h, dst + c, src + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
 void ds_half_to_f32(ds_half h, float *dst, const uint16_t *src, size_t n) {
-    widen(h, dst, src, n);
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
+    for (size_t c = 0; c < n; c += CHUNK) widen(h, dst + c, src + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
-void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n) {
+static void acc_range(ds_half h, uint16_t *acc, const float *x, size_t n) {
     float a[BLOCK];
     for (size_t i = 0; i < n; i += BLOCK) {
         size_t m = n - i < BLOCK ? n - i : BLOCK;
@@ -32,6 +39,11 @@ void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n) {
         for (size_t j = 0; j < m; j++) a[j] += x[i + j];
         narrow(h, acc + i, a, m);
     }
+}
+
+void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
+    for (size_t c = 0; c < n; c += CHUNK) acc_range(h, acc + c, x + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
 void ds_half_add(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n) {

@@ -92,38 +92,64 @@ static int with_path(const ds_layer *l, ds_err *err) {
 
 /* ---- 16-bit parameters: fp32 images for the duration of one call ------------------- */
 /* The CPU kernels compute in fp32. A layer whose parameters live in a 16-bit stage gets
- * fp32 images of them (workspace) made just before its forward or backward and dropped
- * just after, so at most one layer's images exist at a time; its gradient image is added
- * into the 16-bit gradients with one rounding per element and call. */
+ * fp32 images of them made just before its forward or backward and dropped just after;
+ * its gradient image is added into the 16-bit gradients with one rounding per element
+ * and call. Layers run one at a time, so the images of all layers share one workspace
+ * buffer, grown to the largest layer's need and kept until ds_layer_images_free: a fresh
+ * allocation per call would page-fault its way through GPT-2's 154 MB token embedding
+ * several times a step. */
+
+static struct {
+    float *buf;
+    size_t cap; /* floats */
+} g_images;
+
+void ds_layer_images_free(void) {
+    ds_free(g_images.buf, g_images.cap * sizeof(float), DS_MEM_WORKSPACE);
+    g_images.buf = NULL;
+    g_images.cap = 0;
+}
+
+static int reserve_images(size_t floats, ds_err *err) {
+    if (floats <= g_images.cap) return 0;
+    ds_layer_images_free();
+    if (!(g_images.buf = ds_alloc(floats * sizeof(float), DS_MEM_WORKSPACE)))
+        return ds_err_set(err, "out of memory for %zu MB of fp32 parameter images", floats * 4 >> 20);
+    g_images.cap = floats;
+    return 0;
+}
 
 static void drop_images(ds_layer *l, int fold_grads) {
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
         if (p->dtype == DS_F32) continue;
-        size_t bytes = p->numel * sizeof(float);
         if (p->grad && fold_grads) ds_half_acc_f32(ds_half_of(p->dtype), p->half_grad, p->grad, p->numel);
-        ds_free(p->data, bytes, DS_MEM_WORKSPACE);
-        ds_free(p->grad, bytes, DS_MEM_WORKSPACE);
         p->data = p->grad = NULL;
     }
 }
 
 static int make_images(ds_layer *l, int grads, ds_err *err) {
+    size_t need = 0;
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
         if (p->dtype == DS_F32) continue;
-        if (!p->half || (grads && !p->half_grad)) {
-            drop_images(l, 0);
+        if (!p->half || (grads && !p->half_grad))
             return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)", p->name);
-        }
-        size_t bytes = p->numel * sizeof(float);
-        p->data = ds_alloc(bytes, DS_MEM_WORKSPACE);
-        if (grads) p->grad = ds_alloc(bytes, DS_MEM_WORKSPACE); /* zeroed */
-        if (!p->data || (grads && !p->grad)) {
-            drop_images(l, 0);
-            return ds_err_set(err, "out of memory for an fp32 image of '%s'", p->name);
-        }
+        need += p->numel * (grads ? 2 : 1);
+    }
+    if (need == 0) return 0;
+    if (reserve_images(need, err) != 0) return -1;
+    float *at = g_images.buf;
+    for (int i = 0; i < l->nparam; i++) {
+        ds_param *p = l->param[i];
+        if (p->dtype == DS_F32) continue;
+        p->data = at;
+        at += p->numel;
         ds_half_to_f32(ds_half_of(p->dtype), p->data, p->half, p->numel);
+        if (!grads) continue;
+        p->grad = at;
+        at += p->numel;
+        memset(p->grad, 0, p->numel * sizeof(float)); /* the kernels accumulate */
     }
     return 0;
 }

@@ -114,6 +114,9 @@ int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err);
 void ds_layer_free(ds_layer *l); /* the whole subtree; not tied params */
 /* Frees every activation buffer of the subtree (checkpointing, or end of training). */
 void ds_layer_release(ds_layer *l);
+/* Frees the workspace that holds the fp32 images of 16-bit parameters while a layer runs
+ * (it comes back with the next such layer). */
+void ds_layer_images_free(void);
 /* Runs forward / backward through the ops with the layer's path added to errors. */
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,

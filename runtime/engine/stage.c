@@ -274,5 +274,6 @@ void ds_stage_zero_grad(ds_stage *s) {
 void ds_stage_release(ds_stage *s) {
     s->last_in = NULL;
     ds_layer_release(s->root);
+    ds_layer_images_free();
     ds_tensor_release(s->grad_in);
 }
