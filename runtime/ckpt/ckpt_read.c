@@ -12,8 +12,8 @@
 
 #include "ckpt.h"
 #include "ckpt_format.h"
-#include "ckpt_json.h"
 #include "crc32c.h"
+#include "ds_json_read.h"
 
 #define META_MAX (256u << 20)
 
@@ -80,41 +80,41 @@ static int resolve_dir(ds_ckpt *ck, const char *path, ds_err *err) {
 
 /* --- meta.json fields: every one present with the right type, or a message saying so --- */
 
-static int get_int(const ds_ckpt *ck, const ds_ckj *o, const char *key, const char *where,
+static int get_int(const ds_ckpt *ck, const ds_jv *o, const char *key, const char *where,
                    long long lo, long long hi, long long *out, ds_err *err) {
-    const ds_ckj *v = ds_ckj_get(o, key);
-    if (!v || v->type != CKJ_NUM || !v->is_int || v->inum < lo || v->inum > hi)
+    const ds_jv *v = ds_jv_get(o, key);
+    if (!v || v->type != DS_JV_NUM || !v->is_int || v->inum < lo || v->inum > hi)
         return ds_err_set(err, "%s: %s\"%s\" missing or not an integer in [%lld, %lld]",
                           ck->meta_path, where, key, lo, hi);
     *out = v->inum;
     return 0;
 }
 
-static const char *get_str(const ds_ckpt *ck, const ds_ckj *o, const char *key,
+static const char *get_str(const ds_ckpt *ck, const ds_jv *o, const char *key,
                            const char *where, ds_err *err) {
-    const ds_ckj *v = ds_ckj_get(o, key);
-    if (!v || v->type != CKJ_STR || strlen(v->str) != v->len)
+    const ds_jv *v = ds_jv_get(o, key);
+    if (!v || v->type != DS_JV_STR || strlen(v->str) != v->len)
         return ds_err_set(err, "%s: %s\"%s\" missing or not a string", ck->meta_path, where, key),
                NULL;
     return v->str;
 }
 
-static const ds_ckj *get_typed(const ds_ckpt *ck, const ds_ckj *o, const char *key,
-                               ds_ckj_type t, ds_err *err) {
-    const ds_ckj *v = ds_ckj_get(o, key);
+static const ds_jv *get_typed(const ds_ckpt *ck, const ds_jv *o, const char *key,
+                              ds_jv_type t, ds_err *err) {
+    const ds_jv *v = ds_jv_get(o, key);
     if (!v || v->type != t)
         return ds_err_set(err, "%s: \"%s\" missing or not an %s", ck->meta_path, key,
-                          t == CKJ_OBJ ? "object" : "array"), NULL;
+                          t == DS_JV_OBJ ? "object" : "array"), NULL;
     return v;
 }
 
-static int check_engine(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
-    const ds_ckj *eng = get_typed(ck, meta, "engine", CKJ_OBJ, err);
+static int check_engine(ds_ckpt *ck, const ds_jv *meta, ds_err *err) {
+    const ds_jv *eng = get_typed(ck, meta, "engine", DS_JV_OBJ, err);
     const char *crc = eng ? get_str(ck, meta, "engine_crc32c", "", err) : NULL;
     if (!crc) return -1;
     ds_json j;
     ds_json_init_buf(&j, 0);
-    ds_ckj_emit(&j, eng);
+    ds_jv_emit(&j, eng);
     if (j.bad) {
         free(j.buf);
         return ds_err_set(err, "%s: \"engine\" cannot be re-encoded", ck->meta_path);
@@ -132,8 +132,8 @@ static int check_engine(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
 
 /* Each shard must be rank i's file of this very save: header fields and the digest of
  * its section table agree with what meta.json recorded. */
-static int load_shards(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
-    const ds_ckj *list = get_typed(ck, meta, "shards", CKJ_ARR, err);
+static int load_shards(ds_ckpt *ck, const ds_jv *meta, ds_err *err) {
+    const ds_jv *list = get_typed(ck, meta, "shards", DS_JV_ARR, err);
     if (!list) return -1;
     if (list->len != ck->world)
         return ds_err_set(err, "%s: %zu shards listed for world size %u", ck->meta_path,
@@ -143,7 +143,7 @@ static int load_shards(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
     if (!ck->shards || !ck->fds) return ds_err_set(err, "out of memory");
     for (uint32_t r = 0; r < ck->world; r++) ck->fds[r] = -1;
     for (uint32_t r = 0; r < ck->world; r++) {
-        const ds_ckj *e = &list->items[r];
+        const ds_jv *e = &list->items[r];
         char where[64], name[64];
         snprintf(where, sizeof where, "shards[%u].", r);
         snprintf(name, sizeof name, "rank-%u-of-%u.bin", r, ck->world);
@@ -190,16 +190,16 @@ static const ckpt_array *find_array(const ds_ckpt *ck, const char *name) {
 }
 
 /* The arrays rebuilt from the shards must be exactly those meta.json lists. */
-static int check_arrays(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
+static int check_arrays(ds_ckpt *ck, const ds_jv *meta, ds_err *err) {
     if (ckpt_build_arrays(ck->shards, ck->world, &ck->arrays, &ck->narrays, err))
         return ds_err_prefix(err, "%s", ck->dir);
-    const ds_ckj *list = get_typed(ck, meta, "arrays", CKJ_ARR, err);
+    const ds_jv *list = get_typed(ck, meta, "arrays", DS_JV_ARR, err);
     if (!list) return -1;
     if (list->len != ck->narrays)
         return ds_err_set(err, "%s: lists %zu arrays, the shards hold %u", ck->meta_path,
                           list->len, ck->narrays);
     for (size_t i = 0; i < list->len; i++) {
-        const ds_ckj *e = &list->items[i];
+        const ds_jv *e = &list->items[i];
         char where[48];
         snprintf(where, sizeof where, "arrays[%zu].", i);
         const char *name = get_str(ck, e, "name", where, err);
@@ -214,8 +214,8 @@ static int check_arrays(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
             return ds_err_set(err, "%s: array '%s' is %s x %lld, its shards hold %s x %llu",
                               ck->meta_path, name, dtype, numel, ckpt_dtype_name(a->dtype),
                               (unsigned long long)a->numel);
-        const ds_ckj *ranges = ds_ckj_get(e, "ranges");
-        if (!ranges || ranges->type != CKJ_ARR || ranges->len != a->npieces)
+        const ds_jv *ranges = ds_jv_get(e, "ranges");
+        if (!ranges || ranges->type != DS_JV_ARR || ranges->len != a->npieces)
             return ds_err_set(err, "%s: array '%s': ranges differ from its shards",
                               ck->meta_path, name);
         for (uint32_t k = 0; k < a->npieces; k++) {
@@ -233,8 +233,8 @@ static int check_arrays(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
     return 0;
 }
 
-static int check_meta(ds_ckpt *ck, const ds_ckj *meta, ds_err *err) {
-    if (meta->type != CKJ_OBJ)
+static int check_meta(ds_ckpt *ck, const ds_jv *meta, ds_err *err) {
+    if (meta->type != DS_JV_OBJ)
         return ds_err_set(err, "%s: not a JSON object", ck->meta_path);
     const char *format = get_str(ck, meta, "format", "", err);
     if (!format) return -1;
@@ -266,14 +266,14 @@ ds_ckpt *ds_ckpt_open(const char *path, ds_err *err) {
     char *text = ckpt_read_small_file(ck->meta_path, META_MAX, &n, err);
     if (!text) goto fail;
     ds_err pe;
-    ds_ckj *meta = ds_ckj_parse(text, n, &pe);
+    ds_jv *meta = ds_jv_parse(text, n, &pe);
     free(text);
     if (!meta) {
         ds_err_set(err, "%s: not valid JSON: %s", ck->meta_path, pe.msg);
         goto fail;
     }
     int rc = check_meta(ck, meta, err);
-    ds_ckj_free(meta);
+    ds_jv_free(meta);
     if (rc == 0) return ck;
 fail:
     ds_ckpt_close(ck);

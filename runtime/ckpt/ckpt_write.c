@@ -15,9 +15,9 @@
 
 #include "ckpt.h"
 #include "ckpt_format.h"
-#include "ckpt_json.h"
 #include "crc32c.h"
 #include "ds_json.h"
+#include "ds_json_read.h"
 
 /* Where a test may stop a rank dead (DS_CKPT_TEST_KILL_AT="rank:point"): after that many
  * payload bytes of its shard, or just before meta.json or `latest` is written. */
@@ -299,21 +299,21 @@ static void emit_shards(ds_json *j, const ckpt_shard *shards, int world) {
  * records, whatever spacing the file ends up with. Canonical means a fixed point of
  * parse + emit; one round is not always one (the writer turns invalid UTF-8 into an
  * escaped U+FFFD, which reads back as the character itself), two rounds are. */
-static int engine_canonical(const char *engine_json, ds_ckj **tree, char **text, ds_err *e) {
+static int engine_canonical(const char *engine_json, ds_jv **tree, char **text, ds_err *e) {
     const char *src = engine_json ? engine_json : "{}";
     ds_err pe;
-    *tree = ds_ckj_parse(src, strlen(src), &pe);
+    *tree = ds_jv_parse(src, strlen(src), &pe);
     if (!*tree) return ds_err_set(e, "checkpoint save: engine state is not JSON: %s", pe.msg);
-    if ((*tree)->type != CKJ_OBJ)
+    if ((*tree)->type != DS_JV_OBJ)
         return ds_err_set(e, "checkpoint save: engine state must be a JSON object");
     /* meta.json holds it one level down, and must stay readable by the same parser. */
-    if (ds_ckj_depth(*tree) > DS_CKJ_MAX_DEPTH - 1)
+    if (ds_jv_depth(*tree) > DS_JV_MAX_DEPTH - 1)
         return ds_err_set(e, "checkpoint save: engine state nests deeper than %d levels",
-                          DS_CKJ_MAX_DEPTH - 1);
+                          DS_JV_MAX_DEPTH - 1);
     for (int round = 0; round < 2; round++) {
         ds_json j;
         ds_json_init_buf(&j, 0);
-        ds_ckj_emit(&j, *tree);
+        ds_jv_emit(&j, *tree);
         if (j.bad) {
             free(j.buf);
             return ds_err_set(e, "checkpoint save: out of memory");
@@ -322,8 +322,8 @@ static int engine_canonical(const char *engine_json, ds_ckj **tree, char **text,
             *text = j.buf;
             break;
         }
-        ds_ckj_free(*tree);
-        *tree = ds_ckj_parse(j.buf, j.len, &pe);
+        ds_jv_free(*tree);
+        *tree = ds_jv_parse(j.buf, j.len, &pe);
         free(j.buf);
         if (!*tree) return ds_err_set(e, "checkpoint save: engine state: %s", pe.msg);
     }
@@ -356,7 +356,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
                       ds_err *e) {
     ckpt_array *arrays = NULL;
     uint32_t na = 0;
-    ds_ckj *tree = NULL;
+    ds_jv *tree = NULL;
     char *canon = NULL;
     int rc = -1;
     if (ckpt_build_arrays(shards, (uint32_t)w->world, &arrays, &na, e)) {
@@ -378,7 +378,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
     emit_shards(&j, shards, w->world);
     ds_json_kstr(&j, "engine_crc32c", crc);
     ds_json_key(&j, "engine");
-    ds_ckj_emit(&j, tree);
+    ds_jv_emit(&j, tree);
     ds_json_end(&j);
     ds_json_newline(&j);
     if (j.bad) {
@@ -396,7 +396,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
     free(j.buf);
 out:
     ckpt_free_arrays(arrays, na);
-    ds_ckj_free(tree);
+    ds_jv_free(tree);
     free(canon);
     return rc;
 }

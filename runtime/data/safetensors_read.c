@@ -1,18 +1,25 @@
-/* safetensors: the reader. The header is parsed against the format's schema (no general
- * JSON tree): an object of tensor entries and an optional "__metadata__" object of
- * strings. Unknown keys inside a tensor entry are skipped as the reference does, with a
- * nesting limit, so hostile input cannot recurse deeply or allocate without bound. */
+/* safetensors: the reader. The header is parsed by the common JSON reader (strict, with
+ * a nesting limit and a cap on values, so hostile input cannot recurse deeply or allocate
+ * without bound), then walked against the format's schema: an object of tensor entries
+ * and an optional "__metadata__" object of strings. Unknown keys inside a tensor entry
+ * are ignored, as the reference does. Sizes and offsets are u64 in the format, but the
+ * tree holds integers as int64: above 2^63 - 1 they are refused, which no real file
+ * comes near (a byte buffer that large cannot be mapped). */
 #include "safetensors.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bytetok.h"
+#include "ds_json_read.h"
 #include "ds_mapfile.h"
 
-#define SKIP_MAX_DEPTH 64
+/* The header object and a tensor entry are two levels; unknown values get the rest. */
+#define HEADER_MAX_DEPTH 64
+/* A tensor costs about 8 values (entry, dtype, shape and its sizes, two offsets): this
+ * allows half a million tensors while bounding what a hostile header of a few megabytes
+ * of "[0,0,0,..." can make the tree allocate (about 0.5 GB, keys and strings included). */
+#define HEADER_MAX_VALUES (1u << 22)
 
 struct ds_st_file {
     ds_mapfile file; /* what ds_st_open mapped; empty for ds_st_parse */
@@ -22,391 +29,179 @@ struct ds_st_file {
     size_t nmeta, meta_cap;
 };
 
-typedef struct parser {
-    const char *s;
-    size_t n, pos;
+/* The header text, for messages that quote the source of a value. */
+typedef struct header_ctx {
+    const char *h;
+    size_t n;
     ds_err *err;
-} parser;
+} header_ctx;
 
-static int perr(parser *p, const char *what) {
-    if (p->pos >= p->n) return ds_err_set(p->err, "header: unexpected end of JSON, %s", what);
-    unsigned char c = (unsigned char)p->s[p->pos];
-    if (c >= 0x20 && c < 0x7f)
-        return ds_err_set(p->err, "header byte %zu: %s, found '%c'", p->pos, what, c);
-    return ds_err_set(p->err, "header byte %zu: %s, found byte 0x%02x", p->pos, what, c);
-}
-
-static void ws(parser *p) {
-    while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
-                             p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
-        p->pos++;
-}
-
-static int expect(parser *p, char c, const char *what) {
-    ws(p);
-    if (p->pos >= p->n || p->s[p->pos] != c) return perr(p, what);
-    p->pos++;
+/* A string value that is a C string (a decoded NUL would cut it short). */
+static int c_string(const header_ctx *c, const ds_jv *v, const char *what) {
+    if (v->type != DS_JV_STR)
+        return ds_err_set(c->err, "header byte %zu: %s must be a string, found %s", v->at, what,
+                          ds_jv_type_name(v->type));
+    if (strlen(v->str) != v->len)
+        return ds_err_set(c->err, "header byte %zu: \\u0000 inside a string", v->at);
     return 0;
 }
 
-/* Peeks the next non-space byte; -1 at the end. */
-static int peek(parser *p) {
-    ws(p);
-    return p->pos < p->n ? (unsigned char)p->s[p->pos] : -1;
-}
-
-static int hex4(parser *p, unsigned *out) {
-    if (p->n - p->pos < 4) return perr(p, "expected 4 hex digits after \\u");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p->s[p->pos];
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-                   : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
-        if (d == 16) return perr(p, "expected a hex digit in \\u escape");
-        v = v * 16 + d;
-        p->pos++;
+/* A non-negative integer without sign, fraction or exponent, at most 2^63 - 1. The
+ * tree says whether it fits in int64; the source says how it was written. */
+static int uint_value(const header_ctx *c, const ds_jv *v, const char *what, uint64_t *out) {
+    if (v->type != DS_JV_NUM)
+        return ds_err_set(c->err, "header byte %zu: expected %s, found %s", v->at, what,
+                          ds_jv_type_name(v->type));
+    if (c->h[v->at] == '-')
+        return ds_err_set(c->err, "header byte %zu: expected %s, found '-'", v->at, what);
+    if (!v->is_int) {
+        size_t e = v->at;
+        while (e < c->n && c->h[e] >= '0' && c->h[e] <= '9') e++;
+        if (e < c->n && (c->h[e] == '.' || c->h[e] == 'e' || c->h[e] == 'E'))
+            return ds_err_set(c->err, "header byte %zu: expected %s, an integer (no fraction or "
+                                      "exponent)", v->at, what);
+        return ds_err_set(c->err, "header byte %zu: integer too large for %s", v->at, what);
     }
-    *out = v;
+    *out = (uint64_t)v->inum;
     return 0;
 }
 
-static size_t put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
-    if (cp < 0x10000)
-        return o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 63)),
-               o[2] = (char)(0x80 | (cp & 63)), 3;
-    o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | (cp >> 12 & 63));
-    o[2] = (char)(0x80 | (cp >> 6 & 63)), o[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
-
-/* A JSON string, decoded into a malloc'ed NUL-terminated copy (NULL: only validate). The
- * header was checked to be UTF-8 already; a decoded NUL is refused (names are C strings). */
-static int string(parser *p, char **out) {
-    if (expect(p, '"', "expected a string") != 0) return -1;
-    size_t start = p->pos;
-    char *o = NULL;
-    if (out) {
-        /* Decoding never grows the text (an escape is at least as long as what it makes),
-         * so the raw length up to the closing quote bounds the copy. */
-        size_t end = start;
-        while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
-        o = malloc(end - start + 1);
-        if (!o) return ds_err_set(p->err, "out of memory");
-    }
-    size_t k = 0;
-    for (;;) {
-        if (p->pos >= p->n) {
-            free(o);
-            return perr(p, "unterminated string");
-        }
-        unsigned char c = (unsigned char)p->s[p->pos];
-        if (c == '"') break;
-        if (c < 0x20) {
-            free(o);
-            return perr(p, "control character inside a string");
-        }
-        p->pos++;
-        if (c != '\\') {
-            if (o) o[k++] = (char)c;
-            continue;
-        }
-        if (p->pos >= p->n) {
-            perr(p, "unterminated string");
-            goto fail;
-        }
-        char e = p->s[p->pos++];
-        unsigned cp;
-        switch (e) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u':
-            if (hex4(p, &cp) != 0) goto fail;
-            if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                p->pos -= 4;
-                perr(p, "lone low surrogate in \\u escape");
-                goto fail;
-            }
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                unsigned lo;
-                if (p->n - p->pos < 2 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u') {
-                    perr(p, "high surrogate not followed by a \\u low surrogate");
-                    goto fail;
-                }
-                p->pos += 2;
-                if (hex4(p, &lo) != 0) goto fail;
-                if (lo < 0xDC00 || lo > 0xDFFF) {
-                    p->pos -= 4;
-                    perr(p, "expected a low surrogate");
-                    goto fail;
-                }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            if (cp == 0) {
-                p->pos -= 6;
-                perr(p, "\\u0000 inside a string");
-                goto fail;
-            }
-            break;
-        default:
-            p->pos--;
-            perr(p, "bad escape in string");
-            goto fail;
-        }
-        if (o) k += put_utf8(o + k, cp);
-    }
-    p->pos++; /* the closing quote */
-    if (o) {
-        o[k] = '\0';
-        *out = o;
-    }
-    return 0;
-fail:
-    free(o);
-    return -1;
-}
-
-/* A non-negative integer without sign, fraction or exponent, at most 2^63 - 1. */
-static int uint_value(parser *p, uint64_t *out, const char *what) {
-    ws(p);
-    size_t start = p->pos;
-    uint64_t v = 0;
-    while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
-        unsigned d = (unsigned)(p->s[p->pos] - '0');
-        if (v > ((uint64_t)INT64_MAX - d) / 10) {
-            p->pos = start;
-            return perr(p, "integer too large");
-        }
-        v = v * 10 + d;
-        p->pos++;
-    }
-    if (p->pos == start) return perr(p, what);
-    if (p->s[start] == '0' && p->pos - start > 1) {
-        p->pos = start;
-        return perr(p, "leading zero in an integer");
-    }
-    if (p->pos < p->n && (p->s[p->pos] == '.' || p->s[p->pos] == 'e' || p->s[p->pos] == 'E'))
-        return perr(p, "expected an integer (no fraction or exponent)");
-    *out = v;
+static int entry_dtype(const header_ctx *c, const ds_jv *v, ds_st_tensor *t) {
+    if (c_string(c, v, "\"dtype\"")) return -1;
+    if (ds_st_dtype_parse(v->str, v->len, &t->dtype) != 0)
+        return ds_err_set(c->err, "header byte %zu: unknown dtype \"%.40s\"", v->at, v->str);
     return 0;
 }
 
-static int literal(parser *p, const char *word) {
-    size_t len = strlen(word);
-    if (p->n - p->pos < len || memcmp(p->s + p->pos, word, len) != 0)
-        return perr(p, "expected a JSON value");
-    p->pos += len;
-    return 0;
-}
-
-static int digits(parser *p) {
-    size_t start = p->pos;
-    while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
-    return p->pos > start ? 0 : perr(p, "expected a digit");
-}
-
-/* Any JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int skip_number(parser *p) {
-    if (p->pos < p->n && p->s[p->pos] == '-') p->pos++;
-    if (p->pos < p->n && p->s[p->pos] == '0') p->pos++;
-    else if (digits(p) != 0) return perr(p, "expected a JSON value");
-    if (p->pos < p->n && p->s[p->pos] == '.') {
-        p->pos++;
-        if (digits(p) != 0) return -1;
-    }
-    if (p->pos < p->n && (p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
-        p->pos++;
-        if (p->pos < p->n && (p->s[p->pos] == '+' || p->s[p->pos] == '-')) p->pos++;
-        if (digits(p) != 0) return -1;
+static int entry_shape(const header_ctx *c, const ds_jv *v, ds_st_tensor *t) {
+    if (v->type != DS_JV_ARR)
+        return ds_err_set(c->err, "header byte %zu: \"shape\" must be an array, found %s", v->at,
+                          ds_jv_type_name(v->type));
+    if (v->len > DS_ST_MAX_DIMS)
+        return ds_err_set(c->err, "header byte %zu: shape has more than %d dimensions",
+                          v->items[DS_ST_MAX_DIMS].at, DS_ST_MAX_DIMS);
+    t->ndim = (int)v->len;
+    for (size_t d = 0; d < v->len; d++) {
+        uint64_t size = 0;
+        if (uint_value(c, &v->items[d], "a dimension size", &size)) return -1;
+        t->shape[d] = (int64_t)size;
     }
     return 0;
 }
 
-/* Skips any JSON value (for keys the format does not define), depth-limited. */
-static int skip_value(parser *p, int depth) {
-    if (depth > SKIP_MAX_DEPTH) return perr(p, "JSON nested too deeply");
-    int c = peek(p);
-    if (c == '"') return string(p, NULL);
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        p->pos++;
-        if (peek(p) == close) return p->pos++, 0;
-        for (;;) {
-            if (c == '{' && (string(p, NULL) != 0 || expect(p, ':', "expected ':'") != 0))
-                return -1;
-            if (skip_value(p, depth + 1) != 0) return -1;
-            int d = peek(p);
-            if (d == close) return p->pos++, 0;
-            if (d != ',') return perr(p, c == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
-            p->pos++;
-        }
-    }
-    if (c == 't') return literal(p, "true");
-    if (c == 'f') return literal(p, "false");
-    if (c == 'n') return literal(p, "null");
-    return skip_number(p);
+static int entry_offsets(const header_ctx *c, const ds_jv *v, uint64_t off[2]) {
+    if (v->type != DS_JV_ARR || v->len != 2)
+        return ds_err_set(c->err, "header byte %zu: data_offsets must be an array of two "
+                                  "integers [begin, end]", v->at);
+    if (uint_value(c, &v->items[0], "the begin offset", &off[0])) return -1;
+    return uint_value(c, &v->items[1], "the end offset", &off[1]);
 }
 
-typedef struct entry_seen {
-    int dtype, shape, offsets;
-} entry_seen;
-
-static int tensor_entry(parser *p, ds_st_tensor *t, uint64_t off[2]) {
-    entry_seen seen = {0, 0, 0};
-    if (expect(p, '{', "expected '{' starting a tensor entry") != 0) return -1;
-    if (peek(p) == '}') return perr(p, "empty tensor entry (dtype, shape, data_offsets required)");
-    for (;;) {
-        char *key;
-        size_t key_at = (ws(p), p->pos);
-        if (string(p, &key) != 0) return -1;
-        if (expect(p, ':', "expected ':' after a key") != 0) return free(key), -1;
-        int rc = 0, dup = 0;
-        if (!strcmp(key, "dtype")) {
-            dup = seen.dtype++;
-            size_t at = (ws(p), p->pos);
-            char *d;
-            rc = string(p, &d);
-            if (rc == 0) {
-                if (ds_st_dtype_parse(d, strlen(d), &t->dtype) != 0) {
-                    p->pos = at;
-                    rc = ds_err_set(p->err, "header byte %zu: unknown dtype \"%.40s\"", at, d);
-                }
-                free(d);
-            }
-        } else if (!strcmp(key, "shape")) {
-            dup = seen.shape++;
-            rc = expect(p, '[', "expected '[' starting the shape");
-            t->ndim = 0;
-            if (rc == 0 && peek(p) == ']') p->pos++;
-            else
-                while (rc == 0) {
-                    uint64_t v;
-                    if (t->ndim == DS_ST_MAX_DIMS) {
-                        rc = perr(p, "shape has more than 8 dimensions");
-                        break;
-                    }
-                    rc = uint_value(p, &v, "expected a dimension size");
-                    if (rc) break;
-                    t->shape[t->ndim++] = (int64_t)v;
-                    int c = peek(p);
-                    p->pos++;
-                    if (c == ']') break;
-                    if (c != ',') p->pos--, rc = perr(p, "expected ',' or ']' in the shape");
-                }
-        } else if (!strcmp(key, "data_offsets")) {
-            dup = seen.offsets++;
-            rc = expect(p, '[', "expected '[' starting data_offsets");
-            if (rc == 0) rc = uint_value(p, &off[0], "expected the begin offset");
-            if (rc == 0) rc = expect(p, ',', "expected ',' between the two data_offsets");
-            if (rc == 0) rc = uint_value(p, &off[1], "expected the end offset");
-            if (rc == 0) rc = expect(p, ']', "expected ']': data_offsets holds two integers");
-        } else {
-            rc = skip_value(p, 1);
-        }
-        if (rc == 0 && dup)
-            rc = ds_err_set(p->err, "header byte %zu: key \"%s\" given twice", key_at, key);
-        free(key);
+static int tensor_entry(const header_ctx *c, const ds_jv *e, ds_st_tensor *t, uint64_t off[2]) {
+    if (e->type != DS_JV_OBJ)
+        return ds_err_set(c->err, "header byte %zu: a tensor entry must be an object, found %s",
+                          e->at, ds_jv_type_name(e->type));
+    if (e->len == 0)
+        return ds_err_set(c->err, "header byte %zu: empty tensor entry (dtype, shape, "
+                                  "data_offsets required)", e->at);
+    int seen[3] = {0, 0, 0}; /* dtype, shape, data_offsets */
+    for (size_t i = 0; i < e->len; i++) {
+        const char *key = e->keys[i];
+        const ds_jv *v = &e->items[i];
+        int k = !strcmp(key, "dtype") ? 0 : !strcmp(key, "shape") ? 1
+              : !strcmp(key, "data_offsets") ? 2 : -1;
+        if (k < 0) continue;
+        if (seen[k]++)
+            return ds_err_set(c->err, "header byte %zu: key \"%s\" given twice", v->at, key);
+        int rc = k == 0 ? entry_dtype(c, v, t) : k == 1 ? entry_shape(c, v, t)
+                                                         : entry_offsets(c, v, off);
         if (rc) return -1;
-        int c = peek(p);
-        if (c == '}') break;
-        if (c != ',') return perr(p, "expected ',' or '}' in a tensor entry");
-        p->pos++;
     }
-    p->pos++;
-    if (!seen.dtype || !seen.shape || !seen.offsets)
-        return ds_err_set(p->err, "header byte %zu: tensor entry lacks %s", p->pos - 1,
-                          !seen.dtype ? "\"dtype\"" : !seen.shape ? "\"shape\"" : "\"data_offsets\"");
+    if (!seen[0] || !seen[1] || !seen[2])
+        return ds_err_set(c->err, "header byte %zu: tensor entry lacks %s", e->at,
+                          !seen[0] ? "\"dtype\"" : !seen[1] ? "\"shape\"" : "\"data_offsets\"");
     return 0;
 }
 
-static int add_tensor(ds_st_file *f, ds_err *err) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        ds_st_tensor *t = realloc(f->tensors, cap * sizeof *t);
-        if (!t) return ds_err_set(err, "out of memory");
-        f->tensors = t;
-        f->cap = cap;
-    }
-    memset(&f->tensors[f->n], 0, sizeof f->tensors[0]);
-    return 0;
-}
-
-static int add_meta(ds_st_file *f, char *k, char *v, ds_err *err) {
+static int add_meta(ds_st_file *f, const char *k, const char *v, ds_err *err) {
     if (f->nmeta == f->meta_cap) {
         size_t cap = f->meta_cap ? f->meta_cap * 2 : 8;
         ds_st_kv *m = realloc(f->meta, cap * sizeof *m);
-        if (!m) return free(k), free(v), ds_err_set(err, "out of memory");
+        if (!m) return ds_err_set(err, "out of memory");
         f->meta = m;
         f->meta_cap = cap;
     }
-    f->meta[f->nmeta++] = (ds_st_kv){k, v};
+    char *kc = strdup(k), *vc = strdup(v);
+    if (!kc || !vc) return free(kc), free(vc), ds_err_set(err, "out of memory");
+    f->meta[f->nmeta++] = (ds_st_kv){kc, vc};
     return 0;
 }
 
-static int metadata(parser *p, ds_st_file *f) {
-    if (peek(p) == 'n') return literal(p, "null"); /* the reference takes null as none */
-    if (expect(p, '{', "expected '{' starting __metadata__") != 0) return -1;
-    if (peek(p) == '}') return p->pos++, 0;
-    for (;;) {
-        char *k, *v;
-        if (string(p, &k) != 0) return -1;
-        if (expect(p, ':', "expected ':' after a key") != 0) return free(k), -1;
-        if (peek(p) != '"') return free(k), perr(p, "__metadata__ values must be strings");
-        if (string(p, &v) != 0) return free(k), -1;
-        if (add_meta(f, k, v, p->err) != 0) return -1;
-        int c = peek(p);
-        if (c == '}') return p->pos++, 0;
-        if (c != ',') return perr(p, "expected ',' or '}' in __metadata__");
-        p->pos++;
+static int metadata(const header_ctx *c, const ds_jv *m, ds_st_file *f) {
+    if (m->type == DS_JV_NULL) return 0; /* the reference takes null as none */
+    if (m->type != DS_JV_OBJ)
+        return ds_err_set(c->err, "header byte %zu: __metadata__ must be an object, found %s",
+                          m->at, ds_jv_type_name(m->type));
+    for (size_t i = 0; i < m->len; i++) {
+        const ds_jv *v = &m->items[i];
+        if (v->type != DS_JV_STR)
+            return ds_err_set(c->err, "header byte %zu: __metadata__ values must be strings, "
+                                      "\"%.200s\" is %s", v->at, m->keys[i],
+                              ds_jv_type_name(v->type));
+        if (c_string(c, v, "a __metadata__ value") || add_meta(f, m->keys[i], v->str, c->err))
+            return -1;
     }
+    return 0;
 }
 
-static int header(parser *p, ds_st_file *f, uint64_t (**offs)[2]) {
-    size_t ocap = 0;
-    int seen_meta = 0;
-    if (expect(p, '{', "the header must be a JSON object") != 0) return -1;
-    if (peek(p) != '}')
-        for (;;) {
-            char *key;
-            size_t key_at = (ws(p), p->pos);
-            if (string(p, &key) != 0) return -1;
-            if (expect(p, ':', "expected ':' after a key") != 0) return free(key), -1;
-            if (!strcmp(key, "__metadata__")) {
-                free(key);
-                if (seen_meta++)
-                    return ds_err_set(p->err, "header byte %zu: __metadata__ given twice", key_at);
-                if (metadata(p, f) != 0) return -1;
-            } else {
-                if (add_tensor(f, p->err) != 0) return free(key), -1;
-                if (f->n == ocap) {
-                    ocap = ocap ? ocap * 2 : 16;
-                    uint64_t(*o)[2] = realloc(*offs, ocap * sizeof *o);
-                    if (!o) return free(key), ds_err_set(p->err, "out of memory");
-                    *offs = o;
-                }
-                ds_st_tensor *t = &f->tensors[f->n];
-                t->name = key;
-                f->n++; /* counted now, so close() frees the name on error */
-                if (tensor_entry(p, t, (*offs)[f->n - 1]) != 0)
-                    return ds_err_prefix(p->err, "tensor '%.200s'", key);
-            }
-            int c = peek(p);
-            if (c == '}') break;
-            if (c != ',') return perr(p, "expected ',' or '}' after an entry");
-            p->pos++;
-        }
-    p->pos++;
-    ws(p); /* the padding */
-    if (p->pos != p->n) return perr(p, "only spaces may follow the header object");
+/* One slot more in f->tensors and in offs (kept the same length). */
+static int add_tensor(ds_st_file *f, uint64_t (**offs)[2], ds_err *err) {
+    if (f->n < f->cap) return 0;
+    size_t cap = f->cap ? f->cap * 2 : 16;
+    ds_st_tensor *t = realloc(f->tensors, cap * sizeof *t);
+    if (!t) return ds_err_set(err, "out of memory");
+    f->tensors = t;
+    uint64_t(*o)[2] = realloc(*offs, cap * sizeof *o);
+    if (!o) return ds_err_set(err, "out of memory");
+    *offs = o;
+    f->cap = cap;
     return 0;
+}
+
+static int header(const header_ctx *c, const ds_jv *root, ds_st_file *f, uint64_t (**offs)[2]) {
+    int seen_meta = 0;
+    for (size_t i = 0; i < root->len; i++) {
+        const char *key = root->keys[i];
+        const ds_jv *v = &root->items[i];
+        if (!strcmp(key, "__metadata__")) {
+            if (seen_meta++)
+                return ds_err_set(c->err, "header byte %zu: __metadata__ given twice", v->at);
+            if (metadata(c, v, f)) return -1;
+            continue;
+        }
+        if (add_tensor(f, offs, c->err)) return -1;
+        ds_st_tensor *t = &f->tensors[f->n];
+        memset(t, 0, sizeof *t);
+        t->name = strdup(key);
+        if (!t->name) return ds_err_set(c->err, "out of memory");
+        f->n++; /* counted now, so close() frees the name on error */
+        if (tensor_entry(c, v, t, (*offs)[f->n - 1]))
+            return ds_err_prefix(c->err, "tensor '%.200s'", key);
+    }
+    return 0;
+}
+
+/* The JSON text, then the schema. */
+static int parse_header(const char *h, size_t n, ds_st_file *f, uint64_t (**offs)[2],
+                        ds_err *err) {
+    ds_jv_limits lim = {.max_depth = HEADER_MAX_DEPTH, .max_values = HEADER_MAX_VALUES};
+    ds_err pe;
+    ds_jv *root = ds_jv_parse_limits(h, n, &lim, &pe);
+    if (!root) return ds_err_set(err, "header %s", pe.msg);
+    header_ctx c = {.h = h, .n = n, .err = err};
+    int rc = header(&c, root, f, offs); /* root is an object: the text starts with '{' */
+    ds_jv_free(root);
+    return rc;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -513,8 +308,7 @@ static int parse_into(ds_st_file *f, const uint8_t *bytes, size_t len, ds_err *e
         return ds_err_set(err, "header byte %zu: invalid UTF-8", bad);
     if (h[0] != '{') return ds_err_set(err, "header does not start with '{'");
     uint64_t(*offs)[2] = NULL;
-    parser p = {.s = h, .n = hlen, .pos = 0, .err = err};
-    int rc = header(&p, f, &offs);
+    int rc = parse_header(h, hlen, f, &offs, err);
     if (rc == 0) rc = check_layout(f, offs, bytes + 8 + hlen, len - 8 - hlen, err);
     if (rc == 0) rc = check_unique(f, err);
     free(offs);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_json.h"
+#include "ds_json_read.h"
 #include "safetensors.h"
 
 typedef struct export_job {
@@ -33,10 +33,10 @@ static void transpose(const unsigned char *in, unsigned char *out, int64_t rows,
             memcpy(out + (size_t)(j * rows + i) * esz, in + (size_t)(i * cols + j) * esz, esz);
 }
 
-static int int_field(const export_job *x, const ds_ckj *t, size_t i, const char *key,
+static int int_field(const export_job *x, const ds_jv *t, size_t i, const char *key,
                      long long *out, ds_err *err) {
-    const ds_ckj *v = ds_ckj_get(t, key);
-    if (!v || v->type != CKJ_NUM || !v->is_int || v->inum < 0)
+    const ds_jv *v = ds_jv_get(t, key);
+    if (!v || v->type != DS_JV_NUM || !v->is_int || v->inum < 0)
         return ds_err_set(err, "%s.tensors[%zu]: \"%s\" missing or not an integer >= 0",
                           x->where, i, key);
     *out = v->inum;
@@ -44,17 +44,17 @@ static int int_field(const export_job *x, const ds_ckj *t, size_t i, const char 
 }
 
 /* Reads tensor i's elements (transposed if asked) into a fresh buffer. */
-static int load_tensor(export_job *x, const ds_ckj *t, size_t i, ds_err *err) {
+static int load_tensor(export_job *x, const ds_jv *t, size_t i, ds_err *err) {
     ds_st_tensor *st = &x->tensors[i];
-    const ds_ckj *name = ds_ckj_get(t, "name"), *array = ds_ckj_get(t, "array");
-    const ds_ckj *shape = ds_ckj_get(t, "shape"), *tr = ds_ckj_get(t, "transpose");
-    if (!name || name->type != CKJ_STR || !array || array->type != CKJ_STR)
+    const ds_jv *name = ds_jv_get(t, "name"), *array = ds_jv_get(t, "array");
+    const ds_jv *shape = ds_jv_get(t, "shape"), *tr = ds_jv_get(t, "transpose");
+    if (!name || name->type != DS_JV_STR || !array || array->type != DS_JV_STR)
         return ds_err_set(err, "%s.tensors[%zu]: \"name\" and \"array\" must be strings",
                           x->where, i);
-    if (!shape || shape->type != CKJ_ARR || shape->len > DS_ST_MAX_DIMS)
+    if (!shape || shape->type != DS_JV_ARR || shape->len > DS_ST_MAX_DIMS)
         return ds_err_set(err, "%s.tensors[%zu] '%s': \"shape\" must be a list of at most %d "
                                "sizes", x->where, i, name->str, DS_ST_MAX_DIMS);
-    if (tr && tr->type != CKJ_BOOL)
+    if (tr && tr->type != DS_JV_BOOL)
         return ds_err_set(err, "%s.tensors[%zu]: \"transpose\" must be true or false", x->where, i);
     long long offset = 0;
     if (int_field(x, t, i, "offset", &offset, err)) return -1;
@@ -64,8 +64,8 @@ static int load_tensor(export_job *x, const ds_ckj *t, size_t i, ds_err *err) {
     uint64_t numel = 1;
     st->ndim = (int)shape->len;
     for (size_t d = 0; d < shape->len; d++) {
-        const ds_ckj *s = &shape->items[d];
-        if (s->type != CKJ_NUM || !s->is_int || s->inum < 0 ||
+        const ds_jv *s = &shape->items[d];
+        if (s->type != DS_JV_NUM || !s->is_int || s->inum < 0 ||
             (s->inum && numel > UINT64_MAX / (uint64_t)s->inum))
             return ds_err_set(err, "%s.tensors[%zu] '%s': bad size in \"shape\"", x->where, i,
                               name->str);
@@ -102,13 +102,13 @@ static int load_tensor(export_job *x, const ds_ckj *t, size_t i, ds_err *err) {
     return 0;
 }
 
-static int load_metadata(export_job *x, const ds_ckj *m, ds_err *err) {
+static int load_metadata(export_job *x, const ds_jv *m, ds_err *err) {
     if (!m) return 0;
-    if (m->type != CKJ_OBJ) return ds_err_set(err, "%s.metadata: must be an object", x->where);
+    if (m->type != DS_JV_OBJ) return ds_err_set(err, "%s.metadata: must be an object", x->where);
     x->meta = calloc(m->len ? m->len : 1, sizeof *x->meta);
     if (!x->meta) return ds_err_set(err, "out of memory");
     for (size_t i = 0; i < m->len; i++) {
-        if (m->items[i].type != CKJ_STR)
+        if (m->items[i].type != DS_JV_STR)
             return ds_err_set(err, "%s.metadata.%s: must be a string", x->where, m->keys[i]);
         x->meta[x->nmeta++] = (ds_st_kv){m->keys[i], m->items[i].str};
     }
@@ -119,12 +119,12 @@ int ds_ckpt_export_safetensors(ds_ckpt *ck, const char *out_path, ds_err *err) {
     export_job x = {.ck = ck};
     snprintf(x.where, sizeof x.where, "%s/meta.json: engine.export", ds_ckpt_dir(ck));
     const char *engine = ds_ckpt_meta_extra(ck);
-    ds_ckj *root = ds_ckj_parse(engine, strlen(engine), err);
+    ds_jv *root = ds_jv_parse(engine, strlen(engine), err);
     if (!root) return ds_err_prefix(err, "%s", x.where);
-    const ds_ckj *ex = ds_ckj_get(root, "export");
-    const ds_ckj *list = ds_ckj_get(ex, "tensors");
+    const ds_jv *ex = ds_jv_get(root, "export");
+    const ds_jv *list = ds_jv_get(ex, "tensors");
     int rc = -1;
-    if (!ex || ex->type != CKJ_OBJ || !list || list->type != CKJ_ARR || list->len == 0) {
+    if (!ex || ex->type != DS_JV_OBJ || !list || list->type != DS_JV_ARR || list->len == 0) {
         ds_err_set(err, "%s: missing; this checkpoint's engine did not describe its tensors "
                         "(\"export\": {\"tensors\": [...]})", x.where);
         goto out;
@@ -134,7 +134,7 @@ int ds_ckpt_export_safetensors(ds_ckpt *ck, const char *out_path, ds_err *err) {
         ds_err_set(err, "out of memory");
         goto out;
     }
-    if (load_metadata(&x, ds_ckj_get(ex, "metadata"), err)) goto out;
+    if (load_metadata(&x, ds_jv_get(ex, "metadata"), err)) goto out;
     for (; x.ntensors < list->len; x.ntensors++)
         if (load_tensor(&x, &list->items[x.ntensors], x.ntensors, err)) {
             x.ntensors++; /* its buffer, if any, is freed below */
@@ -145,6 +145,6 @@ out:
     for (size_t i = 0; i < x.ntensors; i++) free((void *)x.tensors[i].data);
     free(x.tensors);
     free(x.meta);
-    ds_ckj_free(root);
+    ds_jv_free(root);
     return rc;
 }

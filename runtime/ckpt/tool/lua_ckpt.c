@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "ckpt.h"
-#include "ckpt_json.h"
-#include "ds_lua.h"
 #include "ds_json.h"
+#include "ds_json_read.h"
+#include "ds_lua.h"
 #include "tensor.h"
 
 #define WRITER_MT "ds.CkptWriter"
@@ -72,9 +72,9 @@ static int table_is_array(lua_State *L, int idx, const char *path) {
 static void emit_value(lua_State *L, ds_json *j, int idx, const char *path, int depth);
 
 static void emit_table(lua_State *L, ds_json *j, int idx, const char *path, int depth) {
-    if (depth >= DS_CKJ_MAX_DEPTH - 1)
+    if (depth >= DS_JV_MAX_DEPTH - 1)
         luaL_error(L, "checkpoint state %s: nested deeper than %d levels", path,
-                   DS_CKJ_MAX_DEPTH - 1);
+                   DS_JV_MAX_DEPTH - 1);
     luaL_checkstack(L, 4, "checkpoint state");
     char sub[256];
     if (table_is_array(L, idx, path)) {
@@ -124,24 +124,24 @@ static void emit_value(lua_State *L, ds_json *j, int idx, const char *path, int 
     }
 }
 
-static void push_json(lua_State *L, const ds_ckj *v) {
+static void push_json(lua_State *L, const ds_jv *v) {
     luaL_checkstack(L, 3, "checkpoint state");
     switch (v->type) {
-    case CKJ_NULL: lua_pushnil(L); break;
-    case CKJ_BOOL: lua_pushboolean(L, v->boolean); break;
-    case CKJ_NUM:
+    case DS_JV_NULL: lua_pushnil(L); break;
+    case DS_JV_BOOL: lua_pushboolean(L, v->boolean); break;
+    case DS_JV_NUM:
         if (v->is_int) lua_pushinteger(L, v->inum);
         else lua_pushnumber(L, v->num);
         break;
-    case CKJ_STR: lua_pushlstring(L, v->str, v->len); break;
-    case CKJ_ARR:
+    case DS_JV_STR: lua_pushlstring(L, v->str, v->len); break;
+    case DS_JV_ARR:
         lua_createtable(L, (int)v->len, 0);
         for (size_t i = 0; i < v->len; i++) {
             push_json(L, &v->items[i]);
             lua_rawseti(L, -2, (lua_Integer)i + 1);
         }
         break;
-    case CKJ_OBJ:
+    case DS_JV_OBJ:
         lua_createtable(L, 0, (int)v->len);
         for (size_t i = 0; i < v->len; i++) {
             push_json(L, &v->items[i]);
@@ -294,10 +294,10 @@ static int l_dir(lua_State *L) {
 static int l_state(lua_State *L) {
     const char *s = ds_ckpt_meta_extra(check_ckpt(L)->ck);
     ds_err err = {""};
-    ds_ckj *v = ds_ckj_parse(s, strlen(s), &err);
+    ds_jv *v = ds_jv_parse(s, strlen(s), &err);
     if (!v) return luaL_error(L, "checkpoint state: %s", err.msg); /* checked at open */
     push_json(L, v);
-    ds_ckj_free(v);
+    ds_jv_free(v);
     return 1;
 }
 
