@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's example job, as scripts/example.sh runs it (dslaunch on this node, data made
 # by the project), must train: its last logged loss must fall below TARGET. It starts at
-# ln 257 = 5.55 and ends near 0.9 after its 300 steps (2 ranks, ZeRO-3; 30-60 s on 2 cores).
-# usage: example_job.sh DSLAUNCH DSRUN SOURCE_DIR TARGET
+# ln 257 = 5.55 and ends near 0.9 after its 300 steps (2 ranks, ZeRO-3; 15-60 s on 2 cores).
+# PRECISION (optional) replaces the [engine] precision: fp16 trains with the loss scaler,
+# whose first steps overflow and are skipped; the run must then report skipped steps.
+# usage: example_job.sh DSLAUNCH DSRUN SOURCE_DIR TARGET [PRECISION]
 set -euo pipefail
-dslaunch=$1 dsrun=$2 src=$3 target=$4
+dslaunch=$1 dsrun=$2 src=$3 target=$4 precision=${5:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -13,9 +15,18 @@ trap 'rm -rf "$tmp"' EXIT
 sed -e "s|^args = \(.*\)$|args = \1 target_loss=$target|" \
     -e "s|^\[job\]$|[job]\nworkdir = $src/examples/gpt|" \
     "$src/examples/gpt/job.ini" >"$tmp/job.ini"
+if [ -n "$precision" ]; then sed -i "s|^precision = .*$|precision = $precision|" "$tmp/job.ini"; fi
 "$dslaunch" --log_dir "$tmp/logs" "$tmp/job.ini" >"$tmp/out" 2>&1 || {
   cat "$tmp/out"
   echo "FAIL: the example job did not reach loss $target"
   exit 1
 }
 grep -E "final loss [0-9.]+ < target" "$tmp/out"
+if [ "$precision" = fp16 ]; then
+  # Every rank logs the same scale and skip count (an overflow anywhere skips everywhere).
+  last=$(grep -E "step +300/300" "$tmp/out" | sed -E 's/.*\| scale/scale/' | sort -u)
+  echo "$last"
+  [ "$(printf '%s\n' "$last" | wc -l)" -eq 1 ] || { echo "FAIL: ranks disagree: $last"; exit 1; }
+  printf '%s\n' "$last" | grep -Eq "scale [0-9]+ \([1-9][0-9]* skipped\)" ||
+    { echo "FAIL: no skipped steps reported"; exit 1; }
+fi
