@@ -158,7 +158,11 @@ function gpt.load_safetensors(m, path)
       local t = file[key]
       if not t then key = p.name; t = file[key] end
       if not t then util.errorf("gpt.load_safetensors: %s has no tensor '%s'", path, gpt.hf_name(p.name)) end
-      if t:dtype() ~= 'fp32' then util.errorf("gpt.load_safetensors: %s: '%s' is %s (fp32 expected)", path, key, t:dtype()) end
+      -- Any float dtype: copy() rounds into the stage's precision (docs/precision.md).
+      local dt = t:dtype()
+      if dt ~= 'fp32' and dt ~= 'bf16' and dt ~= 'fp16' then
+        util.errorf("gpt.load_safetensors: %s: '%s' is %s (fp32, bf16 or fp16 expected)", path, key, dt)
+      end
       if gpt.is_conv1d(p.name) then
         if #t:shape() ~= 2 then util.errorf("gpt.load_safetensors: %s: '%s' is %s, expected 2-D", path, key, shape_str(t)) end
         t = t:transposed()

@@ -344,6 +344,42 @@ static void test_safetensors_round_trip(void **state) {
         "os.remove(path)\n");
 }
 
+/* 16-bit stages hold bf16/fp16 views; weights move between precisions through
+ * safetensors (rounded to nearest even on the way down, exact on the way up), and Lua reads
+ * and writes 16-bit tensors as numbers. */
+static void test_half_precision_weights(void **state) {
+    (void)state;
+    run_chunk(
+        "local t = ds.tensor('bf16', 3)\n"
+        "t:set(1, 1 + 2^-8); t:set(2, 1 + 3 * 2^-8); t:set(3, 1e39)\n"
+        "assert(t:get(1) == 1 and t:get(2) == 1 + 2^-6, 'bf16 rounds to nearest even')\n"
+        "assert(t:get(3) == math.huge, 'bf16 overflow is inf')\n"
+        "local h = ds.tensor('fp16', 3); h:copy(t)\n"
+        "assert(h:get(1) == 1 and h:get(3) == math.huge, 'bf16 -> fp16 copy')\n"
+        "local f = ds.tensor('fp32', 3); f:copy(h)\n"
+        "assert(f:get(2) == 1 + 2^-6, 'fp16 -> fp32 copy is exact')\n"
+        "local path, path16 = os.tmpname(), os.tmpname()\n"
+        "local cfg = {vocab=13, context=6, layers=2, heads=2, d=8}\n"
+        "local a = gpt.GPT(cfg, {seed = 1})\n"
+        "gpt.save_safetensors(a, path)\n"
+        "local b = gpt.GPT(cfg, {seed = 2, embed = {precision = 'bf16'}, blocks = {precision = 'bf16'},\n"
+        "                        head = {precision = 'bf16'}})\n"
+        "gpt.load_safetensors(b, path)\n"
+        "local pa, pb = a:param('h.1.mlp.c_fc.weight'), b:param('h.1.mlp.c_fc.weight')\n"
+        "assert(pb:dtype() == 'bf16', 'a bf16 stage views its parameters as bf16')\n"
+        "for i = 1, pa:numel() do\n"
+        "  local x, y = pa:get(i), pb:get(i)\n"
+        "  assert(math.abs(x - y) <= 2^-8 * math.abs(x), 'element ' .. i .. ': ' .. y .. ' is not ' .. x .. ' rounded')\n"
+        "end\n"
+        "gpt.save_safetensors(b, path16)\n"
+        "assert(ds.safetensors.load(path16)['transformer.wte.weight']:dtype() == 'bf16')\n"
+        "local c = gpt.GPT(cfg, {seed = 3})\n"
+        "gpt.load_safetensors(c, path16)\n"
+        "local pc = c:param('h.1.mlp.c_fc.weight')\n"
+        "for i = 1, pb:numel() do assert(pc:get(i) == pb:get(i), 'widening is exact') end\n"
+        "os.remove(path); os.remove(path16)\n");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint_is_exact_and_saves_memory),
@@ -354,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
         cmocka_unit_test(test_attention_dropout),
         cmocka_unit_test(test_safetensors_round_trip),
+        cmocka_unit_test(test_half_precision_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
