@@ -81,6 +81,10 @@ static const key_def KEYS[] = {
     {"engine", "micro_batch", K_INT, F(micro_batch), 1, 1 << 20, NULL, 0},
     {"engine", "grad_accum", K_INT, F(grad_accum), 1, 1 << 20, NULL, 0},
     {"engine", "seed", K_LLONG, F(seed), 0, LLONG_MAX, NULL, 0},
+    {"engine", "initial_scale_power", K_INT, F(initial_scale_power), 0, 62, NULL, 0},
+    {"engine", "loss_scale_window", K_INT, F(loss_scale_window), 1, 1 << 30, NULL, 0},
+    {"engine", "hysteresis", K_INT, F(hysteresis), 1, 1 << 20, NULL, 0},
+    {"engine", "min_loss_scale", K_INT, F(min_loss_scale), 1, 1 << 30, NULL, 0},
 };
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -95,7 +99,9 @@ static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_
                                      "CUDA_VISIBLE_DEVICES", "DS_ENGINE_ZERO",
                                      "DS_ENGINE_PRECISION", "DS_ENGINE_CHECKPOINT",
                                      "DS_ENGINE_MICRO_BATCH", "DS_ENGINE_GRAD_ACCUM",
-                                     "DS_ENGINE_SEED"};
+                                     "DS_ENGINE_SEED", "DS_ENGINE_INITIAL_SCALE_POWER",
+                                     "DS_ENGINE_LOSS_SCALE_WINDOW", "DS_ENGINE_HYSTERESIS",
+                                     "DS_ENGINE_MIN_LOSS_SCALE"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
@@ -431,6 +437,10 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->micro_batch = 1;
     spec->grad_accum = 1;
     spec->seed = 1234;
+    spec->initial_scale_power = 16;
+    spec->loss_scale_window = 1000;
+    spec->hysteresis = 2;
+    spec->min_loss_scale = 1;
 }
 
 void ds_jobspec_free(ds_jobspec *spec) {
@@ -686,7 +696,7 @@ static int check_whole(parse_state *st) {
                               st->name, key);
         return ds_err_set(st->err, "%s:%d: [job] %s: required key missing", st->name, st->job_line, key);
     }
-    int li = -1, le = -1, ln = -1, lg = -1, hi = -1, ht = -1;
+    int li = -1, le = -1, ln = -1, lg = -1, hi = -1, ht = -1, sp = -1, ms = -1;
     for (int i = 0; i < NKEYS; i++) {
         if (!strcmp(KEYS[i].key, "include")) li = i;
         if (!strcmp(KEYS[i].key, "exclude")) le = i;
@@ -694,6 +704,8 @@ static int check_whole(parse_state *st) {
         if (!strcmp(KEYS[i].key, "num_gpus")) lg = i;
         if (!strcmp(KEYS[i].key, "heartbeat_interval")) hi = i;
         if (!strcmp(KEYS[i].key, "heartbeat_timeout")) ht = i;
+        if (!strcmp(KEYS[i].key, "initial_scale_power")) sp = i;
+        if (!strcmp(KEYS[i].key, "min_loss_scale")) ms = i;
     }
     if (spec->include && spec->exclude) {
         int line = st->key_line[li] > st->key_line[le] ? st->key_line[li] : st->key_line[le];
@@ -704,6 +716,12 @@ static int check_whole(parse_state *st) {
         int line = st->key_line[ln] > st->key_line[lg] ? st->key_line[ln] : st->key_line[lg];
         return ds_err_set(st->err, "%s:%d: [resources] num_nodes/num_gpus cannot be combined with "
                                    "include/exclude", st->name, line);
+    }
+    if (spec->initial_scale_power < 31 && spec->min_loss_scale > 1 << spec->initial_scale_power) {
+        int line = st->key_line[sp] > st->key_line[ms] ? st->key_line[sp] : st->key_line[ms];
+        return ds_err_set(st->err, "%s:%d: [engine] min_loss_scale (%d) is above the initial "
+                                   "scale 2^%d", st->name, line, spec->min_loss_scale,
+                          spec->initial_scale_power);
     }
     if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms) {
         int line = st->key_line[ht] > st->key_line[hi] ? st->key_line[ht] : st->key_line[hi];

@@ -76,6 +76,11 @@ typedef struct ds_jobspec {
     int micro_batch;         /* >= 1, default 1 */
     int grad_accum;          /* >= 1, default 1 */
     long long seed;          /* default 1234 */
+    /* fp16's dynamic loss scaler (DeepSpeed's fp16 keys and defaults) */
+    int initial_scale_power; /* first scale 2^power, 0..62, default 16 */
+    int loss_scale_window;   /* clean steps before the scale grows, default 1000 */
+    int hysteresis;          /* overflows before the scale shrinks, default 2 */
+    int min_loss_scale;      /* >= 1, default 1 */
 } ds_jobspec;
 
 /* Defaults for every key (no file). */

@@ -142,6 +142,10 @@ static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
     bad |= push_int(env, n, "DS_ENGINE_MICRO_BATCH", spec->micro_batch);
     bad |= push_int(env, n, "DS_ENGINE_GRAD_ACCUM", spec->grad_accum);
     bad |= push_int(env, n, "DS_ENGINE_SEED", spec->seed);
+    bad |= push_int(env, n, "DS_ENGINE_INITIAL_SCALE_POWER", spec->initial_scale_power);
+    bad |= push_int(env, n, "DS_ENGINE_LOSS_SCALE_WINDOW", spec->loss_scale_window);
+    bad |= push_int(env, n, "DS_ENGINE_HYSTERESIS", spec->hysteresis);
+    bad |= push_int(env, n, "DS_ENGINE_MIN_LOSS_SCALE", spec->min_loss_scale);
     return bad;
 }
 
@@ -151,7 +155,8 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    char **env = calloc((size_t)(17 + nenv), sizeof *env);
+    /* 9 job variables, CUDA_VISIBLE_DEVICES, 10 DS_ENGINE_*, the [env] entries, NULL */
+    char **env = calloc((size_t)(21 + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);

@@ -32,8 +32,10 @@ end
 M.check_stage_opts = check_stage_opts
 
 -- The job's [engine] defaults, which the launcher passes to every rank as environment
--- variables (DS_ENGINE_ZERO, _PRECISION, _CHECKPOINT, _MICRO_BATCH, _GRAD_ACCUM, _SEED);
--- without them (`dsrun run`), zero 0, fp32, no checkpointing, 1, 1, seed 1234.
+-- variables (DS_ENGINE_ZERO, _PRECISION, _CHECKPOINT, _MICRO_BATCH, _GRAD_ACCUM, _SEED,
+-- and the fp16 loss scaler's _INITIAL_SCALE_POWER, _LOSS_SCALE_WINDOW, _HYSTERESIS,
+-- _MIN_LOSS_SCALE); without them (`dsrun run`), zero 0, fp32, no checkpointing, 1, 1,
+-- seed 1234, and DeepSpeed's scaler defaults (2^16, 1000, 2, 1).
 local defaults
 function M.defaults()
   if defaults then return defaults end
@@ -54,6 +56,9 @@ function M.defaults()
     zero = env('ZERO', int, 0), precision = env('PRECISION', function(v) return PRECISIONS[v] and v end, 'fp32'),
     checkpoint = env('CHECKPOINT', ckpt, 'none'), micro_batch = env('MICRO_BATCH', int, 1),
     grad_accum = env('GRAD_ACCUM', int, 1), seed = env('SEED', int, 1234),
+    loss_scaler = {init_scale = 2.0 ^ env('INITIAL_SCALE_POWER', int, 16),
+                   scale_window = env('LOSS_SCALE_WINDOW', int, 1000),
+                   hysteresis = env('HYSTERESIS', int, 2), min_scale = env('MIN_LOSS_SCALE', int, 1)},
   }
   check_stage_opts({zero = defaults.zero, precision = defaults.precision, checkpoint = defaults.checkpoint,
                     seed = defaults.seed}, 'engine defaults (DS_ENGINE_*)')
@@ -112,7 +117,7 @@ function M.Model(spec)
   if spec.loss_scaler ~= nil and type(spec.loss_scaler) ~= 'table' then
     util.error('ds.Model: loss_scaler must be a table of options')
   end
-  if fp16 or spec.loss_scaler then m.scaler = core.loss_scaler(spec.loss_scaler or {}) end
+  if fp16 or spec.loss_scaler then m.scaler = core.loss_scaler(spec.loss_scaler or M.defaults().loss_scaler) end
   -- (A ds._core without the runtime's parts, as the engine's unit tests build it, has
   -- no world size and no ZeRO: one rank, stages trained whole.)
   local world = core.world_size and core.world_size() or 1

@@ -77,6 +77,10 @@ static void test_defaults(void **st) {
     assert_int_equal(s.micro_batch, 1);
     assert_int_equal(s.grad_accum, 1);
     assert_int_equal(s.seed, 1234);
+    assert_int_equal(s.initial_scale_power, 16);
+    assert_int_equal(s.loss_scale_window, 1000);
+    assert_int_equal(s.hysteresis, 2);
+    assert_int_equal(s.min_loss_scale, 1);
     ds_jobspec_free(&s);
 }
 
@@ -128,7 +132,11 @@ static void test_every_key(void **st) {
         "checkpointing = every:2\n"
         "micro_batch = 4\n"
         "grad_accum = 8\n"
-        "seed = 9223372036854775807\n";
+        "seed = 9223372036854775807\n"
+        "initial_scale_power = 12\n"
+        "loss_scale_window = 500\n"
+        "hysteresis = 1\n"
+        "min_loss_scale = 4\n";
     ds_jobspec s;
     assert_string_equal(parse(&s, text), "");
     assert_string_equal(s.name, "gpt2-small_1.0");
@@ -174,6 +182,10 @@ static void test_every_key(void **st) {
     assert_int_equal(s.micro_batch, 4);
     assert_int_equal(s.grad_accum, 8);
     assert_true(s.seed == 9223372036854775807LL);
+    assert_int_equal(s.initial_scale_power, 12);
+    assert_int_equal(s.loss_scale_window, 500);
+    assert_int_equal(s.hysteresis, 1);
+    assert_int_equal(s.min_loss_scale, 4);
     ds_jobspec_free(&s);
 }
 
@@ -250,6 +262,12 @@ static void test_value_errors(void **st) {
     expect_err(MIN "[logs]\ntee = some\n", "expected all, none");
     expect_err(MIN "[logs]\ndir =\n", ":5: [logs] dir: empty value, expected a path");
     expect_err(MIN "[engine]\nzero_stage = 4\n", ":5: [engine] zero_stage: 4 is out of range; expected an integer in 0..3");
+    expect_err(MIN "[engine]\ninitial_scale_power = 63\n", ":5: [engine] initial_scale_power: 63 is out of range");
+    expect_err(MIN "[engine]\nhysteresis = 0\n", ":5: [engine] hysteresis: 0 is out of range");
+    expect_err(MIN "[engine]\nloss_scale_window = 0\n", "[engine] loss_scale_window: 0 is out of range");
+    expect_err(MIN "[engine]\nmin_loss_scale = 0.5\n", ":5: [engine] min_loss_scale: ");
+    expect_err(MIN "[engine]\ninitial_scale_power = 2\nmin_loss_scale = 8\n",
+               ":6: [engine] min_loss_scale (8) is above the initial scale 2^2");
     expect_err(MIN "[engine]\nprecision = fp8\n", "expected one of fp32|bf16|fp16");
     expect_err(MIN "[engine]\ncheckpointing = every:0\n", "expected none, full or every:N");
     expect_err(MIN "[engine]\ncheckpointing = every:\n", "expected none, full or every:N");

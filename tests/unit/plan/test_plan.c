@@ -84,9 +84,11 @@ static void test_env(void **st) {
                           "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3",
                           "DS_ENGINE_ZERO=0", "DS_ENGINE_PRECISION=fp32", "DS_ENGINE_CHECKPOINT=none",
                           "DS_ENGINE_MICRO_BATCH=1", "DS_ENGINE_GRAD_ACCUM=1", "DS_ENGINE_SEED=1234",
+                          "DS_ENGINE_INITIAL_SCALE_POWER=16", "DS_ENGINE_LOSS_SCALE_WINDOW=1000",
+                          "DS_ENGINE_HYSTERESIS=2", "DS_ENGINE_MIN_LOSS_SCALE=1",
                           "NCCL_DEBUG=INFO", "X=", NULL};
     for (int i = 0; want[i]; i++) assert_string_equal(env[i], want[i]);
-    assert_null(env[18]);
+    assert_null(env[22]);
     ds_plan_env_free(env);
     assert_null(ds_plan_rank_env(&p, &spec, 4, "j", 0));
     assert_null(ds_plan_rank_env(&p, &spec, -1, "j", 0));
@@ -99,7 +101,7 @@ static void test_env(void **st) {
     for (char **e = env; *e; e++) assert_null(strstr(*e, "CUDA_VISIBLE_DEVICES"));
     assert_string_equal(env[8], "DS_ATTEMPT=0");
     assert_string_equal(env[9], "DS_ENGINE_ZERO=0");
-    assert_null(env[15]);
+    assert_null(env[19]);
     ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
@@ -197,7 +199,9 @@ static void test_json_with_spec(void **st) {
         "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",\"DS_ENGINE_ZERO\":\"0\","
         "\"DS_ENGINE_PRECISION\":\"fp32\",\"DS_ENGINE_CHECKPOINT\":\"none\","
         "\"DS_ENGINE_MICRO_BATCH\":\"1\",\"DS_ENGINE_GRAD_ACCUM\":\"1\","
-        "\"DS_ENGINE_SEED\":\"1234\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
+        "\"DS_ENGINE_SEED\":\"1234\",\"DS_ENGINE_INITIAL_SCALE_POWER\":\"16\","
+        "\"DS_ENGINE_LOSS_SCALE_WINDOW\":\"1000\",\"DS_ENGINE_HYSTERESIS\":\"2\","
+        "\"DS_ENGINE_MIN_LOSS_SCALE\":\"1\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
         "\"spares\":[]}\n");
     free(js);
     /* the FILE writer prints the same bytes */
