@@ -105,8 +105,8 @@ static int l_release_params(lua_State *L) {
 }
 
 static int l_zero_grad(lua_State *L) {
-    ds_zero_zero_grad(check_zero(L, 1));
-    return 0;
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_zero_grad(check_zero(L, 1), &err), &err);
 }
 
 static int l_reduce(lua_State *L) {
@@ -123,8 +123,8 @@ static int l_grad_sumsq(lua_State *L) {
 }
 
 static int l_scale_grads(lua_State *L) {
-    ds_zero_scale_grads(check_zero(L, 1), (float)luaL_checknumber(L, 2));
-    return 0;
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_scale_grads(check_zero(L, 1), (float)luaL_checknumber(L, 2), &err), &err);
 }
 
 static int l_mean(lua_State *L) {

@@ -160,6 +160,10 @@ ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elem
 
 void ds_zero_free(ds_zero *z) {
     if (!z) return;
+    for (int i = 0; i < z->npending; i++) {
+        ds_err e2;
+        ds_comm_wait(z->pending[i].h, &e2); /* the buckets must outlive their ops */
+    }
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->gather) ds_comm_wait(zs->gather, NULL);
@@ -306,15 +310,32 @@ static void add_piece(ds_zero *z, ds_zero_stage *zs, int b, int64_t j, int64_t c
     else ds_add_forward((float *)acc, (float *)acc, (const float *)piece, (size_t)c);
 }
 
+/* Completes the buckets left on the wire by the last reduce_window, in start order. */
+static int finish_pending(ds_zero *z, ds_err *err) {
+    int rc = 0;
+    for (int i = 0; i < z->npending; i++) {
+        ds_zero_pending *p = &z->pending[i];
+        ds_err e2;
+        if (ds_comm_wait(p->h, rc == 0 ? err : &e2) != 0) rc = -1;
+        else if (rc == 0) add_piece(z, &z->st[p->k], p->b, p->j, p->c);
+        if (rc != 0 && i == 0) ds_err_prefix(err, "stage '%s': reduce gradients", z->st[p->k].s->name);
+    }
+    z->npending = 0;
+    return rc;
+}
+
 /* ZeRO-2/3: the stage's gradient window, reduce-scattered in buckets into the rank's
  * shard (+=, so micro-batches accumulate), then freed. Two buckets alternate: the next
- * one is packed while the previous one is on the wire. */
+ * one is packed while the previous one is on the wire. The last buckets (a window that
+ * fits in two buckets: all of it) are left on the wire: the window is freed at once (the
+ * buckets hold its data) and the next hook that needs them adds them in. */
 static int reduce_window(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
     int64_t shard = zs->part.shard;
     int64_t col = (int64_t)z->bucket_elems / z->world;
     if (col < 1) col = 1;
     if (col > shard) col = shard;
+    if (finish_pending(z, err) != 0) return -1;
     if (shard == 0) goto done;
     if (ensure_buckets(z, col * z->world, err) != 0) return -1;
     ds_comm_handle *h[2] = {NULL, NULL};
@@ -335,9 +356,12 @@ static int reduce_window(ds_zero *z, int k, ds_err *err) {
     for (int i = 0; i < 2; i++) {
         int bi = b ^ i; /* oldest first: the order they were started */
         if (!h[bi]) continue;
-        ds_err e2;
-        if (ds_comm_wait(h[bi], rc == 0 ? err : &e2) != 0) rc = -1;
-        else if (rc == 0) add_piece(z, zs, bi, j[bi], c[bi]);
+        if (rc == 0) {
+            z->pending[z->npending++] = (ds_zero_pending){h[bi], k, bi, j[bi], c[bi]};
+        } else {
+            ds_err e2;
+            ds_comm_wait(h[bi], &e2);
+        }
         h[bi] = NULL;
     }
     if (rc != 0) return ds_err_prefix(err, "stage '%s': reduce gradients", zs->s->name);
@@ -354,7 +378,8 @@ int ds_zero_after_backward(ds_zero *z, int k, ds_err *err) {
     return 0;
 }
 
-void ds_zero_zero_grad(ds_zero *z) {
+int ds_zero_zero_grad(ds_zero *z, ds_err *err) {
+    if (finish_pending(z, err) != 0) return -1; /* it would land after the zeroing */
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         ds_tensor *g = zs->zero >= 2 ? zs->grad_shard : zs->s->flat_grads;
@@ -362,6 +387,7 @@ void ds_zero_zero_grad(ds_zero *z) {
         if (zs->zero >= 2 && zs->s->flat_grads->data) /* a window left by a failed step */
             memset(zs->s->flat_grads->data, 0, ds_tensor_nbytes(zs->s->flat_grads));
     }
+    return 0;
 }
 
 static int wait_all(ds_comm_handle **h, int n, ds_err *err) {
@@ -375,6 +401,7 @@ static int wait_all(ds_comm_handle **h, int n, ds_err *err) {
 }
 
 int ds_zero_reduce(ds_zero *z, ds_err *err) {
+    if (finish_pending(z, err) != 0) return -1;
     ds_comm_handle **h = calloc((size_t)z->n, sizeof *h);
     if (!h) return ds_err_set(err, "zero: out of memory");
     int rc = 0;
@@ -430,6 +457,7 @@ static int sum_over_ranks(ds_zero *z, const double *mine, int n, double *out, ds
 }
 
 int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
+    if (finish_pending(z, err) != 0) return -1;
     double *mine = calloc((size_t)z->n * 2, sizeof *mine);
     if (!mine) return ds_err_set(err, "zero: out of memory");
     double *sum = mine + z->n;
@@ -445,12 +473,14 @@ int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
     return rc == 0 ? 0 : ds_err_prefix(err, "zero: gradient norm");
 }
 
-void ds_zero_scale_grads(ds_zero *z, float k) {
+int ds_zero_scale_grads(ds_zero *z, float k, ds_err *err) {
+    if (finish_pending(z, err) != 0) return -1;
     for (int i = 0; i < z->n; i++) {
         ds_zero_stage *zs = &z->st[i];
         if (zs->zero == 0) scale(zs, zs->s->flat_grads->data, k, zs->s->numel);
         else scale(zs, shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
     }
+    return 0;
 }
 
 int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err) {
@@ -561,6 +591,7 @@ static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const
 
 int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *err) {
     step_args a = {c, grad_scale};
+    if (finish_pending(z, err) != 0) return -1;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero == 0) { /* the same full step on every rank, as on one rank */
@@ -577,6 +608,7 @@ int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *e
 
 int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, float grad_scale, ds_err *err) {
     step_args a = {c, grad_scale};
+    if (finish_pending(z, err) != 0) return -1;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero == 0) {

@@ -55,6 +55,15 @@ typedef struct ds_zero_stage {
     int ndeps;
 } ds_zero_stage;
 
+/* A gradient bucket still on the wire when its stage's backward hook returned: it is
+ * added into stage k's shard at [j, j + c) when the next hook needs the buckets or the
+ * gradients (so the reduction overlaps the next stage's backward). */
+typedef struct ds_zero_pending {
+    ds_comm_handle *h;
+    int k, b;
+    int64_t j, c;
+} ds_zero_pending;
+
 typedef struct ds_zero {
     ds_comm *comm;
     int rank, world;
@@ -62,6 +71,8 @@ typedef struct ds_zero {
     int n;
     size_t bucket_elems;
     ds_tensor *bucket[2]; /* comm category, made on first use */
+    ds_zero_pending pending[2]; /* in the order they were started */
+    int npending;
     int no_prefetch;      /* 1: ZeRO-3 gathers only when needed (to measure the overlap) */
 } ds_zero;
 
@@ -80,13 +91,13 @@ int ds_zero_before_backward(ds_zero *z, int k, ds_err *err);
 int ds_zero_after_backward(ds_zero *z, int k, ds_err *err);
 
 /* Start of a step: zeroes every gradient this rank keeps. */
-void ds_zero_zero_grad(ds_zero *z);
+int ds_zero_zero_grad(ds_zero *z, ds_err *err);
 /* Accumulation boundary: all-reduce (0) / reduce-scatter (1) the gradients, averaged. */
 int ds_zero_reduce(ds_zero *z, ds_err *err);
 /* Sum of squares of the whole model's reduced gradients (every rank gets the same). */
 int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err);
 /* Multiplies every gradient this rank will use by k (clipping). */
-void ds_zero_scale_grads(ds_zero *z, float k);
+int ds_zero_scale_grads(ds_zero *z, float k, ds_err *err);
 /* One optimizer step on the rank's shards with the gradients multiplied by grad_scale
  * (clipping, loss-scale removal), then the parameters are made whole again (all-gather
  * for 1 and 2; 3 keeps its shard). 16-bit stages step their fp32 master shards (made from

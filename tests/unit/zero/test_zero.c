@@ -49,7 +49,7 @@ static int zero_rank_main(const ds_context *ctx, int zero) {
 
     ds_adamw_cfg cfg = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
     for (int step = 1; step <= 2; step++) {
-        ds_zero_zero_grad(z);
+        RANK_CHECK(ds_zero_zero_grad(z, &err) == 0, "%s", err.msg);
         ds_stage_zero_grad(ref);
         RANK_CHECK(ds_zero_before_forward(z, 0, &err) == 0, "%s", err.msg);
         RANK_CHECK(s->params[0]->data != NULL, "forward without parameters");
@@ -70,7 +70,7 @@ static int zero_rank_main(const ds_context *ctx, int zero) {
         double ss = 0, want = ds_stage_grad_sumsq(ref, 0, ref->numel);
         RANK_CHECK(ds_zero_grad_sumsq(z, &ss, &err) == 0, "%s", err.msg);
         RANK_CHECK(fabs(ss - want) <= 1e-6 * want, "sumsq %.9g, want %.9g", ss, want);
-        ds_zero_scale_grads(z, 0.5f);
+        RANK_CHECK(ds_zero_scale_grads(z, 0.5f, &err) == 0, "%s", err.msg);
         ds_stage_scale_grads(ref, 0.5f);
         cfg.t = step;
         RANK_CHECK(ds_zero_adamw(z, &cfg, 1.0f, &err) == 0, "%s", err.msg);

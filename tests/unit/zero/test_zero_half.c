@@ -56,7 +56,7 @@ static int zero_half_rank_main(const ds_context *ctx, int zero, ds_dtype dt) {
 
     ds_adamw_cfg cfg = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
     for (int step = 1; step <= 3; step++) {
-        ds_zero_zero_grad(z);
+        RANK_CHECK(ds_zero_zero_grad(z, &err) == 0, "%s", err.msg);
         ds_stage_zero_grad(ref);
         RANK_CHECK(ds_zero_before_forward(z, 0, &err) == 0, "%s", err.msg);
         RANK_CHECK(ds_zero_after_forward(z, 0, &err) == 0, "%s", err.msg);
