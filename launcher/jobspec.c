@@ -85,6 +85,7 @@ static const key_def KEYS[] = {
     {"engine", "loss_scale_window", K_INT, F(loss_scale_window), 1, 1 << 30, NULL, 0},
     {"engine", "hysteresis", K_INT, F(hysteresis), 1, 1 << 20, NULL, 0},
     {"engine", "min_loss_scale", K_INT, F(min_loss_scale), 1, 1 << 30, NULL, 0},
+    {"engine", "reduce_bucket_size", K_INT, F(reduce_bucket_size), 1, 1 << 30, NULL, 0},
 };
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -101,7 +102,7 @@ static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_
                                      "DS_ENGINE_MICRO_BATCH", "DS_ENGINE_GRAD_ACCUM",
                                      "DS_ENGINE_SEED", "DS_ENGINE_INITIAL_SCALE_POWER",
                                      "DS_ENGINE_LOSS_SCALE_WINDOW", "DS_ENGINE_HYSTERESIS",
-                                     "DS_ENGINE_MIN_LOSS_SCALE"};
+                                     "DS_ENGINE_MIN_LOSS_SCALE", "DS_ENGINE_REDUCE_BUCKET_SIZE"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
@@ -441,6 +442,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->loss_scale_window = 1000;
     spec->hysteresis = 2;
     spec->min_loss_scale = 1;
+    spec->reduce_bucket_size = 1 << 20;
 }
 
 void ds_jobspec_free(ds_jobspec *spec) {

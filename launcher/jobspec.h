@@ -81,6 +81,7 @@ typedef struct ds_jobspec {
     int loss_scale_window;   /* clean steps before the scale grows, default 1000 */
     int hysteresis;          /* overflows before the scale shrinks, default 2 */
     int min_loss_scale;      /* >= 1, default 1 */
+    int reduce_bucket_size;  /* ZeRO-2/3 gradient bucket, elements, default 2^20 */
 } ds_jobspec;
 
 /* Defaults for every key (no file). */

@@ -146,6 +146,7 @@ static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
     bad |= push_int(env, n, "DS_ENGINE_LOSS_SCALE_WINDOW", spec->loss_scale_window);
     bad |= push_int(env, n, "DS_ENGINE_HYSTERESIS", spec->hysteresis);
     bad |= push_int(env, n, "DS_ENGINE_MIN_LOSS_SCALE", spec->min_loss_scale);
+    bad |= push_int(env, n, "DS_ENGINE_REDUCE_BUCKET_SIZE", spec->reduce_bucket_size);
     return bad;
 }
 
@@ -155,8 +156,8 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    /* 9 job variables, CUDA_VISIBLE_DEVICES, 10 DS_ENGINE_*, the [env] entries, NULL */
-    char **env = calloc((size_t)(21 + nenv), sizeof *env);
+    /* 9 job variables, CUDA_VISIBLE_DEVICES, 11 DS_ENGINE_*, the [env] entries, NULL */
+    char **env = calloc((size_t)(22 + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);

@@ -34,8 +34,9 @@ M.check_stage_opts = check_stage_opts
 -- The job's [engine] defaults, which the launcher passes to every rank as environment
 -- variables (DS_ENGINE_ZERO, _PRECISION, _CHECKPOINT, _MICRO_BATCH, _GRAD_ACCUM, _SEED,
 -- and the fp16 loss scaler's _INITIAL_SCALE_POWER, _LOSS_SCALE_WINDOW, _HYSTERESIS,
--- _MIN_LOSS_SCALE); without them (`dsrun run`), zero 0, fp32, no checkpointing, 1, 1,
--- seed 1234, and DeepSpeed's scaler defaults (2^16, 1000, 2, 1).
+-- _MIN_LOSS_SCALE, and ZeRO's _REDUCE_BUCKET_SIZE); without them (`dsrun run`), zero 0,
+-- fp32, no checkpointing, 1, 1, seed 1234, DeepSpeed's scaler defaults (2^16, 1000, 2,
+-- 1) and 2^20-element buckets.
 local defaults
 function M.defaults()
   if defaults then return defaults end
@@ -59,6 +60,7 @@ function M.defaults()
     loss_scaler = {init_scale = 2.0 ^ env('INITIAL_SCALE_POWER', int, 16),
                    scale_window = env('LOSS_SCALE_WINDOW', int, 1000),
                    hysteresis = env('HYSTERESIS', int, 2), min_scale = env('MIN_LOSS_SCALE', int, 1)},
+    zero_bucket = env('REDUCE_BUCKET_SIZE', int, 1 << 20),
   }
   check_stage_opts({zero = defaults.zero, precision = defaults.precision, checkpoint = defaults.checkpoint,
                     seed = defaults.seed}, 'engine defaults (DS_ENGINE_*)')
@@ -111,7 +113,7 @@ function M.Model(spec)
   if spec.zero_bucket ~= nil and (math.type(spec.zero_bucket) ~= 'integer' or spec.zero_bucket < 1) then
     util.error('ds.Model: zero_bucket must be an integer >= 1 (elements)')
   end
-  m.zero_opts = {bucket = spec.zero_bucket, prefetch = spec.zero_prefetch ~= false}
+  m.zero_opts = {bucket = spec.zero_bucket or M.defaults().zero_bucket, prefetch = spec.zero_prefetch ~= false}
   local fp16 = false
   for _, s in ipairs(m.stages) do fp16 = fp16 or s:info().precision == 'fp16' end
   if spec.loss_scaler ~= nil and type(spec.loss_scaler) ~= 'table' then

@@ -81,6 +81,7 @@ static void test_defaults(void **st) {
     assert_int_equal(s.loss_scale_window, 1000);
     assert_int_equal(s.hysteresis, 2);
     assert_int_equal(s.min_loss_scale, 1);
+    assert_int_equal(s.reduce_bucket_size, 1 << 20);
     ds_jobspec_free(&s);
 }
 
@@ -136,7 +137,8 @@ static void test_every_key(void **st) {
         "initial_scale_power = 12\n"
         "loss_scale_window = 500\n"
         "hysteresis = 1\n"
-        "min_loss_scale = 4\n";
+        "min_loss_scale = 4\n"
+        "reduce_bucket_size = 500000\n";
     ds_jobspec s;
     assert_string_equal(parse(&s, text), "");
     assert_string_equal(s.name, "gpt2-small_1.0");
@@ -186,6 +188,7 @@ static void test_every_key(void **st) {
     assert_int_equal(s.loss_scale_window, 500);
     assert_int_equal(s.hysteresis, 1);
     assert_int_equal(s.min_loss_scale, 4);
+    assert_int_equal(s.reduce_bucket_size, 500000);
     ds_jobspec_free(&s);
 }
 
@@ -264,6 +267,7 @@ static void test_value_errors(void **st) {
     expect_err(MIN "[engine]\nzero_stage = 4\n", ":5: [engine] zero_stage: 4 is out of range; expected an integer in 0..3");
     expect_err(MIN "[engine]\ninitial_scale_power = 63\n", ":5: [engine] initial_scale_power: 63 is out of range");
     expect_err(MIN "[engine]\nhysteresis = 0\n", ":5: [engine] hysteresis: 0 is out of range");
+    expect_err(MIN "[engine]\nreduce_bucket_size = 0\n", ":5: [engine] reduce_bucket_size: 0 is out of range");
     expect_err(MIN "[engine]\nloss_scale_window = 0\n", "[engine] loss_scale_window: 0 is out of range");
     expect_err(MIN "[engine]\nmin_loss_scale = 0.5\n", ":5: [engine] min_loss_scale: ");
     expect_err(MIN "[engine]\ninitial_scale_power = 2\nmin_loss_scale = 8\n",

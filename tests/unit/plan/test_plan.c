@@ -86,9 +86,9 @@ static void test_env(void **st) {
                           "DS_ENGINE_MICRO_BATCH=1", "DS_ENGINE_GRAD_ACCUM=1", "DS_ENGINE_SEED=1234",
                           "DS_ENGINE_INITIAL_SCALE_POWER=16", "DS_ENGINE_LOSS_SCALE_WINDOW=1000",
                           "DS_ENGINE_HYSTERESIS=2", "DS_ENGINE_MIN_LOSS_SCALE=1",
-                          "NCCL_DEBUG=INFO", "X=", NULL};
+                          "DS_ENGINE_REDUCE_BUCKET_SIZE=1048576", "NCCL_DEBUG=INFO", "X=", NULL};
     for (int i = 0; want[i]; i++) assert_string_equal(env[i], want[i]);
-    assert_null(env[22]);
+    assert_null(env[23]);
     ds_plan_env_free(env);
     assert_null(ds_plan_rank_env(&p, &spec, 4, "j", 0));
     assert_null(ds_plan_rank_env(&p, &spec, -1, "j", 0));
@@ -101,7 +101,7 @@ static void test_env(void **st) {
     for (char **e = env; *e; e++) assert_null(strstr(*e, "CUDA_VISIBLE_DEVICES"));
     assert_string_equal(env[8], "DS_ATTEMPT=0");
     assert_string_equal(env[9], "DS_ENGINE_ZERO=0");
-    assert_null(env[19]);
+    assert_null(env[20]);
     ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
@@ -201,7 +201,7 @@ static void test_json_with_spec(void **st) {
         "\"DS_ENGINE_MICRO_BATCH\":\"1\",\"DS_ENGINE_GRAD_ACCUM\":\"1\","
         "\"DS_ENGINE_SEED\":\"1234\",\"DS_ENGINE_INITIAL_SCALE_POWER\":\"16\","
         "\"DS_ENGINE_LOSS_SCALE_WINDOW\":\"1000\",\"DS_ENGINE_HYSTERESIS\":\"2\","
-        "\"DS_ENGINE_MIN_LOSS_SCALE\":\"1\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
+        "\"DS_ENGINE_MIN_LOSS_SCALE\":\"1\",\"DS_ENGINE_REDUCE_BUCKET_SIZE\":\"1048576\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
         "\"spares\":[]}\n");
     free(js);
     /* the FILE writer prints the same bytes */
