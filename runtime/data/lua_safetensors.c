@@ -6,28 +6,8 @@
 #include <string.h>
 
 #include "lua_safetensors.h"
-#include "safetensors.h"
+#include "safetensors_dtype.h"
 #include "tensor.h"
-
-static int to_st_dtype(ds_dtype t, ds_st_dtype *out) {
-    switch (t) {
-    case DS_F32: *out = DS_ST_F32; return 0;
-    case DS_BF16: *out = DS_ST_BF16; return 0;
-    case DS_F16: *out = DS_ST_F16; return 0;
-    case DS_I32: *out = DS_ST_I32; return 0;
-    }
-    return -1;
-}
-
-static int from_st_dtype(ds_st_dtype t, ds_dtype *out) {
-    switch (t) {
-    case DS_ST_F32: *out = DS_F32; return 0;
-    case DS_ST_BF16: *out = DS_BF16; return 0;
-    case DS_ST_F16: *out = DS_F16; return 0;
-    case DS_ST_I32: *out = DS_I32; return 0;
-    default: return -1;
-    }
-}
 
 /* Counts the entries of the table at idx; every key must be a string. */
 static size_t count_string_keys(lua_State *L, int idx, const char *what) {
@@ -65,7 +45,7 @@ static int l_save(lua_State *L) {
         e->name = name;
         if (t->device != DS_CPU)
             return luaL_error(L, "ds.safetensors.save: tensor '%s' is not on the CPU", name);
-        if (to_st_dtype(t->dtype, &e->dtype) != 0)
+        if (ds_st_dtype_of(t->dtype, &e->dtype) != 0)
             return luaL_error(L, "ds.safetensors.save: tensor '%s' has an unsupported dtype", name);
         e->ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
@@ -135,7 +115,7 @@ static int l_load(lua_State *L) {
     for (size_t i = 0; i < ds_st_count(f); i++) {
         const ds_st_tensor *e = ds_st_at(f, i);
         ds_dtype dt;
-        if (from_st_dtype(e->dtype, &dt) != 0)
+        if (ds_dtype_of_st(e->dtype, &dt) != 0)
             return luaL_error(L, "%s: %s: tensor '%s' has dtype %s (F32, F16, BF16, I32 supported)",
                               fn, path, e->name, ds_st_dtype_name(e->dtype));
         if (e->ndim > DS_MAX_DIMS)

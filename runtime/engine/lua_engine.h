@@ -4,6 +4,7 @@
 
 #include <lua.h>
 
+#include "optim.h"
 #include "tensor.h"
 
 /* Pushes a userdata for a tensor the engine owns: not freed with the userdata; the value
@@ -15,6 +16,12 @@ int ds_lua_check_dtype(lua_State *L, int idx);
 /* luaL_error with "file:line: " of the first caller outside the ds Lua library, so a
  * script's error names the script's line. Does not return. */
 int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* An optimizer step's settings from the table at idx ({lr=, beta1=, beta2=, eps=,
+ * weight_decay=, t=, grad_scale=} / {lr=, momentum=, weight_decay=, grad_scale=}), with
+ * the defaults; a bad value is a Lua error naming the key. */
+ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, float *grad_scale);
+ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, float *grad_scale);
 
 void ds_lua_open_tensor(lua_State *L); /* ds.tensor, metatable ds.Tensor */
 void ds_lua_open_stage(lua_State *L);  /* stage, criterion, memory, clock */

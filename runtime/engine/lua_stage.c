@@ -562,20 +562,34 @@ static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) 
     *hi = (size_t)b;
 }
 
+ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, float *grad_scale) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    ds_adamw_cfg c = {opt_float(L, idx, "lr", 1e-3),   opt_float(L, idx, "beta1", 0.9),
+                      opt_float(L, idx, "beta2", 0.999), opt_float(L, idx, "eps", 1e-8),
+                      opt_float(L, idx, "weight_decay", 0.0), 1};
+    *grad_scale = opt_float(L, idx, "grad_scale", 1.0);
+    lua_getfield(L, idx, "t");
+    c.t = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    if (c.t < 1) ds_lua_raise(L, "adamw: step t = %d (1-based)", c.t);
+    return c;
+}
+
+ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, float *grad_scale) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    ds_sgd_cfg c = {opt_float(L, idx, "lr", 1e-2), opt_float(L, idx, "momentum", 0.0),
+                    opt_float(L, idx, "weight_decay", 0.0)};
+    *grad_scale = opt_float(L, idx, "grad_scale", 1.0);
+    return c;
+}
+
 /* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [grad_scale=, lo=, hi=]} */
 static int l_stage_adamw(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     check_present(L, s, s->flat_grads, "gradients");
     check_present(L, s, s->flat_params, "parameters");
-    luaL_checktype(L, 2, LUA_TTABLE);
-    ds_adamw_cfg c = {opt_float(L, 2, "lr", 1e-3),   opt_float(L, 2, "beta1", 0.9),
-                      opt_float(L, 2, "beta2", 0.999), opt_float(L, 2, "eps", 1e-8),
-                      opt_float(L, 2, "weight_decay", 0.0), 1};
-    float scale = opt_float(L, 2, "grad_scale", 1.0);
-    lua_getfield(L, 2, "t");
-    c.t = (int)luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-    if (c.t < 1) return ds_lua_raise(L, "adamw: step t = %d (1-based)", c.t);
+    float scale;
+    ds_adamw_cfg c = ds_lua_adamw_cfg(L, 2, &scale);
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};
@@ -588,10 +602,8 @@ static int l_stage_sgd(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     check_present(L, s, s->flat_grads, "gradients");
     check_present(L, s, s->flat_params, "parameters");
-    luaL_checktype(L, 2, LUA_TTABLE);
-    ds_sgd_cfg c = {opt_float(L, 2, "lr", 1e-2), opt_float(L, 2, "momentum", 0.0),
-                    opt_float(L, 2, "weight_decay", 0.0)};
-    float scale = opt_float(L, 2, "grad_scale", 1.0);
+    float scale;
+    ds_sgd_cfg c = ds_lua_sgd_cfg(L, 2, &scale);
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};

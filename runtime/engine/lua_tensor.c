@@ -233,17 +233,7 @@ static int l_transposed(lua_State *L) {
     ds_err err = {{0}};
     ds_tensor *o = ds_tensor_new(t->dtype, DS_MEM_DATA, 2, shape, &err);
     if (!o) return luaL_error(L, "tensor:transposed: %s", err.msg);
-    if (ds_dtype_size(t->dtype) == 4) {
-        const uint32_t *src = t->data;
-        uint32_t *dst = o->data;
-        for (int64_t i = 0; i < r; i++)
-            for (int64_t j = 0; j < c; j++) dst[j * r + i] = src[i * c + j];
-    } else {
-        const uint16_t *src = t->data;
-        uint16_t *dst = o->data;
-        for (int64_t i = 0; i < r; i++)
-            for (int64_t j = 0; j < c; j++) dst[j * r + i] = src[i * c + j];
-    }
+    ds_transpose2d(o->data, t->data, r, c, ds_dtype_size(t->dtype));
     ds_lua_push_tensor(L, o);
     return 1;
 }

@@ -30,76 +30,68 @@ static void overlap(const ds_param *p, size_t lo, size_t hi, size_t *a, size_t *
  * (3 MiB) stay in cache between the scaling and the update. */
 #define SCALE_CHUNK ((size_t)1 << 18)
 
-/* 16-bit stages: the step runs on the fp32 masters, the gradients widened on the way. */
-static int adamw_half(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c,
-                      float grad_scale, ds_err *err) {
-    if (ds_stage_sync_master(s, 0, err) != 0) return -1;
-    ds_half h = ds_half_of(s->opts.precision);
-    uint16_t *w = s->flat_params->data, *g = s->flat_grads->data;
-    float *master = s->master->data, *m = s->adam_m->data, *v = s->adam_v->data;
-    for (int i = 0; i < s->nparams; i++) {
-        size_t a, b;
-        overlap(s->params[i], lo, hi, &a, &b);
-        if (a >= b) continue;
-        float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_adamw_update_half(h, w + a, g + a, grad_scale, master + a, m + a, v + a, b - a,
-                             c->lr, c->beta1, c->beta2, c->eps, wd, c->t);
-    }
-    return 0;
+void ds_adamw_elems(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
+                    float *m, float *v, size_t n, const ds_adamw_cfg *c, float weight_decay) {
+    if (dt == DS_F32)
+        ds_adamw_update_scaled(w, g, grad_scale, m, v, n, c->lr, c->beta1, c->beta2, c->eps,
+                               weight_decay, c->t);
+    else
+        ds_adamw_update_half(ds_half_of(dt), w, g, grad_scale, master, m, v, n, c->lr, c->beta1,
+                             c->beta2, c->eps, weight_decay, c->t);
 }
 
-static int sgd_half(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, float grad_scale,
-                    ds_err *err) {
-    if (ds_stage_sync_master(s, 0, err) != 0) return -1;
-    ds_half h = ds_half_of(s->opts.precision);
-    uint16_t *w = s->flat_params->data, *g = s->flat_grads->data;
-    float *master = s->master->data, *buf = s->momentum->data;
-    for (int i = 0; i < s->nparams; i++) {
-        size_t a, b;
-        overlap(s->params[i], lo, hi, &a, &b);
-        if (a >= b) continue;
-        float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_sgd_update_half(h, w + a, g + a, grad_scale, master + a, buf + a, b - a, c->lr,
-                           c->momentum, wd);
+void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master, float *buf,
+                  size_t n, const ds_sgd_cfg *c, float weight_decay) {
+    if (dt != DS_F32) {
+        ds_sgd_update_half(ds_half_of(dt), w, g, grad_scale, master, buf, n, c->lr, c->momentum,
+                           weight_decay);
+        return;
     }
-    return 0;
+    float *fw = w, *fg = g;
+    int scaled = grad_scale != 1.0f;
+    for (size_t x = 0; x < n; x += scaled ? SCALE_CHUNK : n) {
+        size_t k = n - x < SCALE_CHUNK || !scaled ? n - x : SCALE_CHUNK;
+        if (scaled) ds_scale(fg + x, grad_scale, k);
+        ds_sgd_update(fw + x, fg + x, buf + x, k, c->lr, c->momentum, weight_decay);
+    }
+}
+
+/* Element i of a flat buffer in its own dtype. */
+static void *elem(const ds_tensor *t, size_t i) {
+    return (char *)t->data + i * ds_dtype_size(t->dtype);
 }
 
 int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c,
                          float grad_scale, ds_err *err) {
     if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->adam_m, s->numel, err) != 0 ||
-        ensure_state(&s->adam_v, s->numel, err) != 0)
+        ensure_state(&s->adam_v, s->numel, err) != 0 || ds_stage_sync_master(s, 0, err) != 0)
         return -1;
-    if (ds_stage_is_half(s)) return adamw_half(s, lo, hi, c, grad_scale, err);
-    float *w = s->flat_params->data, *g = s->flat_grads->data;
+    float *master = s->master ? s->master->data : NULL;
     float *m = s->adam_m->data, *v = s->adam_v->data;
     for (int i = 0; i < s->nparams; i++) {
         size_t a, b;
         overlap(s->params[i], lo, hi, &a, &b);
         if (a >= b) continue;
         float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_adamw_update_scaled(w + a, g + a, grad_scale, m + a, v + a, b - a, c->lr, c->beta1,
-                               c->beta2, c->eps, wd, c->t);
+        ds_adamw_elems(s->opts.precision, elem(s->flat_params, a), elem(s->flat_grads, a),
+                       grad_scale, master ? master + a : NULL, m + a, v + a, b - a, c, wd);
     }
     return 0;
 }
 
 int ds_sgd_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, float grad_scale,
                        ds_err *err) {
-    if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->momentum, s->numel, err) != 0)
+    if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->momentum, s->numel, err) != 0 ||
+        ds_stage_sync_master(s, 0, err) != 0)
         return -1;
-    if (ds_stage_is_half(s)) return sgd_half(s, lo, hi, c, grad_scale, err);
-    float *w = s->flat_params->data, *g = s->flat_grads->data, *buf = s->momentum->data;
-    int scaled = grad_scale != 1.0f;
+    float *master = s->master ? s->master->data : NULL, *buf = s->momentum->data;
     for (int i = 0; i < s->nparams; i++) {
         size_t a, b;
         overlap(s->params[i], lo, hi, &a, &b);
+        if (a >= b) continue;
         float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        for (size_t x = a; x < b; x += scaled ? SCALE_CHUNK : b - a) {
-            size_t n = b - x < SCALE_CHUNK || !scaled ? b - x : SCALE_CHUNK;
-            if (scaled) ds_scale(g + x, grad_scale, n);
-            ds_sgd_update(w + x, g + x, buf + x, n, c->lr, c->momentum, wd);
-        }
+        ds_sgd_elems(s->opts.precision, elem(s->flat_params, a), elem(s->flat_grads, a),
+                     grad_scale, master ? master + a : NULL, buf + a, b - a, c, wd);
     }
     return 0;
 }

@@ -16,6 +16,16 @@ typedef struct ds_sgd_cfg {
     float lr, momentum, weight_decay;
 } ds_sgd_cfg;
 
+/* One step on n consecutive elements of a working copy w of dtype dt, with the gradients
+ * g multiplied by grad_scale: fp32 updates w in place (AdamW leaves g unscaled, SGD scales
+ * it in place, in cache-sized chunks just before their update); bf16/fp16 step the fp32
+ * master weights and round them into w (g untouched). What a stage's step and a ZeRO
+ * shard's step are made of. */
+void ds_adamw_elems(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
+                    float *m, float *v, size_t n, const ds_adamw_cfg *c, float weight_decay);
+void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master, float *buf,
+                  size_t n, const ds_sgd_cfg *c, float weight_decay);
+
 /* Moments live in the stage (optimizer category), made zeroed on first use. */
 int ds_adamw_step(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c, ds_err *err);
 int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *err);

@@ -1,6 +1,7 @@
 #include "tensor.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 size_t ds_dtype_size(ds_dtype t) {
     switch (t) {
@@ -118,4 +119,25 @@ int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b) {
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return 0;
     return 1;
+}
+
+void ds_transpose2d(void *out, const void *in, int64_t rows, int64_t cols, size_t esize) {
+    /* The element sizes the engine has, copied as integers; any other byte by byte. */
+    if (esize == 4) {
+        const uint32_t *src = in;
+        uint32_t *dst = out;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+    } else if (esize == 2) {
+        const uint16_t *src = in;
+        uint16_t *dst = out;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+    } else {
+        const unsigned char *src = in;
+        unsigned char *dst = out;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                memcpy(dst + (size_t)(j * rows + i) * esize, src + (size_t)(i * cols + j) * esize, esize);
+    }
 }

@@ -44,6 +44,9 @@ int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err);
 /* Frees an owning tensor's storage but keeps the struct (numel becomes 0); a later
  * resize allocates again. Activation checkpointing drops a span's buffers this way. */
 void ds_tensor_release(ds_tensor *t);
+/* out[cols, rows] = the transpose of in[rows, cols], elements of esize bytes (GPT-2's
+ * Conv1D layout <-> ours, in Lua and in the checkpoint export). */
+void ds_transpose2d(void *out, const void *in, int64_t rows, int64_t cols, size_t esize);
 /* 1 if a and b have the same ndim and sizes. */
 int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b);
 

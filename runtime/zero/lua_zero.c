@@ -135,38 +135,23 @@ static int l_mean(lua_State *L) {
     return 1;
 }
 
-static float get_f(lua_State *L, int t, const char *key, double dflt) {
-    lua_getfield(L, t, key);
-    double v = luaL_optnumber(L, -1, dflt);
-    lua_pop(L, 1);
-    return (float)v;
-}
-
-
 /* zero:adamw{lr=, beta1=, beta2=, eps=, weight_decay=, t=, grad_scale=} */
 static int l_adamw(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    ds_adamw_cfg c = {get_f(L, 2, "lr", 1e-3), get_f(L, 2, "beta1", 0.9), get_f(L, 2, "beta2", 0.999),
-                      get_f(L, 2, "eps", 1e-8), get_f(L, 2, "weight_decay", 0.0), 1};
-    lua_getfield(L, 2, "t");
-    c.t = (int)luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-    if (c.t < 1) return luaL_error(L, "zero:adamw: t = %d (1-based)", c.t);
+    float scale;
+    ds_adamw_cfg c = ds_lua_adamw_cfg(L, 2, &scale);
     ds_err err = {{0}};
-    return raise_if(L, ds_zero_adamw(z, &c, get_f(L, 2, "grad_scale", 1.0), &err), &err);
+    return raise_if(L, ds_zero_adamw(z, &c, scale, &err), &err);
 }
 
 /* zero:sgd{lr=, momentum=, weight_decay=, grad_scale=} */
 static int l_sgd(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    ds_sgd_cfg c = {get_f(L, 2, "lr", 1e-2), get_f(L, 2, "momentum", 0.0),
-                    get_f(L, 2, "weight_decay", 0.0)};
+    float scale;
+    ds_sgd_cfg c = ds_lua_sgd_cfg(L, 2, &scale);
     ds_err err = {{0}};
-    return raise_if(L, ds_zero_sgd(z, &c, get_f(L, 2, "grad_scale", 1.0), &err), &err);
+    return raise_if(L, ds_zero_sgd(z, &c, scale, &err), &err);
 }
-
 
 /* One range of a logical array as a table {name=, total=, begin=, tensor=} whose tensor
  * views the rank's memory (valid while z lives and the buffer is not re-laid). */

@@ -538,48 +538,34 @@ typedef struct step_args {
 typedef void (*shard_update_fn)(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl,
                                 const step_args *a);
 
+/* Shard element o of the rank's parameters / gradients / master weights. */
+static void *param_at(ds_zero_stage *zs, int64_t o) { return (char *)shard_params(zs) + (size_t)o * esize(zs); }
+static void *grad_at(ds_zero_stage *zs, int64_t o) { return (char *)shard_grads(zs) + (size_t)o * esize(zs); }
+static float *master_at(ds_zero_stage *zs, int64_t o) { return zs->master ? fdata(zs->master) + o : NULL; }
+
 static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
     const ds_adamw_cfg *c = a->cfg;
     int64_t o = sl.shard_off;
-    float wd = p->decay ? c->weight_decay : 0.0f;
-    float *m = fdata(zs->m) + o, *v = fdata(zs->v) + o;
-    if (is_half(zs))
-        ds_adamw_update_half(half(zs), (uint16_t *)shard_params(zs) + o,
-                             (const uint16_t *)shard_grads(zs) + o, a->grad_scale,
-                             fdata(zs->master) + o, m, v, (size_t)sl.len, c->lr, c->beta1,
-                             c->beta2, c->eps, wd, c->t);
-    else
-        ds_adamw_update_scaled((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o,
-                               a->grad_scale, m, v, (size_t)sl.len, c->lr, c->beta1, c->beta2,
-                               c->eps, wd, c->t);
+    ds_adamw_elems(zs->s->opts.precision, param_at(zs, o), grad_at(zs, o), a->grad_scale,
+                   master_at(zs, o), fdata(zs->m) + o, fdata(zs->v) + o, (size_t)sl.len, c,
+                   p->decay ? c->weight_decay : 0.0f);
 }
 
 static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
-    const ds_sgd_cfg *c = a->cfg; /* fp32: the gradients were scaled in place already */
+    const ds_sgd_cfg *c = a->cfg;
     int64_t o = sl.shard_off;
-    float wd = p->decay ? c->weight_decay : 0.0f;
-    if (is_half(zs))
-        ds_sgd_update_half(half(zs), (uint16_t *)shard_params(zs) + o,
-                           (const uint16_t *)shard_grads(zs) + o, a->grad_scale,
-                           fdata(zs->master) + o, fdata(zs->mom) + o, (size_t)sl.len, c->lr,
-                           c->momentum, wd);
-    else
-        ds_sgd_update((float *)shard_params(zs) + o, (const float *)shard_grads(zs) + o,
-                      fdata(zs->mom) + o, (size_t)sl.len, c->lr, c->momentum, wd);
+    ds_sgd_elems(zs->s->opts.precision, param_at(zs, o), grad_at(zs, o), a->grad_scale,
+                 master_at(zs, o), fdata(zs->mom) + o, (size_t)sl.len, c,
+                 p->decay ? c->weight_decay : 0.0f);
 }
 
-/* Each parameter's overlap with the rank's shard, with its own decay flag. A ZeRO-3
- * window still open (an evaluation forward keeps the last stage's) would be stale after
- * the update: it goes. The gradients are scaled on the way into the step (AdamW, and
- * SGD on 16-bit stages: scaling 16-bit gradients in place would round them, and unscaling
- * fp16 by the loss scale would flush them to zero); fp32 SGD scales them in place first,
- * as one rank does. */
+/* Each parameter's overlap with the rank's shard, with its own decay flag, stepped as one
+ * rank steps it (ds_adamw_elems / ds_sgd_elems). A ZeRO-3 window still open (an evaluation
+ * forward keeps the last stage's) would be stale after the update: it goes. */
 static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const step_args *a,
                         ds_err *err) {
     if (zs->zero == 3) release_params(z, (int)(zs - z->st));
     if (sync_master_shard(zs, 0, err) != 0) return -1;
-    if (fn == sgd_piece && !is_half(zs) && a->grad_scale != 1.0f)
-        ds_scale(shard_grads(zs), a->grad_scale, (size_t)(zs->hi - zs->lo));
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
         ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,

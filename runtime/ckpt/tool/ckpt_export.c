@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ds_json_read.h"
-#include "safetensors.h"
+#include "safetensors_dtype.h"
 
 typedef struct export_job {
     ds_ckpt *ck;
@@ -15,23 +15,6 @@ typedef struct export_job {
     ds_st_kv *meta;
     size_t nmeta;
 } export_job;
-
-static int st_dtype(ds_dtype t, ds_st_dtype *out) {
-    switch (t) {
-    case DS_F32: *out = DS_ST_F32; return 0;
-    case DS_BF16: *out = DS_ST_BF16; return 0;
-    case DS_F16: *out = DS_ST_F16; return 0;
-    case DS_I32: *out = DS_ST_I32; return 0;
-    }
-    return -1;
-}
-
-static void transpose(const unsigned char *in, unsigned char *out, int64_t rows, int64_t cols,
-                      size_t esz) {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            memcpy(out + (size_t)(j * rows + i) * esz, in + (size_t)(i * cols + j) * esz, esz);
-}
 
 static int int_field(const export_job *x, const ds_jv *t, size_t i, const char *key,
                      long long *out, ds_err *err) {
@@ -80,7 +63,7 @@ static int load_tensor(export_job *x, const ds_jv *t, size_t i, ds_err *err) {
     if (transposed && st->ndim != 2)
         return ds_err_set(err, "%s.tensors[%zu] '%s': transpose needs a 2-D shape", x->where, i,
                           name->str);
-    if (st_dtype(a.dtype, &st->dtype))
+    if (ds_st_dtype_of(a.dtype, &st->dtype))
         return ds_err_set(err, "export '%s': array dtype has no safetensors name", name->str);
     size_t esz = ds_st_dtype_size(st->dtype);
     unsigned char *buf = malloc(numel * esz + 1), *out = buf;
@@ -92,7 +75,7 @@ static int load_tensor(export_job *x, const ds_jv *t, size_t i, ds_err *err) {
         return ds_err_prefix(err, "export '%s'", name->str);
     if (transposed) {
         if (!(out = malloc(numel * esz + 1))) return ds_err_set(err, "out of memory");
-        transpose(buf, out, st->shape[0], st->shape[1], esz);
+        ds_transpose2d(out, buf, st->shape[0], st->shape[1], esz);
         free(buf);
         st->data = out;
         int64_t r = st->shape[0];
