@@ -149,4 +149,16 @@ void ds_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad
 void ds_kernels_set_threads(int n);
 int ds_kernels_threads(void);
 
+/* The process environment the kernels want (cpu_env.c): OMP_WAIT_POLICY=PASSIVE unless
+ * the user set a policy. Call first thing in main: when it sets the policy the program
+ * starts itself again (execv of /proc/self/exe) and this call does not return. */
+void ds_cpu_env_prepare(char **argv, const char *prog);
+
+typedef struct ds_blas_info {
+    const char *core;     /* the kernels OpenBLAS runs, e.g. Haswell, SkylakeX */
+    const char *config;   /* openblas_get_config() */
+    const char *coretype; /* OPENBLAS_CORETYPE when set (the core was forced), else NULL */
+} ds_blas_info;
+ds_blas_info ds_blas_describe(void);
+
 #endif

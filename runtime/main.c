@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "subcommands.h"
 #ifdef DS_HAVE_CUDA
 #include "kernels_cuda.h"
@@ -16,6 +18,7 @@ static const char *USAGE =
     "  ckpt export|inspect ...      state checkpoints\n"
     "  agent | worker               started by dslaunch, not by hand\n"
     "  --devices                    list CUDA devices\n"
+    "  --blas                       OpenBLAS's build and the kernels it runs (its core)\n"
     "  --version | --help\n";
 
 static int list_devices(void) {
@@ -45,21 +48,17 @@ static int list_devices(void) {
 #endif
 }
 
-/* libgomp reads OMP_WAIT_POLICY once, when it is loaded, and by default its idle threads
- * spin; on a small machine they starve OpenBLAS's own threads (a profile of the small
- * GPT showed 72% of CPU time in that spin; the passive policy made steps 1.3-3x
- * faster). So unless the user chose a policy, dsrun starts itself again with the
- * passive one before any kernel runs. */
-static void ensure_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);
-    perror("dsrun: re-exec with OMP_WAIT_POLICY=PASSIVE failed; continuing with spinning "
-           "OpenMP threads (set OMP_WAIT_POLICY yourself to silence this)");
+static int describe_blas(void) {
+    ds_blas_info b = ds_blas_describe();
+    printf("%s\ncore %s", b.config, b.core);
+    if (!b.coretype) printf(" (OpenBLAS's choice for this CPU)\n");
+    else if (!strcasecmp(b.coretype, b.core)) printf(" (forced by OPENBLAS_CORETYPE)\n");
+    else printf(" (OpenBLAS's choice: it did not take OPENBLAS_CORETYPE=%s)\n", b.coretype);
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    ensure_passive_openmp(argv);
+    ds_cpu_env_prepare(argv, "dsrun");
     if (argc < 2) {
         fputs(USAGE, stderr);
         return 2;
@@ -74,6 +73,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--devices")) return list_devices();
+    if (!strcmp(cmd, "--blas")) return describe_blas();
     if (!strcmp(cmd, "run")) return dsrun_run_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "agent")) return dsrun_agent_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker")) return dsrun_worker_main(argc - 1, argv + 1);

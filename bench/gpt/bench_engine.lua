@@ -73,6 +73,7 @@ local function bench(name)
   local mem = ds.memory()
   local r = {
     bench = 'engine', model = name, B = S.B, T = S.T, threads = ds.threads(), params = P,
+    blas_core = ds.blas().core,
     steps = S.steps, checkpoint = S.checkpoint, precision = S.precision,
     step_ms_best = best * 1e3, step_ms_median = median(times) * 1e3,
     forward_ms_median = median(parts.fwd) * 1e3, backward_ms_median = median(parts.bwd) * 1e3,
@@ -88,7 +89,9 @@ end
 local rows = {}
 for _, n in ipairs(names) do rows[#rows + 1] = bench(n) end
 
-print(string.format('dslaunch engine, %d threads, B=%d T=%d, %d steps after %d warm-up', ds.threads(), S.B, S.T, S.steps, S.warmup))
+local blas = ds.blas()
+print(string.format('dslaunch engine, %d threads, B=%d T=%d, %d steps after %d warm-up; OpenBLAS kernels %s%s',
+  ds.threads(), S.B, S.T, S.steps, S.warmup, blas.core, blas.coretype and ' (OPENBLAS_CORETYPE)' or ''))
 print(string.format('%-10s %11s %9s %9s %8s %8s %8s %9s %8s %10s', 'model', 'params', 'step ms', 'median',
   'fwd ms', 'bwd ms', 'opt ms', 'tokens/s', 'GFLOP/s', 'peak MiB'))
 for _, r in ipairs(rows) do

@@ -14,7 +14,10 @@ THREADS=${THREADS:-2} B=${B:-4} T=${T:-64} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
 # libgomp's idle threads spin by default and starve OpenBLAS's pthreads on the same cores
 # (docs/engine.md, "Threads"); PASSIVE for all three peers alike, unless set already.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load $(cut -d' ' -f1-3 /proc/loadavg)"
+# OpenBLAS's kernels (its core) set the GEMM speed of all three peers; they share this
+# environment, so they run the same core. It is printed, not changed: a site may pin one.
+blas_core=$("$build/runtime/dsrun" --blas | sed -n 's/^core //p')
+echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, OpenBLAS core $blas_core, load $(cut -d' ' -f1-3 /proc/loadavg)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -35,7 +38,7 @@ else
 fi
 
 echo "== comparison"
-/usr/bin/python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" "$blas_core" <<'PY'
 import json, sys, os
 rows = {}
 for f in ("sgemm.txt", "engine.txt", "torch.txt"):
@@ -53,6 +56,7 @@ for model, r in sorted(rows.items()):
     if not e:
         continue
     c = {"bench": "gpt_compare", "model": model, "B": e["B"], "T": e["T"], "threads": e["threads"],
+         "blas_core": sys.argv[2].split(" (")[0],
          "engine_tokens_per_s": round(e["tokens_per_s"], 2),
          "engine_gflop_per_s": round(e["gflop_per_s"], 2),
          "sgemm_gflop_per_s": s and s["gflop_per_s"],

@@ -177,9 +177,9 @@ static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
            m->name, tot.flops * 1e-9, tot.seconds * 1e3, tot.flops / tot.seconds * 1e-9,
            tot.ds_seconds * 1e3, tot.flops / tot.ds_seconds * 1e-9);
     printf("{\"bench\":\"sgemm_step\",\"model\":\"%s\",\"tokens\":%d,\"threads\":%d,"
-           "\"gemm_gflop\":%.3f,\"gemm_ms\":%.3f,\"gflop_per_s\":%.2f,"
+           "\"blas_core\":\"%s\",\"gemm_gflop\":%.3f,\"gemm_ms\":%.3f,\"gflop_per_s\":%.2f,"
            "\"ds_matmul_ms\":%.3f,\"ds_matmul_gflop_per_s\":%.2f}\n",
-           m->name, N, threads, tot.flops * 1e-9, tot.seconds * 1e3,
+           m->name, N, threads, ds_blas_describe().core, tot.flops * 1e-9, tot.seconds * 1e3,
            tot.flops / tot.seconds * 1e-9, tot.ds_seconds * 1e3,
            tot.flops / tot.ds_seconds * 1e-9);
     return tot;
@@ -342,6 +342,7 @@ static void print_step(const gpt_shape *m, int B, int T, int threads, const step
 }
 
 int main(int argc, char **argv) {
+    ds_cpu_env_prepare(argv, "bench_kernels"); /* OpenMP waits as under dsrun */
     const char *which = "all", *only = "all";
     int threads = 2, B = 4, T = 64;
     for (int i = 1; i < argc; i++) {
@@ -372,6 +373,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     ds_kernels_set_threads(threads);
+    ds_blas_info blas = ds_blas_describe();
+    printf("OpenBLAS kernels: %s%s\n", blas.core, blas.coretype ? " (OPENBLAS_CORETYPE)" : "");
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) {
         const gpt_shape *m = &MODELS[i];
         int want = !strcmp(which, "all") || !strcmp(which, m->name) ||

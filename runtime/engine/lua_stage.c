@@ -729,6 +729,22 @@ static int l_threads(lua_State *L) {
     return 1;
 }
 
+/* ds.blas() -> {core=, config=, coretype=}: which OpenBLAS kernels the GEMMs run, and
+ * OPENBLAS_CORETYPE when that choice was forced (nil when OpenBLAS chose by the CPU). */
+static int l_blas(lua_State *L) {
+    ds_blas_info b = ds_blas_describe();
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, b.core);
+    lua_setfield(L, -2, "core");
+    lua_pushstring(L, b.config);
+    lua_setfield(L, -2, "config");
+    if (b.coretype) {
+        lua_pushstring(L, b.coretype);
+        lua_setfield(L, -2, "coretype");
+    }
+    return 1;
+}
+
 void ds_lua_open_stage(lua_State *L) {
     static const luaL_Reg stage_methods[] = {
         {"forward", l_stage_forward},       {"backward", l_stage_backward},
@@ -750,6 +766,7 @@ void ds_lua_open_stage(lua_State *L) {
                                    {"now", l_now},
                                    {"set_threads", l_set_threads},
                                    {"threads", l_threads},
+                                   {"blas", l_blas},
                                    {NULL, NULL}};
     ds_lua_new_class(L, STAGE_MT, stage_methods,
                      (const luaL_Reg[]){{"__gc", l_stage_gc}, {NULL, NULL}});
