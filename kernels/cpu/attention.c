@@ -3,13 +3,27 @@
  * Work is split by (batch, head): one head is one thread's job, and every sum inside it
  * runs in a fixed order, so results do not depend on the thread count.
  *
- * Inside a head every product is the same shape, out[0..len) = sum_r w[r] * rows[r][0..len)
- * (rows_combine): a transposed matrix-vector product whose output block stays in registers
- * while the rows stream through, one load per multiply-add and no horizontal sums. Scores
- * use K transposed to [hs][T] (rows over the head dimension, output over positions);
- * outputs, dq, dk and dv use rows of Q, K, V or dy directly. Backward first turns every
- * row of probabilities into its softmax gradient (scratch), then forms dq by rows and dk,
- * dv by columns, so nothing is scattered. The per-head functions are SIMD-cloned.
+ * Inside a head every product is a small matrix product C (+)= A.B over a causal range of
+ * k, done by tile(): an MR x NR block of C stays in registers while k streams, so each
+ * loaded element of B feeds MR multiply-adds and each element of A feeds NR. Each output
+ * element is still the sum over k in ascending order, starting from 0 (or from the value
+ * already in C for gradients): the same sums as one row at a time. The rows of a block
+ * differ in where their causal range starts or ends; the steps where only some rows are
+ * in range run row by row, so nothing outside the range is ever added, not even a zero.
+ *
+ * Forward, per block of MR query rows: scores = (q*scale).K^T into a small buffer, softmax
+ * into att (the rows' sums interleave, each still in order u = 0..t), then out = P.V.
+ * Backward, per block of rows: dy.V^T, turned into the softmax gradients dP (scratch), and
+ * dq = dP.K; then per block of key rows dk = dP^T.Q and dv = P^T.dy, reading P and dP by
+ * columns. The B operands (K^T, V^T, and the rows of Q, K,
+ * V, dy) are first packed per head into a thread's workspace, zero-padded to whole tiles,
+ * so tile() has no short-column remainder. The per-head functions are SIMD-cloned, and
+ * their helpers are forced inline so each clone gets its own copy.
+ *
+ * The results are bit-identical to the earlier one-row-at-a-time kernel (same sums, same
+ * multiply-add contractions); keep it so when changing the loops: in particular the
+ * softmax-gradient dot stays one loop per row, whose vector/leftover split the compiler
+ * picks and which the bits depend on.
  *
  * Dropout on the probabilities (the _dropout pair) multiplies each row of P by its mask
  * row, drawn exactly as ds_dropout_forward draws the elements of the [B,NH,T,T] tensor,
@@ -22,11 +36,24 @@
 #include "kernels.h"
 #include "simd.h"
 
-#define BLOCK 32
+/* A register tile: MR rows by NR columns (two AVX-512 vectors), 8 vector accumulators.
+ * (GCC feeds B to the multiply-adds from memory, one load per row, so the tile is
+ * load-bound; keeping B in registers via vector types spilled the accumulators.) */
+#define MR 4
+#define NR 32
+
+/* Helpers of the SIMD-cloned per-head functions must be inlined into each clone: one
+ * compiled on its own would run the baseline (SSE) code under every clone. */
+#if defined(__GNUC__)
+#define HEAD_INLINE static inline __attribute__((always_inline))
+#else
+#define HEAD_INLINE static inline
+#endif
 
 typedef struct att_dims {
     int B, T, C, NH, hs;
-    size_t C3; /* row stride of qkv */
+    int Tp, hsp; /* T and hs rounded up to whole tiles: strides of the packed buffers */
+    size_t C3;   /* row stride of qkv */
     float scale;
 } att_dims;
 
@@ -43,6 +70,13 @@ static att_drop att_drop_of(float p, ds_rng_key key) {
     return d;
 }
 
+static att_dims att_dims_of(int B, int T, int C, int NH) {
+    int hs = C / NH;
+    att_dims d = {B, T, C, NH, hs, (T + NR - 1) / NR * NR, (hs + NR - 1) / NR * NR,
+                  3 * (size_t)C, 1.0f / sqrtf((float)hs)};
+    return d;
+}
+
 /* m[j] = keep scale or 0 for element i0 + j of the probabilities (j < n): the draw of
  * global index offset + i0 + j, word g%4 of block g/4, as in dropout.c. */
 static void mask_row(float *m, uint64_t i0, int n, const att_drop *d) {
@@ -56,94 +90,176 @@ static void mask_row(float *m, uint64_t i0, int n, const att_drop *d) {
     }
 }
 
-/* out[0..len) (+)= sum_{r < nrows} w[r] * rows[r*stride + 0..len) */
-static inline void rows_combine(float *restrict out, const float *restrict w,
-                                const float *restrict rows, size_t stride, int nrows, int len,
-                                int accumulate) {
-    int i0 = 0;
-    for (; i0 + BLOCK <= len; i0 += BLOCK) {
-        float acc[BLOCK];
-        for (int j = 0; j < BLOCK; j++) acc[j] = accumulate ? out[i0 + j] : 0.0f;
-        for (int r = 0; r < nrows; r++) {
-            const float *row = rows + r * stride + i0;
-            float wr = w[r];
-            for (int j = 0; j < BLOCK; j++) acc[j] += wr * row[j];
-        }
-        for (int j = 0; j < BLOCK; j++) out[i0 + j] = acc[j];
+/* Operand A of a tile: element (r, k) is p[r*rs + k*ks], so A can be read by rows (ks = 1)
+ * or, for dk and dv, down the columns of a [T][T] matrix (rs = 1, ks = T). */
+typedef struct amat {
+    const float *p;
+    size_t rs, ks;
+} amat;
+
+/* Row r of a tile sums over k in [lo + r*dlo, hi + r*dhi), ascending. dlo, dhi are 0 or
+ * 1: a causal range ends one step later on each next row (outputs, dq) or starts one step
+ * later (dk, dv). */
+typedef struct krange {
+    int lo, dlo, hi, dhi;
+} krange;
+
+/* c[r*ldc + j] (+)= sum_k A(r, k) * b[k*ldb + j] for rows r < mr, columns j < nc. b must
+ * have NR readable columns. Rows mr..MR-1 repeat row mr-1 (always in bounds) and are
+ * dropped, so a short last block needs no padding of A or C. */
+HEAD_INLINE void tile(float *c, size_t ldc, int mr, int nc, int accumulate, amat A,
+                      const float *b, size_t ldb, krange kr) {
+    float acc[MR][NR];
+    const float *a[MR];
+    for (int r = 0; r < MR; r++) {
+        int rr = r < mr ? r : mr - 1;
+        a[r] = A.p + rr * A.rs;
+        for (int j = 0; j < NR; j++) acc[r][j] = accumulate && j < nc ? c[rr * ldc + j] : 0.0f;
     }
-    if (i0 < len) {
-        int n = len - i0;
-        float acc[BLOCK];
-        for (int j = 0; j < n; j++) acc[j] = accumulate ? out[i0 + j] : 0.0f;
-        for (int r = 0; r < nrows; r++) {
-            const float *row = rows + r * stride + i0;
-            float wr = w[r];
-            for (int j = 0; j < n; j++) acc[j] += wr * row[j];
+    int all_lo = kr.lo + (mr - 1) * kr.dlo, end = kr.hi + (mr - 1) * kr.dhi;
+    for (int k = kr.lo; k < all_lo; k++) /* causal start: only the rows already in range */
+        for (int r = 0; r < mr; r++) {
+            if (k < kr.lo + r * kr.dlo) continue;
+            float ar = a[r][k * A.ks];
+            const float *bk = b + k * ldb;
+            for (int j = 0; j < NR; j++) acc[r][j] += ar * bk[j];
         }
-        for (int j = 0; j < n; j++) out[i0 + j] = acc[j];
+    for (int k = all_lo; k < kr.hi; k++) { /* every row in range */
+        const float *bk = b + k * ldb;
+        for (int r = 0; r < MR; r++) {
+            float ar = a[r][k * A.ks];
+            for (int j = 0; j < NR; j++) acc[r][j] += ar * bk[j];
+        }
     }
+    for (int k = kr.hi > all_lo ? kr.hi : all_lo; k < end; k++) /* causal end */
+        for (int r = 0; r < mr; r++) {
+            if (k >= kr.hi + r * kr.dhi) continue;
+            float ar = a[r][k * A.ks];
+            const float *bk = b + k * ldb;
+            for (int j = 0; j < NR; j++) acc[r][j] += ar * bk[j];
+        }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nc; j++) c[r * ldc + j] = acc[r][j];
 }
 
-/* dst[i*T + t] = src[t*stride + i]: one head's keys or values as [hs][T] */
-static void transpose_head(float *dst, const float *src, size_t stride, int T, int hs) {
+/* dst[i*ld + t] = src[t*stride + i], zero for t >= T: keys or values as [hs][ld]. Blocks
+ * of 16 positions make each store a whole vector. */
+HEAD_INLINE void pack_transposed(float *dst, const float *src, size_t stride, int T, int hs,
+                                 int ld) {
+    int t0 = 0;
+    for (; t0 + 16 <= T; t0 += 16)
+        for (int i = 0; i < hs; i++)
+            for (int j = 0; j < 16; j++) dst[(size_t)i * ld + t0 + j] = src[(t0 + j) * stride + i];
+    for (int i = 0; i < hs; i++)
+        for (int t = t0; t < ld; t++) dst[(size_t)i * ld + t] = t < T ? src[t * stride + i] : 0.0f;
+}
+
+/* dst[t*ld + i] = src[t*stride + i] * scale, zero for i >= hs */
+HEAD_INLINE void pack_rows(float *restrict dst, const float *restrict src, size_t stride, int T,
+                           int hs, int ld, float scale) {
     for (int t = 0; t < T; t++)
-        for (int i = 0; i < hs; i++) dst[(size_t)i * T + t] = src[(size_t)t * stride + i];
+        for (int i = 0; i < ld; i++)
+            dst[(size_t)t * ld + i] = i < hs ? src[t * stride + i] * scale : 0.0f;
 }
 
-static float *head_buffer(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) abort(); /* tens of KB per head: failure here means the process is already lost */
+/* max of s[0..n): lanes keep it vectorisable; a max is exact in any order */
+HEAD_INLINE float row_max(const float *s, int n) {
+    float acc[DS_LANES];
+    for (int j = 0; j < DS_LANES; j++) acc[j] = -INFINITY;
+    int u = 0;
+    for (; u + DS_LANES <= n; u += DS_LANES)
+        for (int j = 0; j < DS_LANES; j++) acc[j] = s[u + j] > acc[j] ? s[u + j] : acc[j];
+    float m = -INFINITY;
+    for (int j = 0; j < DS_LANES; j++) m = acc[j] > m ? acc[j] : m;
+    for (; u < n; u++) m = s[u] > m ? s[u] : m;
+    return m;
+}
+
+/* s[r] = sum of x[r*ldx + u] over u <= t0 + r, for rows r < mr, each in order u = 0, 1, ...
+ * The rows' sums interleave, so an add need not wait for the one before it. */
+HEAD_INLINE void causal_sums(float s[MR], const float *x, size_t ldx, int t0, int mr) {
+    for (int r = 0; r < MR; r++) s[r] = 0.0f;
+    for (int u = 0; u <= t0; u++)
+        for (int r = 0; r < MR; r++)
+            if (r < mr) s[r] += x[r * ldx + u];
+    for (int r = 1; r < mr; r++)
+        for (int u = t0 + 1; u <= t0 + r; u++) s[r] += x[r * ldx + u];
+}
+
+/* rows t0.. of att (A, stride T) = softmax of the scores S (stride Tp) over u <= t, zeros
+ * after. The exponentials are a loop of their own so it vectorises. */
+HEAD_INLINE void softmax_rows(float *A, const float *S, int t0, int mr, int T, int Tp) {
+    for (int r = 0; r < mr; r++) {
+        float *a = A + (size_t)r * T;
+        const float *s = S + (size_t)r * Tp;
+        float maxv = row_max(s, t0 + r + 1);
+        for (int u = 0; u <= t0 + r; u++) a[u] = ds_km_expf(s[u] - maxv);
+    }
+    float sum[MR];
+    causal_sums(sum, A, (size_t)T, t0, mr);
+    for (int r = 0; r < mr; r++) {
+        float *a = A + (size_t)r * T, inv = 1.0f / sum[r];
+        for (int u = 0; u <= t0 + r; u++) a[u] *= inv;
+        for (int u = t0 + r + 1; u < T; u++) a[u] = 0.0f;
+    }
+}
+
+static float *workspace(size_t n) {
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes);
+    if (!p) abort(); /* tens of KB per thread: failure here means the process is already lost */
     return p;
 }
 
-/* softmax of a[0..t] in place, zeros after */
-static inline void softmax_causal(float *a, int t, int T) {
-    float maxv = -INFINITY;
-    for (int u = 0; u <= t; u++) maxv = a[u] > maxv ? a[u] : maxv;
-    float sum = 0.0f;
-    for (int u = 0; u <= t; u++) {
-        a[u] = ds_km_expf(a[u] - maxv);
-        sum += a[u];
-    }
-    float inv = 1.0f / sum;
-    for (int u = 0; u <= t; u++) a[u] *= inv;
-    for (int u = t + 1; u < T; u++) a[u] = 0.0f;
+static size_t forward_workspace(att_dims d) {
+    return (size_t)d.hs * d.Tp + 2 * (size_t)d.T * d.hsp + 2 * (size_t)MR * d.Tp +
+           (size_t)d.Tp;
 }
 
 DS_SIMD static void forward_head(float *out, float *att, const float *qkv, int b, int h,
-                                 att_dims d, const att_drop *dr) {
-    int T = d.T, C = d.C, hs = d.hs;
+                                 att_dims d, const att_drop *dr, float *ws) {
+    int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
-    float *Kt = head_buffer((size_t)hs * T + hs + 2 * (size_t)T), *qs = Kt + (size_t)hs * T;
-    float *m = qs + hs, *am = m + T; /* dropout: mask row, dropped probabilities */
-    transpose_head(Kt, base + C, d.C3, T, hs);
-    for (int t = 0; t < T; t++) {
-        size_t row = ((size_t)b * d.NH + h) * T + t;
-        float *a = att + row * T;
-        const float *q = base + t * d.C3;
-        for (int i = 0; i < hs; i++) qs[i] = q[i] * d.scale;
-        rows_combine(a, qs, Kt, T, hs, t + 1, 0);
-        softmax_causal(a, t, T);
-        const float *w = a;
-        if (dr->p > 0.0f) {
-            mask_row(m, row * T, t + 1, dr);
-            for (int u = 0; u <= t; u++) am[u] = a[u] * m[u];
-            w = am;
+    float *Kt = ws, *V = Kt + (size_t)hs * Tp, *qs = V + (size_t)T * hsp;
+    float *S = qs + (size_t)T * hsp, *W = S + MR * Tp, *m = W + MR * Tp; /* scores, dropped P, mask */
+    pack_transposed(Kt, base + C, d.C3, T, hs, Tp);
+    pack_rows(V, base + 2 * C, d.C3, T, hs, hsp, 1.0f);
+    pack_rows(qs, base, d.C3, T, hs, hsp, d.scale); /* q * scale, rounded, as the scores use it */
+    size_t head = ((size_t)b * d.NH + h) * T;
+    for (int t0 = 0; t0 < T; t0 += MR) {
+        int mr = T - t0 < MR ? T - t0 : MR;
+        amat Q = {qs + (size_t)t0 * hsp, (size_t)hsp, 1};
+        krange all = {0, 0, hs, 0};
+        for (int u0 = 0; u0 < t0 + mr; u0 += NR)
+            tile(S + u0, Tp, mr, NR, 0, Q, Kt + u0, Tp, all);
+        float *A = att + (head + t0) * T;
+        softmax_rows(A, S, t0, mr, T, Tp);
+        for (int r = 0; r < mr && dr->p > 0.0f; r++) {
+            int t = t0 + r;
+            mask_row(m, (head + t) * T, t + 1, dr);
+            for (int u = 0; u <= t; u++) W[r * Tp + u] = A[(size_t)r * T + u] * m[u];
         }
-        float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-        rows_combine(o, w, base + 2 * C, d.C3, t + 1, hs, 0);
+        amat P = dr->p > 0.0f ? (amat){W, (size_t)Tp, 1} : (amat){A, (size_t)T, 1};
+        float *o = out + ((size_t)b * T + t0) * C + (size_t)h * hs;
+        krange causal = {0, 0, t0 + 1, 1}; /* row t sums over u <= t */
+        for (int i0 = 0; i0 < hs; i0 += NR)
+            tile(o + i0, C, mr, hs - i0 < NR ? hs - i0 : NR, 0, P, V + i0, hsp, causal);
     }
-    free(Kt);
 }
 
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH, const att_drop *dr) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
-    att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
+    att_dims d = att_dims_of(B, T, C, NH);
     size_t work = (size_t)B * NH * T * T * d.hs;
-#pragma omp parallel for collapse(2) schedule(dynamic) if (work > 4 * DS_PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) forward_head(out, att, qkv, b, h, d, dr);
+#pragma omp parallel if (work > 4 * DS_PAR_MIN)
+    {
+        float *ws = workspace(forward_workspace(d));
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) forward_head(out, att, qkv, b, h, d, dr, ws);
+        free(ws);
+    }
 }
 
 void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
@@ -158,63 +274,101 @@ void ds_attention_forward_dropout(float *out, float *att, const float *qkv, int 
     attention_forward(out, att, qkv, B, T, C, NH, &dr);
 }
 
+/* rows t0.. of dP (stride T) = a * (g - sum(a * g)) * scale over u <= t, zeros after, for
+ * g = dy.V in G (stride Tp) and a the rows of att from A */
+HEAD_INLINE void softmax_grad_rows(float *dP, const float *G, const float *A, int t0, int mr,
+                                   int T, int Tp, float scale) {
+    for (int r = 0; r < mr; r++) {
+        const float *a = A + (size_t)r * T, *g = G + (size_t)r * Tp;
+        float *dp = dP + (size_t)r * T;
+        /* one row at a time: how the compiler splits this loop (vector products, then
+         * a multiply-add per leftover element) is part of the result's bits */
+        float dot = 0.0f;
+        for (int u = 0; u <= t0 + r; u++) dot += a[u] * g[u];
+        for (int u = 0; u <= t0 + r; u++) dp[u] = a[u] * (g[u] - dot) * scale;
+        for (int u = t0 + r + 1; u < T; u++) dp[u] = 0.0f;
+    }
+}
+
+static size_t backward_workspace(att_dims d, int drop) {
+    return (size_t)d.hs * d.Tp + 3 * (size_t)d.T * d.hsp + (size_t)MR * d.Tp + (size_t)d.Tp +
+           (drop ? (size_t)d.T * d.T : 0);
+}
+
+/* dq for rows t0.. and the softmax gradients dP of those rows */
+HEAD_INLINE void backward_rows(float *dP, float *dq, const float *A, float *Am, const float *K,
+                                 const float *Vt, const float *dY, float *S, float *m, int t0,
+                                 size_t head, att_dims d, const att_drop *dr) {
+    int T = d.T, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
+    int mr = T - t0 < MR ? T - t0 : MR;
+    amat G = {dY + (size_t)t0 * hsp, (size_t)hsp, 1};
+    krange all = {0, 0, hs, 0};
+    for (int u0 = 0; u0 < t0 + mr; u0 += NR) tile(S + u0, Tp, mr, NR, 0, G, Vt + u0, Tp, all);
+    for (int r = 0; r < mr && dr->p > 0.0f; r++) { /* dy.V is the gradient of the dropped
+                                                      * row: times the mask for P's */
+        int t = t0 + r;
+        const float *a = A + (size_t)t * T;
+        float *g = S + r * Tp, *am = Am + (size_t)t * T;
+        mask_row(m, head + (size_t)t * T, t + 1, dr);
+        for (int u = 0; u <= t; u++) {
+            g[u] *= m[u];
+            am[u] = a[u] * m[u];
+        }
+    }
+    softmax_grad_rows(dP + (size_t)t0 * T, S, A + (size_t)t0 * T, t0, mr, T, Tp, d.scale);
+    amat P = {dP + (size_t)t0 * T, (size_t)T, 1};
+    krange causal = {0, 0, t0 + 1, 1};
+    for (int i0 = 0; i0 < hs; i0 += NR)
+        tile(dq + t0 * d.C3 + i0, d.C3, mr, hs - i0 < NR ? hs - i0 : NR, 1, P, K + i0, hsp, causal);
+}
+
 DS_SIMD static void backward_head(float *dqkv, float *scratch, const float *dout,
                                   const float *qkv, const float *att, int b, int h,
-                                  att_dims d, const att_drop *dr) {
-    int T = d.T, C = d.C, hs = d.hs;
-    size_t hT = (size_t)hs * T, head = ((size_t)b * d.NH + h) * T * T;
+                                  att_dims d, const att_drop *dr, float *ws) {
+    int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
+    size_t head = ((size_t)b * d.NH + h) * T * T;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
     float *dbase = dqkv + (size_t)b * T * d.C3 + (size_t)h * hs;
-    const float *dy0 = dout + (size_t)b * T * C + (size_t)h * hs;
     const float *A = att + head;
     float *dP = scratch + head; /* [T][T]: softmax gradients, pre-scaled */
-    int drop = dr->p > 0.0f;
-    /* with dropout: Am [T][T] holds the dropped probabilities (what met V), m a mask row */
-    size_t extra = drop ? (size_t)T * T + T : 0;
-    float *Vt = head_buffer(hT + 2 * (size_t)T + extra), *wa = Vt + hT, *wp = wa + T;
-    float *Am = wp + T, *m = Am + (size_t)T * T;
-    transpose_head(Vt, base + 2 * C, d.C3, T, hs);
-    for (int t = 0; t < T; t++) { /* dP[t] = a * (dy.V - sum(a * dy.V)) * scale */
-        const float *a = A + (size_t)t * T;
-        float *dp = dP + (size_t)t * T;
-        rows_combine(dp, dy0 + (size_t)t * C, Vt, T, hs, t + 1, 0);
-        if (drop) { /* dy.V is the gradient of the dropped row: times the mask for P's */
-            mask_row(m, (head + (size_t)t * T), t + 1, dr);
-            float *am = Am + (size_t)t * T;
-            for (int u = 0; u <= t; u++) {
-                dp[u] *= m[u];
-                am[u] = a[u] * m[u];
-            }
+    float *Vt = ws, *K = Vt + (size_t)hs * Tp, *Q = K + (size_t)T * hsp, *dY = Q + (size_t)T * hsp;
+    float *S = dY + (size_t)T * hsp, *m = S + MR * Tp; /* dy.V of a block of rows, mask row */
+    float *Am = m + Tp; /* with dropout: [T][T], the dropped probabilities (what met V) */
+    pack_transposed(Vt, base + 2 * C, d.C3, T, hs, Tp);
+    pack_rows(K, base + C, d.C3, T, hs, hsp, 1.0f);
+    pack_rows(Q, base, d.C3, T, hs, hsp, 1.0f);
+    pack_rows(dY, dout + (size_t)b * T * C + (size_t)h * hs, (size_t)C, T, hs, hsp, 1.0f);
+    for (int t0 = 0; t0 < T; t0 += MR)
+        backward_rows(dP, dbase, A, Am, K, Vt, dY, S, m, t0, head, d, dr);
+    const float *AV = dr->p > 0.0f ? Am : A; /* the probabilities that met V */
+    for (int u0 = 0; u0 < T; u0 += MR) { /* dk[u] += sum_t dP[t][u] q[t]; dv[u] += sum_t a[t][u] dy[t] */
+        int mr = T - u0 < MR ? T - u0 : MR;
+        amat dPt = {dP + u0, 1, (size_t)T}, Pt = {AV + u0, 1, (size_t)T};
+        krange causal = {u0, 1, T, 0}; /* row u sums over t >= u */
+        float *dk = dbase + u0 * d.C3 + C, *dv = dk + C;
+        for (int i0 = 0; i0 < hs; i0 += NR) {
+            int nc = hs - i0 < NR ? hs - i0 : NR;
+            tile(dk + i0, d.C3, mr, nc, 1, dPt, Q + i0, hsp, causal);
+            tile(dv + i0, d.C3, mr, nc, 1, Pt, dY + i0, hsp, causal);
         }
-        float dot = 0.0f;
-        for (int u = 0; u <= t; u++) dot += a[u] * dp[u];
-        for (int u = 0; u <= t; u++) dp[u] = a[u] * (dp[u] - dot) * d.scale;
-        for (int u = t + 1; u < T; u++) dp[u] = 0.0f;
     }
-    for (int t = 0; t < T; t++) /* dq[t] += sum_u dP[t][u] k[u] */
-        rows_combine(dbase + t * d.C3, dP + (size_t)t * T, base + C, d.C3, t + 1, hs, 1);
-    const float *AV = drop ? Am : A; /* the probabilities that met V */
-    for (int u = 0; u < T; u++) { /* dk[u] += sum_t dP[t][u] q[t]; dv[u] += sum_t a[t][u] dy[t] */
-        int n = T - u;
-        for (int t = u; t < T; t++) {
-            wp[t - u] = dP[(size_t)t * T + u];
-            wa[t - u] = AV[(size_t)t * T + u];
-        }
-        rows_combine(dbase + u * d.C3 + C, wp, base + u * d.C3, d.C3, n, hs, 1);
-        rows_combine(dbase + u * d.C3 + 2 * C, wa, dy0 + (size_t)u * C, (size_t)C, n, hs, 1);
-    }
-    free(Vt);
 }
 
 static void attention_backward(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int C, int NH,
                                const att_drop *dr) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
-    att_dims d = {B, T, C, NH, C / NH, 3 * (size_t)C, 1.0f / sqrtf((float)(C / NH))};
+    att_dims d = att_dims_of(B, T, C, NH);
     size_t work = (size_t)B * NH * T * T * d.hs;
-#pragma omp parallel for collapse(2) schedule(dynamic) if (work > 2 * DS_PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) backward_head(dqkv, scratch, dout, qkv, att, b, h, d, dr);
+#pragma omp parallel if (work > 2 * DS_PAR_MIN)
+    {
+        float *ws = workspace(backward_workspace(d, dr->p > 0.0f));
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                backward_head(dqkv, scratch, dout, qkv, att, b, h, d, dr, ws);
+        free(ws);
+    }
 }
 
 void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
