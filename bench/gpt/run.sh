@@ -3,14 +3,16 @@
 #   1. OpenBLAS sgemm on the model's own GEMM shapes (bench/kernels: the ceiling),
 #   2. the engine (bench/gpt/bench_engine.lua under `dsrun run`),
 #   3. the same GPT-2 in PyTorch on CPU (bench/gpt/torch_gpt.py, Debian's python3-torch),
-# then a comparison table and one JSON object per model ("bench":"gpt_compare").
+# in ROUNDS rounds, then a comparison table and one JSON object per model and round
+# ("bench":"gpt_compare_round") and per model over the rounds ("bench":"gpt_compare").
 # usage: bench/gpt/run.sh [BUILD_DIR]     (default: ./build)
-# env:   THREADS=2 B=4 T=64 STEPS=5 WARMUP=2 MODEL=all (all | gpt2 | small)
+# env:   THREADS=2 B=4 T=64 STEPS=5 WARMUP=2 MODEL=all (all | gpt2 | small) ROUNDS=3
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
 THREADS=${THREADS:-2} B=${B:-4} T=${T:-64} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} MODEL=${MODEL:-all}
+ROUNDS=${ROUNDS:-3}
 # libgomp's idle threads spin by default and starve OpenBLAS's pthreads on the same cores
 # (docs/engine.md, "Threads"); PASSIVE for all three peers alike, unless set already.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
@@ -20,54 +22,99 @@ blas_core=$("$build/runtime/dsrun" --blas | sed -n 's/^core //p')
 echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, OpenBLAS core $blas_core, load $(cut -d' ' -f1-3 /proc/loadavg)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+have_torch=0
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then have_torch=1; fi
 
-echo "== sgemm on the model's GEMM shapes (bench_kernels --only gemm)"
-"$build/bench/kernels/bench_kernels" --model "$MODEL" --only gemm --threads "$THREADS" \
-    --B "$B" --T "$T" | tee "$out/sgemm.txt"
-
-echo "== engine (dsrun run bench/gpt/bench_engine.lua)"
-"$build/runtime/dsrun" run "$here/bench_engine.lua" model="$MODEL" B="$B" T="$T" \
-    steps="$STEPS" warmup="$WARMUP" threads="$THREADS" | tee "$out/engine.txt"
-
-echo "== PyTorch (bench/gpt/torch_gpt.py)"
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    /usr/bin/python3 "$here/torch_gpt.py" --model "$MODEL" --threads "$THREADS" --B "$B" \
-        --T "$T" --steps "$STEPS" --warmup "$WARMUP" | tee "$out/torch.txt"
-else
-    echo "python3-torch is not installed: no PyTorch figures" | tee "$out/torch.txt"
-fi
+# The peers run in rounds, each round all three one after the other, so that a ratio is
+# taken between runs seconds apart: on a shared machine the speed drifts by tens of
+# percent over minutes, more than the differences being measured.
+for r in $(seq 1 "$ROUNDS"); do
+    d="$out/round-$r"
+    mkdir -p "$d"
+    echo "== round $r of $ROUNDS: sgemm on the model's GEMM shapes (bench_kernels --only gemm)"
+    "$build/bench/kernels/bench_kernels" --model "$MODEL" --only gemm --threads "$THREADS" \
+        --B "$B" --T "$T" | tee "$d/sgemm.txt" | grep -v '^{' | grep "step's GEMMs" || true
+    echo "== round $r: engine (dsrun run bench/gpt/bench_engine.lua)"
+    "$build/runtime/dsrun" run "$here/bench_engine.lua" model="$MODEL" B="$B" T="$T" \
+        steps="$STEPS" warmup="$WARMUP" threads="$THREADS" | tee "$d/engine.txt" | grep -v '^{'
+    echo "== round $r: PyTorch (bench/gpt/torch_gpt.py)"
+    if [ "$have_torch" = 1 ]; then
+        /usr/bin/python3 "$here/torch_gpt.py" --model "$MODEL" --threads "$THREADS" --B "$B" \
+            --T "$T" --steps "$STEPS" --warmup "$WARMUP" | tee "$d/torch.txt" | grep -v '^{'
+    else
+        echo "python3-torch is not installed: no PyTorch figures" | tee "$d/torch.txt"
+    fi
+done
 
 echo "== comparison"
-/usr/bin/python3 - "$out" "$blas_core" <<'PY'
-import json, sys, os
-rows = {}
-for f in ("sgemm.txt", "engine.txt", "torch.txt"):
-    for line in open(os.path.join(sys.argv[1], f)):
-        line = line.strip()
-        if not line.startswith("{"):
+/usr/bin/python3 - "$out" "$ROUNDS" "$blas_core" <<'PY'
+import json, os, statistics, sys
+out, rounds, core = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(" (")[0]
+
+def load(r):
+    rows = {}
+    for f in ("sgemm.txt", "engine.txt", "torch.txt"):
+        for line in open(os.path.join(out, f"round-{r}", f)):
+            if line.startswith("{"):
+                j = json.loads(line)
+                rows.setdefault(j.get("model"), {})[j.get("bench")] = j
+    return rows
+
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+per_model = {}
+for r in range(1, rounds + 1):
+    for model, x in load(r).items():
+        e, s, t = x.get("engine"), x.get("sgemm_step"), x.get("torch_gpt")
+        if not e:
             continue
-        r = json.loads(line)
-        rows.setdefault(r.get("model"), {})[r.get("bench")] = r
-compare = []
-print(f"{'model':<10} {'engine tok/s':>12} {'GFLOP/s':>8} {'sgemm GFLOP/s':>13} {'of sgemm':>9} "
-      f"{'torch tok/s':>11} {'vs torch':>9}")
-for model, r in sorted(rows.items()):
-    e, s, t = r.get("engine"), r.get("sgemm_step"), r.get("torch_gpt")
-    if not e:
-        continue
-    c = {"bench": "gpt_compare", "model": model, "B": e["B"], "T": e["T"], "threads": e["threads"],
-         "blas_core": sys.argv[2].split(" (")[0],
-         "engine_tokens_per_s": round(e["tokens_per_s"], 2),
-         "engine_gflop_per_s": round(e["gflop_per_s"], 2),
-         "sgemm_gflop_per_s": s and s["gflop_per_s"],
-         "fraction_of_sgemm": s and round(e["gflop_per_s"] / s["gflop_per_s"], 3),
-         "torch_tokens_per_s": t and t["tokens_per_s"],
-         "speedup_vs_torch": t and round(e["tokens_per_s"] / t["tokens_per_s"], 2)}
-    fmt = lambda v, f: (f % v) if v is not None else "-"
-    print(f"{model:<10} {c['engine_tokens_per_s']:>12.1f} {c['engine_gflop_per_s']:>8.1f} "
-          f"{fmt(c['sgemm_gflop_per_s'], '%.1f'):>13} {fmt(c['fraction_of_sgemm'] and 100 * c['fraction_of_sgemm'], '%.0f%%'):>9} "
-          f"{fmt(c['torch_tokens_per_s'], '%.1f'):>11} {fmt(c['speedup_vs_torch'], '%.2fx'):>9}")
-    compare.append(c)
-for c in compare:
-    print(json.dumps(c))
+        c = {"bench": "gpt_compare_round", "round": r, "model": model, "B": e["B"], "T": e["T"],
+             "threads": e["threads"], "blas_core": core,
+             "engine_tokens_per_s": round(e["tokens_per_s"], 2),
+             "engine_gflop_per_s": round(e["gflop_per_s"], 2),
+             "sgemm_gflop_per_s": s and s["gflop_per_s"],
+             "torch_tokens_per_s": t and t["tokens_per_s"]}
+        c["fraction_of_sgemm"] = ratio(c["engine_gflop_per_s"], c["sgemm_gflop_per_s"])
+        c["speedup_vs_torch"] = ratio(c["engine_tokens_per_s"], c["torch_tokens_per_s"])
+        per_model.setdefault(model, []).append(c)
+
+fmt = lambda v, f: (f % v) if v is not None else "-"
+def stats(vals):
+    """median, min, max of the values that exist, or Nones"""
+    vals = [v for v in vals if v is not None]
+    return (statistics.median(vals), min(vals), max(vals)) if vals else (None, None, None)
+
+def span(st, f, scale=1):
+    med, lo, hi = st
+    if med is None:
+        return "-"
+    return f % (scale * med) + (f" ({f % (scale * lo)}-{f % (scale * hi)})" if lo != hi else "")
+
+print(f"best of {rounds} round(s) per peer; ratios: median of the rounds' (range)")
+print(f"{'model':<10} {'engine tok/s':>12} {'GFLOP/s':>8} {'sgemm GFLOP/s':>13} {'torch tok/s':>11}   "
+      f"{'engine / sgemm':<22} {'engine / torch':<22}")
+summary = []
+for model, cs in sorted(per_model.items()):
+    best = lambda k: max((c[k] for c in cs if c[k] is not None), default=None)
+    fr = stats(c["fraction_of_sgemm"] for c in cs)
+    sp = stats(c["speedup_vs_torch"] for c in cs)
+    m = {"bench": "gpt_compare", "model": model, "B": cs[0]["B"], "T": cs[0]["T"],
+         "threads": cs[0]["threads"], "blas_core": core, "rounds": len(cs),
+         "engine_tokens_per_s": best("engine_tokens_per_s"),
+         "engine_gflop_per_s": best("engine_gflop_per_s"),
+         "sgemm_gflop_per_s": best("sgemm_gflop_per_s"),
+         "torch_tokens_per_s": best("torch_tokens_per_s"),
+         "fraction_of_sgemm": fr[0], "fraction_of_sgemm_min": fr[1],
+         "fraction_of_sgemm_max": fr[2], "speedup_vs_torch": sp[0],
+         "speedup_vs_torch_min": sp[1], "speedup_vs_torch_max": sp[2]}
+    print(f"{model:<10} {m['engine_tokens_per_s']:>12.1f} {m['engine_gflop_per_s']:>8.1f} "
+          f"{fmt(m['sgemm_gflop_per_s'], '%.1f'):>13} {fmt(m['torch_tokens_per_s'], '%.1f'):>11}   "
+          f"{span(fr, '%.0f%%', 100):<22} {span(sp, '%.2fx'):<22}")
+    summary.append(m)
+for cs in per_model.values():
+    for c in cs:
+        print(json.dumps(c))
+for m in summary:
+    print(json.dumps(m))
 PY
