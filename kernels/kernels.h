@@ -157,7 +157,8 @@ void ds_cpu_env_prepare(char **argv, const char *prog);
 typedef struct ds_blas_info {
     const char *core;     /* the kernels OpenBLAS runs, e.g. Haswell, SkylakeX */
     const char *config;   /* openblas_get_config() */
-    const char *coretype; /* OPENBLAS_CORETYPE when set (the core was forced), else NULL */
+    const char *coretype; /* OPENBLAS_CORETYPE when set, else NULL */
+    int forced;           /* OpenBLAS took OPENBLAS_CORETYPE: the core is the one it names */
 } ds_blas_info;
 ds_blas_info ds_blas_describe(void);
 

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "kernels.h"
@@ -52,7 +51,7 @@ static int describe_blas(void) {
     ds_blas_info b = ds_blas_describe();
     printf("%s\ncore %s", b.config, b.core);
     if (!b.coretype) printf(" (OpenBLAS's choice for this CPU)\n");
-    else if (!strcasecmp(b.coretype, b.core)) printf(" (forced by OPENBLAS_CORETYPE)\n");
+    else if (b.forced) printf(" (forced by OPENBLAS_CORETYPE)\n");
     else printf(" (OpenBLAS's choice: it did not take OPENBLAS_CORETYPE=%s)\n", b.coretype);
     return 0;
 }

@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
     }
     ds_kernels_set_threads(threads);
     ds_blas_info blas = ds_blas_describe();
-    printf("OpenBLAS kernels: %s%s\n", blas.core, blas.coretype ? " (OPENBLAS_CORETYPE)" : "");
+    printf("OpenBLAS kernels: %s%s\n", blas.core, blas.forced ? " (OPENBLAS_CORETYPE)" : "");
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) {
         const gpt_shape *m = &MODELS[i];
         int want = !strcmp(which, "all") || !strcmp(which, m->name) ||

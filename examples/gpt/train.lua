@@ -83,7 +83,7 @@ print(string.format('GPT: %d layers, %d heads, d %d, vocab %d, context %d: %.3fM
   .. 'batch %d x %d, accumulation %d; %d threads', cfg.layers, cfg.heads, cfg.d, cfg.vocab,
   cfg.context, model:num_parameters() / 1e6, S.batch, cfg.context, S.accum, ds.threads()))
 local blas = ds.blas()
-print('OpenBLAS kernels: ' .. blas.core .. (blas.coretype and ' (forced by OPENBLAS_CORETYPE)' or ''))
+print('OpenBLAS kernels: ' .. blas.core .. (blas.forced and ' (forced by OPENBLAS_CORETYPE)' or ''))
 for _, s in ipairs(model.stages) do
   local i = s:info()
   print(string.format('  stage %-8s %10d params  zero %d  checkpoint %s  precision %s', i.name,

@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "kernels.h"
@@ -28,6 +29,8 @@ void ds_cpu_env_prepare(char **argv, const char *prog) {
 }
 
 ds_blas_info ds_blas_describe(void) {
-    ds_blas_info info = {openblas_get_corename(), openblas_get_config(), getenv("OPENBLAS_CORETYPE")};
+    ds_blas_info info = {openblas_get_corename(), openblas_get_config(),
+                         getenv("OPENBLAS_CORETYPE"), 0};
+    info.forced = info.coretype && !strcasecmp(info.coretype, info.core);
     return info;
 }

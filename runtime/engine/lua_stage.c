@@ -729,11 +729,11 @@ static int l_threads(lua_State *L) {
     return 1;
 }
 
-/* ds.blas() -> {core=, config=, coretype=}: which OpenBLAS kernels the GEMMs run, and
- * OPENBLAS_CORETYPE when that choice was forced (nil when OpenBLAS chose by the CPU). */
+/* ds.blas() -> {core=, config=, coretype=, forced=}: which OpenBLAS kernels the GEMMs run,
+ * OPENBLAS_CORETYPE when set, and whether OpenBLAS took it (forced). */
 static int l_blas(lua_State *L) {
     ds_blas_info b = ds_blas_describe();
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushstring(L, b.core);
     lua_setfield(L, -2, "core");
     lua_pushstring(L, b.config);
@@ -742,6 +742,8 @@ static int l_blas(lua_State *L) {
         lua_pushstring(L, b.coretype);
         lua_setfield(L, -2, "coretype");
     }
+    lua_pushboolean(L, b.forced);
+    lua_setfield(L, -2, "forced");
     return 1;
 }
 
