@@ -105,8 +105,18 @@ static inline DS_HD void ds_km_philox4x32_10(uint32_t c[4], const uint32_t key[2
     }
 }
 
-/* Dropout keeps element i iff its 32-bit draw is >= p * 2^32. Element i uses word i%4 of
- * the block with counter {i/4, step, layer, micro} under key {seed lo, seed hi}. */
+/* Dropout keeps element i iff its 32-bit draw is >= p * 2^32. Element i draws word g%4 of
+ * block g/4, g = key offset + i: the four words of block blk are ds_km_dropout_draws'
+ * Philox output for counter {blk, step, layer, micro} under key {seed lo, seed hi}. */
+static inline DS_HD void ds_km_dropout_draws(uint32_t r[4], uint64_t blk, const uint32_t key[2],
+                                             uint32_t step, uint32_t layer, uint32_t micro) {
+    r[0] = (uint32_t)blk;
+    r[1] = step;
+    r[2] = layer;
+    r[3] = micro;
+    ds_km_philox4x32_10(r, key);
+}
+
 static inline DS_HD uint32_t ds_km_drop_threshold(float p) {
     double t = (double)p * 4294967296.0;
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;

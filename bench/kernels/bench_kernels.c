@@ -125,33 +125,28 @@ static void run_gemm(const linear *l, int p, int N, int native, float *inp, floa
         ds_matmul_backward(NULL, dw, NULL, out, inp, w, N, C, OC);
 }
 
-/* Every GEMM shape twice: through ds_matmul_* (the kernels' path: single-threaded OpenBLAS
- * calls split over the OpenMP threads), then OpenBLAS with its own threads (the reference).
- * The kernels' path runs first: OpenBLAS's threads keep spinning for a while after a
+/* Every GEMM shape through ds_matmul_* (the kernels' path: single-threaded OpenBLAS calls
+ * split over the OpenMP threads), first once untimed, then timed, then OpenBLAS with its
+ * own threads (the reference). Without the untimed pass the first shapes timed (qkv) ran
+ * at half speed for the first few dozen calls from the OpenMP threads. The kernels' path
+ * runs before the reference: OpenBLAS's threads keep spinning for a while after a
  * threaded call, and would slow whatever runs next on the same cores. */
 static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
     linear lin[5];
     int nl = model_linears(m, lin);
     gemm_total tot = {0, 0, 0};
     timing t[5][3][2];
-    /* One untimed pass through ds_matmul first: without it the first shapes timed (qkv)
-     * ran at half speed for the first few dozen calls from the OpenMP threads, with
-     * the default 5 repetitions. */
-    for (int i = 0; i < nl; i++) {
-        size_t C = lin[i].C, OC = lin[i].OC;
-        float *inp = frand(N * C, 1), *w = frand(OC * C, 0.1f), *out = frand(N * OC, 1);
-        float *dinp = frand(N * C, 1), *dw = frand(OC * C, 1);
-        for (int p = 0; p < 3; p++) run_gemm(&lin[i], p, N, 0, inp, w, out, dinp, dw);
-        free(inp), free(w), free(out), free(dinp), free(dw);
-    }
-    for (int native = 0; native < 2; native++) {
+    for (int pass = 0; pass < 3; pass++) { /* 0: ds_matmul untimed, 1: timed, 2: native */
+        int native = pass == 2;
         if (native) openblas_set_num_threads(threads);
         for (int i = 0; i < nl; i++) {
             size_t C = lin[i].C, OC = lin[i].OC;
             float *inp = frand(N * C, 1), *w = frand(OC * C, 0.1f), *out = frand(N * OC, 1);
             float *dinp = frand(N * C, 1), *dw = frand(OC * C, 1);
-            for (int p = 0; p < 3; p++)
-                TIME_IT(t[i][p][native], run_gemm(&lin[i], p, N, native, inp, w, out, dinp, dw));
+            for (int p = 0; p < 3; p++) {
+                if (pass == 0) run_gemm(&lin[i], p, N, 0, inp, w, out, dinp, dw);
+                else TIME_IT(t[i][p][native], run_gemm(&lin[i], p, N, native, inp, w, out, dinp, dw));
+            }
             free(inp), free(w), free(out), free(dinp), free(dw);
         }
     }

@@ -65,6 +65,7 @@ typedef struct att_drop {
 } att_drop;
 
 static att_drop att_drop_of(float p, ds_rng_key key) {
+    p = p > 0.0f ? p : 0.0f;
     att_drop d = {p, ds_km_keep_scale(p), ds_km_drop_threshold(p),
                   {(uint32_t)key.seed, (uint32_t)(key.seed >> 32)}, key};
     return d;
@@ -83,8 +84,8 @@ static void mask_row(float *m, uint64_t i0, int n, const att_drop *d) {
     uint64_t g = d->key.offset + i0, end = g + (uint64_t)n;
     float *dst = m;
     while (g < end) {
-        uint32_t r[4] = {(uint32_t)(g / 4), d->key.step, d->key.layer, d->key.micro};
-        ds_km_philox4x32_10(r, d->k);
+        uint32_t r[4];
+        ds_km_dropout_draws(r, g / 4, d->k, d->key.step, d->key.layer, d->key.micro);
         for (int w = (int)(g % 4); w < 4 && g < end; w++, g++)
             *dst++ = ds_km_dropout1(1.0f, r[w], d->p, d->thresh, d->keep_scale);
     }
@@ -207,7 +208,9 @@ HEAD_INLINE void softmax_rows(float *A, const float *S, int t0, int mr, int T, i
 static float *workspace(size_t n) {
     size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
     float *p = aligned_alloc(64, bytes);
-    if (!p) abort(); /* tens of KB per thread: failure here means the process is already lost */
+    /* up to a few MB per thread (T*T floats with dropout at T = 1024): failure here means
+     * the process is already lost */
+    if (!p) abort();
     return p;
 }
 
@@ -270,7 +273,7 @@ void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T
 
 void ds_attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH, float p, ds_rng_key key) {
-    att_drop dr = att_drop_of(p > 0.0f ? p : 0.0f, key);
+    att_drop dr = att_drop_of(p, key);
     attention_forward(out, att, qkv, B, T, C, NH, &dr);
 }
 
@@ -380,6 +383,6 @@ void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const
 void ds_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int C,
                                    int NH, float p, ds_rng_key key) {
-    att_drop dr = att_drop_of(p > 0.0f ? p : 0.0f, key);
+    att_drop dr = att_drop_of(p, key);
     attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, &dr);
 }

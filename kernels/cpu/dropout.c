@@ -1,6 +1,6 @@
 /* Dropout from Philox-4x32-10 (Salmon et al., SC'11). Element i draws word g%4 of the
- * block with counter {g/4, step, layer, micro}, g = key.offset + i, under key {seed lo, seed hi}: the mask is
- * a pure function of (key, i), so a recomputation, any thread count and backward all see
+ * block with counter {g/4, step, layer, micro}, g = key.offset + i, under key {seed lo,
+ * seed hi}: the mask is a pure function of (key, i), so a recomputation, any thread count and backward all see
  * the same mask without storing it. The generator and the keep rule live in
  * kernel_math.h, shared with the CUDA kernels, so both backends draw the same mask. */
 #include "kernels.h"
@@ -27,8 +27,8 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, ds_rn
 #pragma omp parallel for schedule(dynamic, 4096) if (n > DS_PAR_MIN / 4)
     for (uint64_t b = 0; b < nblocks; b++) {
         uint64_t blk = first + b;
-        uint32_t r[4] = {(uint32_t)blk, key.step, key.layer, key.micro};
-        ds_km_philox4x32_10(r, k);
+        uint32_t r[4];
+        ds_km_dropout_draws(r, blk, k, key.step, key.layer, key.micro);
         for (int j = 0; j < 4; j++) {
             uint64_t g = blk * 4 + (uint64_t)j;
             if (g < key.offset) continue;

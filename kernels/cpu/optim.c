@@ -2,6 +2,7 @@
  * once in kernel_math.h for both backends), plus the sum of squares for the global
  * gradient norm. These stream hundreds of MB per step, so they run as SIMD-cloned range
  * workers over fixed chunks on all threads. */
+#include "half_block.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -64,21 +65,21 @@ DS_SIMD static double sumsq_range(const float *x, size_t n) {
     return s;
 }
 
-/* Fixed-size chunks, each summed by sumsq_range, then the chunk sums in chunk order: the
- * result is the same for any thread count. */
 /* One chunk of a 16-bit buffer: widened block by block, the block sums in order. */
 static double half_sumsq_range(ds_half h, const uint16_t *x, size_t n) {
     float b[HBLOCK];
     double s = 0.0;
     for (size_t i = 0; i < n; i += HBLOCK) {
         size_t k = n - i < HBLOCK ? n - i : HBLOCK;
-        ds_half_to_f32(h, b, x + i, k);
+        ds_half_widen(h, b, x + i, k);
         s += sumsq_range(b, k);
     }
     return s;
 }
 
-/* One body for both sums of squares: x is float or uint16_t per h (h < 0: fp32). */
+/* Fixed-size chunks, each summed by sumsq_range, then the chunk sums in chunk order: the
+ * result is the same for any thread count. One body for both sums of squares: x is float
+ * or uint16_t per h (h < 0: fp32). */
 static double sumsq_chunks(int h, const void *x, size_t n) {
     enum { MAXCHUNKS = 4096 };
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
@@ -112,9 +113,9 @@ static void adamw_half_range(ds_half h, uint16_t *w, const uint16_t *grad, float
     float g[HBLOCK];
     for (size_t i = 0; i < n; i += HBLOCK) {
         size_t len = n - i < HBLOCK ? n - i : HBLOCK;
-        ds_half_to_f32(h, g, grad + i, len);
+        ds_half_widen(h, g, grad + i, len);
         adamw_range(master + i, g, m + i, v + i, len, k);
-        ds_half_from_f32(h, w + i, master + i, len);
+        ds_half_narrow(h, w + i, master + i, len);
     }
 }
 
@@ -136,11 +137,11 @@ static void sgd_half_range(ds_half h, uint16_t *w, const uint16_t *grad, float g
     float g[HBLOCK];
     for (size_t i = 0; i < n; i += HBLOCK) {
         size_t len = n - i < HBLOCK ? n - i : HBLOCK;
-        ds_half_to_f32(h, g, grad + i, len);
+        ds_half_widen(h, g, grad + i, len);
         if (grad_scale != 1.0f)
             for (size_t j = 0; j < len; j++) g[j] *= grad_scale;
         sgd_range(master + i, g, buf ? buf + i : NULL, len, lr, momentum, weight_decay);
-        ds_half_from_f32(h, w + i, master + i, len);
+        ds_half_narrow(h, w + i, master + i, len);
     }
 }
 

@@ -12,8 +12,8 @@ __global__ static void dropout_k(float *dst, const float *src, size_t n, float p
     for (unsigned long long b = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
          b < nblocks; b += (unsigned long long)gridDim.x * blockDim.x) {
         unsigned long long blk = first + b;
-        uint32_t r[4] = {(uint32_t)blk, step, layer, micro};
-        ds_km_philox4x32_10(r, key);
+        uint32_t r[4];
+        ds_km_dropout_draws(r, blk, key, step, layer, micro);
         for (int j = 0; j < 4; j++) {
             unsigned long long g = blk * 4 + (unsigned long long)j;
             if (g < offset) continue;

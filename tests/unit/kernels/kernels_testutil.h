@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
+
 static uint64_t tu_state = 0x9E3779B97F4A7C15ull;
 
 static inline void tu_seed(uint64_t s) { tu_state = s * 0x9E3779B97F4A7C15ull + 1; }
@@ -95,6 +97,15 @@ static inline double tu_fd_dir(tu_fwd f, const void *ctx, const double *x, const
     free(xp);
     free(y);
     return (lp - lm) / (2.0 * h);
+}
+
+/* ds_dropout_forward on ones: the mask (keep scale or 0) key draws for n elements */
+static inline float *tu_dropout_of_ones(size_t n, float p, ds_rng_key key) {
+    float *one = malloc(n * sizeof *one), *out = malloc(n * sizeof *out);
+    for (size_t i = 0; i < n; i++) one[i] = 1.0f;
+    ds_dropout_forward(out, one, n, p, key);
+    free(one);
+    return out;
 }
 
 #endif

@@ -186,7 +186,7 @@ static void random_half(uint16_t *x, size_t n, uint32_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = (uint16_t)lcg(&seed);
 }
 
-#define HALF_N 1037 /* crosses the kernels' 512-element blocks, and not a multiple */
+#define HALF_N 1037 /* crosses the kernels' 512- and 1024-element blocks, a multiple of neither */
 
 static void test_half_add_matches_reference(void **state) {
     (void)state;
@@ -288,7 +288,7 @@ static void test_half_sumsq(void **state) {
         for (size_t i = 0; i < HALF_N; i++) want += (double)ref_widen(h, x[i]) * ref_widen(h, x[i]);
         double got = ds_half_sumsq(h, x, HALF_N);
         assert_true(fabs(got - want) <= 1e-12 * want);
-        /* one non-finite element anywhere, even past the first block, shows */
+        /* one non-finite element anywhere shows */
         x[700] = inf[f];
         assert_true(isinf(ds_half_sumsq(h, x, HALF_N)));
         x[700] = nan[f];

@@ -261,15 +261,18 @@ static void test_embedding(void **state) {
 
 /* ---- attention -------------------------------------------------------------------- */
 typedef struct { int B, T, C, NH; } att_shape;
+/* mask: dropout's keep-scale-or-0 factors on the [B,NH,T,T] probabilities, or NULL */
+typedef struct { att_shape s; const float *mask; } attd_ctx;
 
 static void ref_attention(const double *qkv, double *y, const void *ctx) {
-    const att_shape *s = ctx;
-    int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH;
+    const attd_ctx *c = ctx;
+    int B = c->s.B, T = c->s.T, C = c->s.C, NH = c->s.NH, hs = C / NH;
     double *p = malloc((size_t)T * sizeof *p);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const float *m = c->mask ? c->mask + (((size_t)b * NH + h) * T + t) * T : NULL;
                 double mx = -INFINITY, sum = 0;
                 for (int u = 0; u <= t; u++) {
                     const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * hs;
@@ -283,7 +286,8 @@ static void ref_attention(const double *qkv, double *y, const void *ctx) {
                 for (int i = 0; i < hs; i++) {
                     double acc = 0;
                     for (int u = 0; u <= t; u++)
-                        acc += p[u] / sum * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+                        acc += p[u] / sum * (m ? m[u] : 1.0) *
+                               qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
                     o[i] = acc;
                 }
             }
@@ -291,7 +295,7 @@ static void ref_attention(const double *qkv, double *y, const void *ctx) {
 }
 
 static void check_attention(int B, int T, int C, int NH, int full_fd) {
-    att_shape s = {B, T, C, NH};
+    attd_ctx s = {{B, T, C, NH}, NULL};
     size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = tu_randf(nx, -1.5f, 1.5f), *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1, 1);
     float *att = tu_randf(na, 5, 6), *scratch = tu_randf(na, 5, 6);
@@ -347,51 +351,10 @@ static void test_attention_large(void **state) {
 }
 
 /* ---- attention with dropout on the probabilities ------------------------------------ */
-/* The mask the kernel must use: ds_dropout_forward's on ones over the [B,NH,T,T] tensor. */
-static float *attention_mask(int B, int T, int NH, float p, ds_rng_key key) {
-    size_t na = (size_t)B * NH * T * T;
-    float *one = malloc(na * sizeof *one), *m = malloc(na * sizeof *m);
-    for (size_t i = 0; i < na; i++) one[i] = 1.0f;
-    ds_dropout_forward(m, one, na, p, key);
-    free(one);
-    return m;
-}
-
-typedef struct { att_shape s; const float *mask; } attd_ctx;
-
-static void ref_attention_dropout(const double *qkv, double *y, const void *ctx) {
-    const attd_ctx *c = ctx;
-    int B = c->s.B, T = c->s.T, C = c->s.C, NH = c->s.NH, hs = C / NH;
-    double *p = malloc((size_t)T * sizeof *p);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                const float *m = c->mask + (((size_t)b * NH + h) * T + t) * T;
-                double mx = -INFINITY, sum = 0;
-                for (int u = 0; u <= t; u++) {
-                    const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * hs;
-                    double d = 0;
-                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
-                    p[u] = d / sqrt((double)hs);
-                    if (p[u] > mx) mx = p[u];
-                }
-                for (int u = 0; u <= t; u++) sum += (p[u] = exp(p[u] - mx));
-                double *o = y + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) {
-                    double acc = 0;
-                    for (int u = 0; u <= t; u++)
-                        acc += p[u] / sum * m[u] *
-                               qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
-                    o[i] = acc;
-                }
-            }
-    free(p);
-}
-
 static void check_attention_dropout(int B, int T, int C, int NH, float p, int full_fd) {
     ds_rng_key key = {.seed = 0x5EEDull << 33 | 9, .step = 3, .layer = 17, .micro = 2};
-    attd_ctx c = {{B, T, C, NH}, attention_mask(B, T, NH, p, key)};
+    /* the mask the kernel must use: ds_dropout_forward's over the [B,NH,T,T] tensor */
+    attd_ctx c = {{B, T, C, NH}, tu_dropout_of_ones((size_t)B * NH * T * T, p, key)};
     size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = tu_randf(nx, -1.5f, 1.5f), *out = tu_randf(ny, 0, 1), *dout = tu_randf(ny, -1, 1);
     float *att = tu_randf(na, 5, 6), *scratch = tu_randf(na, 5, 6);
@@ -400,14 +363,14 @@ static void check_attention_dropout(int B, int T, int C, int NH, float p, int fu
     ds_attention_forward(out0, att0, qkv, B, T, C, NH);
     assert_memory_equal(att, att0, na * sizeof *att); /* att keeps P undropped */
     double *xd = tu_to_double(qkv, nx), *yd = malloc(ny * sizeof *yd);
-    ref_attention_dropout(xd, yd, &c);
+    ref_attention(xd, yd, &c);
     assert_int_equal(tu_mismatch("attention dropout out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
     ds_attention_backward_dropout(grad, scratch, dout, qkv, att, B, T, C, NH, p, key);
     double *g = tu_to_double(dout, ny);
     if (full_fd) {
         double *fd = malloc(nx * sizeof *fd);
-        tu_fd_grad(ref_attention_dropout, &c, xd, nx, g, ny, fd);
+        tu_fd_grad(ref_attention, &c, xd, nx, g, ny, fd);
         expect_accumulated("attention dropout dqkv", grad, base, fd, nx);
         free(fd);
     } else {
@@ -415,7 +378,7 @@ static void check_attention_dropout(int B, int T, int C, int NH, float p, int fu
             float *df = tu_randf(nx, -1, 1);
             double *d = tu_to_double(df, nx);
             expect_close("attention dropout directional", dot_fd(grad, base, d, nx),
-                         tu_fd_dir(ref_attention_dropout, &c, xd, d, nx, g, ny), 1e-4);
+                         tu_fd_dir(ref_attention, &c, xd, d, nx, g, ny), 1e-4);
             free(df), free(d);
         }
     }

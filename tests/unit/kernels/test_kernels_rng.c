@@ -26,14 +26,6 @@ static void test_philox_known_answers(void **state) {
     }
 }
 
-static float *dropout_of_ones(size_t n, float p, ds_rng_key key) {
-    float *one = malloc(n * sizeof *one), *out = malloc(n * sizeof *out);
-    for (size_t i = 0; i < n; i++) one[i] = 1.0f;
-    ds_dropout_forward(out, one, n, p, key);
-    free(one);
-    return out;
-}
-
 static size_t count_dropped(const float *out, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) k += out[i] == 0.0f;
@@ -46,7 +38,7 @@ static void test_dropout_rate_and_scale(void **state) {
     float ps[3] = {0.1f, 0.5f, 0.9f};
     for (int k = 0; k < 3; k++) {
         ds_rng_key key = {12345, 7, 3, 1, 0};
-        float *out = dropout_of_ones(n, ps[k], key);
+        float *out = tu_dropout_of_ones(n, ps[k], key);
         double rate = (double)count_dropped(out, n) / n;
         double sigma = sqrt(ps[k] * (1 - ps[k]) / n);
         assert_true(fabs(rate - ps[k]) < 6 * sigma);
@@ -60,14 +52,14 @@ static void test_dropout_same_key_same_mask(void **state) {
     (void)state;
     size_t n = 100001;
     ds_rng_key key = {0xDEADBEEFCAFEull, 11, 2, 0, 0};
-    float *a = dropout_of_ones(n, 0.3f, key), *b = dropout_of_ones(n, 0.3f, key);
+    float *a = tu_dropout_of_ones(n, 0.3f, key), *b = tu_dropout_of_ones(n, 0.3f, key);
     assert_memory_equal(a, b, n * sizeof(float));
     ds_kernels_set_threads(1);
-    float *c = dropout_of_ones(n, 0.3f, key);
+    float *c = tu_dropout_of_ones(n, 0.3f, key);
     ds_kernels_set_threads(0);
     assert_memory_equal(a, c, n * sizeof(float));
     /* a prefix of a longer tensor draws the same mask as the short tensor */
-    float *d = dropout_of_ones(1000, 0.3f, key);
+    float *d = tu_dropout_of_ones(1000, 0.3f, key);
     assert_memory_equal(a, d, 1000 * sizeof(float));
     free(a), free(b), free(c), free(d);
 }
@@ -82,7 +74,7 @@ static void test_dropout_different_keys_differ(void **state) {
     keys[3].layer = 2;
     keys[4].micro = 2;
     float *m[5];
-    for (int i = 0; i < 5; i++) m[i] = dropout_of_ones(n, 0.5f, keys[i]);
+    for (int i = 0; i < 5; i++) m[i] = tu_dropout_of_ones(n, 0.5f, keys[i]);
     for (int i = 0; i < 5; i++)
         for (int j = i + 1; j < 5; j++) {
             size_t same = 0;
@@ -93,7 +85,7 @@ static void test_dropout_different_keys_differ(void **state) {
     /* seeds differing only in the high word differ too */
     ds_rng_key hi = base;
     hi.seed = 42 | (1ull << 33);
-    float *h = dropout_of_ones(n, 0.5f, hi);
+    float *h = tu_dropout_of_ones(n, 0.5f, hi);
     assert_memory_not_equal(h, m[0], n * sizeof(float));
     for (int i = 0; i < 5; i++) free(m[i]);
     free(h);
@@ -106,7 +98,7 @@ static void test_dropout_keying_contract(void **state) {
     size_t n = 1001;
     float p = 0.25f;
     ds_rng_key key = {0x0123456789ABCDEFull, 5, 6, 7, 0};
-    float *out = dropout_of_ones(n, p, key);
+    float *out = tu_dropout_of_ones(n, p, key);
     uint32_t k[2] = {0x89ABCDEFu, 0x01234567u};
     for (size_t i = 0; i < n; i++) {
         uint32_t ctr[4] = {(uint32_t)(i / 4), 5, 6, 7}, r[4];
@@ -151,11 +143,11 @@ static void test_dropout_offset(void **state) {
     (void)state;
     size_t n = 1031;
     ds_rng_key key = {0xABCDEF01234ull, 9, 5, 2, 0};
-    float *whole = dropout_of_ones(n, 0.3f, key);
+    float *whole = tu_dropout_of_ones(n, 0.3f, key);
     size_t offs[4] = {1, 2, 4, 517};
     for (int k = 0; k < 4; k++) {
         key.offset = offs[k];
-        float *part = dropout_of_ones(n - offs[k], 0.3f, key);
+        float *part = tu_dropout_of_ones(n - offs[k], 0.3f, key);
         assert_memory_equal(part, whole + offs[k], (n - offs[k]) * sizeof *part);
         free(part);
     }
