@@ -15,6 +15,7 @@
 
 #include "comm_backend.h"
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
+#include "tensor_half.h"
 
 #define DS_COMM_DEFAULT_TIMEOUT_MS 120000
 
@@ -282,7 +283,7 @@ static void finish_avg(ds_comm_handle *h) {
     ds_comm *c = h->comm;
     if (h->op != DS_COMM_AVG || c->vt->native_avg) return;
     if (h->dtype == DS_BF16 || h->dtype == DS_F16) {
-        ds_half_scale(h->dtype == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16, h->out,
+        ds_half_scale(ds_half_of(h->dtype), h->out,
                       1.0f / (float)c->world, h->count);
         return;
     }

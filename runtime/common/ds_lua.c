@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "ds_lua.h"
 
 void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
@@ -11,4 +13,17 @@ void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
         if (meta) luaL_setfuncs(L, meta, 0);
     }
     lua_pop(L, 1);
+}
+
+const char *ds_lua_unknown_key(lua_State *L, int idx, const char *const *allowed) {
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        int known = 0;
+        for (int i = 0; k && allowed[i] && !known; i++) known = !strcmp(k, allowed[i]);
+        if (!known) return luaL_tolstring(L, -1, NULL);
+    }
+    return NULL;
 }

@@ -17,6 +17,11 @@
 void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
                       const luaL_Reg *meta);
 
+/* The first key of the table at idx that is not a string in `allowed` (NULL-terminated),
+ * as text pushed on the stack, or NULL when every key is allowed: for refusing a misspelt
+ * option instead of defaulting it silently. */
+const char *ds_lua_unknown_key(lua_State *L, int idx, const char *const *allowed);
+
 void ds_lua_open_runtime(lua_State *L); /* agent/script.c: rank, world_size, ... */
 void ds_lua_open_store(lua_State *L);   /* store/lua_store.c: store.*, barrier */
 void ds_lua_open_engine(lua_State *L);  /* engine/lua_engine.c: tensors, layers, optim */

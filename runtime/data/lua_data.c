@@ -38,19 +38,9 @@ static lua_Integer int_field(lua_State *L, int idx, const char *fn, const char *
 }
 
 
-/* Refuses keys outside allowed, so a misspelt option is an error, not a silent default. */
 static void check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed) {
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int known = 0;
-        for (int i = 0; k && allowed[i]; i++) known |= !strcmp(k, allowed[i]);
-        if (!known) {
-            lua_pushvalue(L, -1);
-            luaL_error(L, "%s: unknown option '%s'", fn, luaL_tolstring(L, -1, NULL));
-        }
-    }
+    const char *bad = ds_lua_unknown_key(L, idx, allowed);
+    if (bad) luaL_error(L, "%s: unknown option '%s'", fn, bad);
 }
 
 static lua_loader *check_loader(lua_State *L) {

@@ -11,9 +11,7 @@
 
 #include "kernels.h"
 #include "tensor.h"
-
-/* The kernels' name for a 16-bit float dtype (bf16 or fp16). */
-static inline ds_half ds_half_of(ds_dtype t) { return t == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16; }
+#include "tensor_half.h"
 
 struct ds_stage;
 

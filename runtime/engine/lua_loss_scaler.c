@@ -15,18 +15,6 @@ static ds_loss_scaler *check_scaler(lua_State *L, int idx) {
     return luaL_checkudata(L, idx, SCALER_MT);
 }
 
-/* Raises naming the first key of table idx that is not in `known` (NULL-terminated). */
-static void reject_unknown(lua_State *L, int idx, const char *what, const char *const *known) {
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (int i = 0; k && known[i] && !ok; i++) ok = !strcmp(k, known[i]);
-        if (!ok) ds_lua_raise(L, "%s: unknown key '%s'", what, luaL_tolstring(L, -1, NULL));
-    }
-}
-
 /* Field key of table idx into *out; nil leaves *out unless required. */
 static void field_num(lua_State *L, int idx, const char *what, const char *key, double *out,
                       int required) {
@@ -71,7 +59,8 @@ static int l_loss_scaler(lua_State *L) {
         lua_newtable(L);
     }
     luaL_checktype(L, 1, LUA_TTABLE);
-    reject_unknown(L, 1, what, keys);
+    const char *bad = ds_lua_unknown_key(L, 1, keys);
+    if (bad) return ds_lua_raise(L, "%s: unknown key '%s'", what, bad);
     ds_loss_scaler_cfg c;
     ds_loss_scaler_defaults(&c);
     int64_t hyst = c.hysteresis;
@@ -128,7 +117,8 @@ static int l_set_state(lua_State *L) {
     const char *what = "loss_scaler:set_state";
     ds_loss_scaler *s = check_scaler(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    reject_unknown(L, 2, what, keys);
+    const char *bad = ds_lua_unknown_key(L, 2, keys);
+    if (bad) return ds_lua_raise(L, "%s: unknown key '%s'", what, bad);
     ds_loss_scaler_state st;
     int64_t hyst = 0;
     field_num(L, 2, what, "scale", &st.scale, 1);

@@ -516,7 +516,7 @@ static int l_stage_param(lua_State *L) {
 static int l_stage_sync_master(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     ds_err err = {{0}};
-    if (s->master && ds_stage_sync_master(s, 1, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
+    if (ds_stage_refresh_master(s, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     return 0;
 }
 

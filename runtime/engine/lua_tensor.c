@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ds_lua.h"
-#include "layer.h"
+#include "tensor_half.h"
 #include "lua_engine.h"
 
 #define TENSOR_MT "ds.Tensor"
@@ -108,12 +108,6 @@ static double get_elem(const ds_tensor *t, int64_t i) {
     return 0;
 }
 
-static void check_host_dtype(lua_State *L, const ds_tensor *t, const char *what) {
-    if ((unsigned)t->dtype > DS_I32)
-        luaL_error(L, "tensor:%s: %s tensors are not readable from Lua", what,
-                   ds_dtype_name(t->dtype));
-}
-
 static void set_elem(lua_State *L, ds_tensor *t, int64_t i, int vidx) {
     if (t->dtype == DS_I32) {
         lua_Integer v = luaL_checkinteger(L, vidx);
@@ -149,7 +143,6 @@ static void convert(ds_tensor *dst, const ds_tensor *src) {
 /* t:get(i): element i (1-based, flat). */
 static int l_get(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "get");
     int64_t i = check_index(L, t, 2);
     if (t->dtype == DS_I32) lua_pushinteger(L, ((int32_t *)t->data)[i]);
     else lua_pushnumber(L, get_elem(t, i));
@@ -158,7 +151,6 @@ static int l_get(lua_State *L) {
 
 static int l_set(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "set");
     int64_t i = check_index(L, t, 2);
     set_elem(L, t, i, 3);
     return 0;
@@ -166,7 +158,6 @@ static int l_set(lua_State *L) {
 
 static int l_fill(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "fill");
     for (int64_t i = 0; i < t->numel; i++) set_elem(L, t, i, 2);
     return 0;
 }
@@ -188,7 +179,6 @@ static int l_copy(lua_State *L) {
 /* t:from_table{...}: fills from a flat Lua array of exactly numel values. */
 static int l_from_table(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "from_table");
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 2);
     if (n != t->numel)
@@ -203,7 +193,6 @@ static int l_from_table(lua_State *L) {
 
 static int l_to_table(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "to_table");
     lua_createtable(L, (int)t->numel, 0);
     for (int64_t i = 0; i < t->numel; i++) {
         if (t->dtype == DS_I32) lua_pushinteger(L, ((int32_t *)t->data)[i]);
@@ -216,7 +205,6 @@ static int l_to_table(lua_State *L) {
 /* Sum in double, in index order. */
 static int l_sum(lua_State *L) {
     ds_tensor *t = ds_lua_check_tensor(L, 1);
-    check_host_dtype(L, t, "sum");
     double s = 0;
     for (int64_t i = 0; i < t->numel; i++) s += get_elem(t, i);
     lua_pushnumber(L, s);

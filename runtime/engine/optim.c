@@ -64,7 +64,7 @@ static void *elem(const ds_tensor *t, size_t i) {
 int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c,
                          float grad_scale, ds_err *err) {
     if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->adam_m, s->numel, err) != 0 ||
-        ensure_state(&s->adam_v, s->numel, err) != 0 || ds_stage_sync_master(s, 0, err) != 0)
+        ensure_state(&s->adam_v, s->numel, err) != 0 || ds_stage_ensure_master(s, err) != 0)
         return -1;
     float *master = s->master ? s->master->data : NULL;
     float *m = s->adam_m->data, *v = s->adam_v->data;
@@ -82,7 +82,7 @@ int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *
 int ds_sgd_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, float grad_scale,
                        ds_err *err) {
     if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->momentum, s->numel, err) != 0 ||
-        ds_stage_sync_master(s, 0, err) != 0)
+        ds_stage_ensure_master(s, err) != 0)
         return -1;
     float *master = s->master ? s->master->data : NULL, *buf = s->momentum->data;
     for (int i = 0; i < s->nparams; i++) {
@@ -104,16 +104,22 @@ int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *
     return ds_sgd_step_scaled(s, lo, hi, c, 1.0f, err);
 }
 
+double ds_sumsq_of(ds_dtype dt, const void *x, size_t n) {
+    return dt == DS_F32 ? ds_sumsq(x, n) : ds_half_sumsq(ds_half_of(dt), x, n);
+}
+
+void ds_scale_of(ds_dtype dt, void *x, float k, size_t n) {
+    if (dt == DS_F32) ds_scale(x, k, n);
+    else ds_half_scale(ds_half_of(dt), x, k, n);
+}
+
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
     if (hi > s->numel) hi = s->numel;
     if (lo >= hi || !s->flat_grads->data) return 0;
-    if (ds_stage_is_half(s))
-        return ds_half_sumsq(ds_half_of(s->opts.precision), (const uint16_t *)s->flat_grads->data + lo, hi - lo);
-    return ds_sumsq((const float *)s->flat_grads->data + lo, hi - lo);
+    size_t es = ds_dtype_size(s->opts.precision);
+    return ds_sumsq_of(s->opts.precision, (const char *)s->flat_grads->data + lo * es, hi - lo);
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {
-    if (!s->flat_grads->data) return;
-    if (ds_stage_is_half(s)) ds_half_scale(ds_half_of(s->opts.precision), s->flat_grads->data, k, s->numel);
-    else ds_scale(s->flat_grads->data, k, s->numel);
+    if (s->flat_grads->data) ds_scale_of(s->opts.precision, s->flat_grads->data, k, s->numel);
 }

@@ -142,8 +142,7 @@ static int layout(ds_stage *s, ds_err *err) {
     return init_params(s, err);
 }
 
-int ds_stage_sync_master(ds_stage *s, int refresh, ds_err *err) {
-    if (!ds_stage_is_half(s) || (s->master && !refresh)) return 0;
+static int master_from_params(ds_stage *s, ds_err *err) {
     if (!s->flat_params->data)
         return ds_err_set(err, "stage '%s': no resident working copy to make master weights from",
                           s->name);
@@ -153,6 +152,14 @@ int ds_stage_sync_master(ds_stage *s, int refresh, ds_err *err) {
     ds_half_to_f32(ds_half_of(s->opts.precision), s->master->data,
                    s->flat_params->data, s->numel);
     return 0;
+}
+
+int ds_stage_ensure_master(ds_stage *s, ds_err *err) {
+    return ds_stage_is_half(s) && !s->master ? master_from_params(s, err) : 0;
+}
+
+int ds_stage_refresh_master(ds_stage *s, ds_err *err) {
+    return ds_stage_is_half(s) && s->master ? master_from_params(s, err) : 0;
 }
 
 /* Wraps spans of `every` consecutive layers in checkpoint containers. */

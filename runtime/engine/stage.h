@@ -46,10 +46,12 @@ static inline int ds_stage_is_half(const ds_stage *s) { return s->opts.precision
 /* Points every parameter at its slice of the flat buffers (NULL where one is released):
  * after the buffers are re-laid or released (ZeRO). */
 void ds_stage_bind_params(ds_stage *s);
-/* 16-bit stages: the master weights as they must be now: made from the working copy if
- * missing, or refreshed from it (after weights were written into the copy) with refresh.
- * Full-length; ZeRO keeps its own shard instead. No-op for fp32 stages. */
-int ds_stage_sync_master(ds_stage *s, int refresh, ds_err *err);
+/* 16-bit stages' full-length fp32 master weights (ZeRO keeps its own shard instead); both
+ * are no-ops for fp32 stages. ensure makes them from the working copy when missing;
+ * refresh makes existing ones again from it after weights were written into the copy
+ * (else the next step would undo the write), and does nothing when there are none. */
+int ds_stage_ensure_master(ds_stage *s, ds_err *err);
+int ds_stage_refresh_master(ds_stage *s, ds_err *err);
 
 int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err);
 static inline const ds_tensor *ds_stage_output(const ds_stage *s) { return s->root->out; }

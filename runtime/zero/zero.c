@@ -17,8 +17,6 @@ static char *at(const ds_zero_stage *zs, const ds_tensor *t, int64_t i) {
     return t && t->data ? (char *)t->data + (size_t)i * esize(zs) : NULL;
 }
 
-static void repoint(ds_stage *s) { ds_stage_bind_params(s); }
-
 /* Averaging 16-bit gradients: each rank's are divided by the world size first and then
  * summed. Summing first (then dividing) overflows fp16 whenever the ranks' sum passes
  * 65504 even though the average would not, skipping steps a single rank would take;
@@ -120,7 +118,7 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
         ds_tensor_free(s->master);
         s->adam_m = s->adam_v = s->momentum = s->master = NULL;
     }
-    repoint(s);
+    ds_stage_bind_params(s);
     return 0;
 }
 
@@ -189,7 +187,7 @@ static int start_gather(ds_zero *z, int k, ds_err *err) {
     ds_stage *s = zs->s;
     int64_t padded = zs->part.padded;
     if (ds_tensor_resize(s->flat_params, 1, &padded, err) != 0) return -1;
-    repoint(s);
+    ds_stage_bind_params(s);
     zs->gather = ds_comm_iallgather(z->comm, zs->param_shard->data, s->flat_params->data,
                                     (size_t)zs->part.shard, s->opts.precision, err);
     return zs->gather ? 0 : ds_err_prefix(err, "stage '%s': gather parameters", s->name);
@@ -211,7 +209,7 @@ static void release_params(ds_zero *z, int k) {
     if (zs->zero != 3 || !zs->gathered) return;
     ds_tensor_release(zs->s->flat_params);
     zs->gathered = 0;
-    repoint(zs->s);
+    ds_stage_bind_params(zs->s);
 }
 
 static int needs(const ds_zero *z, int k, int dep) {
@@ -267,7 +265,7 @@ static int ensure_grad_window(ds_zero *z, int k, ds_err *err) {
     if (zs->zero < 2 || s->flat_grads->data) return 0;
     int64_t padded = zs->part.padded;
     if (ds_tensor_resize(s->flat_grads, 1, &padded, err) != 0) return -1; /* zeroed */
-    repoint(s);
+    ds_stage_bind_params(s);
     return 0;
 }
 
@@ -367,7 +365,7 @@ static int reduce_window(ds_zero *z, int k, ds_err *err) {
     if (rc != 0) return ds_err_prefix(err, "stage '%s': reduce gradients", zs->s->name);
 done:
     ds_tensor_release(zs->s->flat_grads);
-    repoint(zs->s);
+    ds_stage_bind_params(zs->s);
     return 0;
 }
 
@@ -431,15 +429,6 @@ static void *shard_grads(ds_zero_stage *zs) {
     return zs->zero >= 2 ? zs->grad_shard->data : at(zs, zs->s->flat_grads, zs->lo);
 }
 
-static double sumsq(ds_zero_stage *zs, const void *x, size_t n) {
-    return is_half(zs) ? ds_half_sumsq(half(zs), x, n) : ds_sumsq(x, n);
-}
-
-static void scale(ds_zero_stage *zs, void *x, float k, size_t n) {
-    if (is_half(zs)) ds_half_scale(half(zs), x, k, n);
-    else ds_scale(x, k, n);
-}
-
 /* Every rank's doubles, gathered, summed per column in rank order. */
 static int sum_over_ranks(ds_zero *z, const double *mine, int n, double *out, ds_err *err) {
     double *all = calloc((size_t)n * (size_t)z->world, sizeof *all);
@@ -463,7 +452,7 @@ int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
     double *sum = mine + z->n;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        mine[k] = sumsq(zs, shard_grads(zs), (size_t)(zs->hi - zs->lo));
+        mine[k] = ds_sumsq_of(zs->s->opts.precision, shard_grads(zs), (size_t)(zs->hi - zs->lo));
     }
     int rc = sum_over_ranks(z, mine, z->n, sum, err);
     double total = 0;
@@ -477,8 +466,8 @@ int ds_zero_scale_grads(ds_zero *z, float k, ds_err *err) {
     if (finish_pending(z, err) != 0) return -1;
     for (int i = 0; i < z->n; i++) {
         ds_zero_stage *zs = &z->st[i];
-        if (zs->zero == 0) scale(zs, zs->s->flat_grads->data, k, zs->s->numel);
-        else scale(zs, shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
+        if (zs->zero == 0) ds_stage_scale_grads(zs->s, k);
+        else ds_scale_of(zs->s->opts.precision, shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
     }
     return 0;
 }
@@ -623,7 +612,7 @@ int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
                (size_t)(zs->hi - zs->lo) * esize(zs));
     }
     /* Masters made before the write would undo it at the next step. */
-    if (zs->zero == 0) return ds_stage_sync_master(zs->s, zs->s->master != NULL, err);
+    if (zs->zero == 0) return ds_stage_refresh_master(zs->s, err);
     return zs->master ? sync_master_shard(zs, 1, err) : 0;
 }
 
@@ -631,7 +620,7 @@ ds_tensor *ds_zero_master(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return NULL;
     ds_zero_stage *zs = &z->st[k];
     if (!is_half(zs)) return ds_err_set(err, "stage '%s' is fp32: no master weights", zs->s->name), NULL;
-    if (zs->zero == 0) return ds_stage_sync_master(zs->s, 0, err) == 0 ? zs->s->master : NULL;
+    if (zs->zero == 0) return ds_stage_ensure_master(zs->s, err) == 0 ? zs->s->master : NULL;
     if (zs->zero == 3) release_params(z, k);
     return sync_master_shard(zs, 0, err) == 0 ? zs->master : NULL;
 }

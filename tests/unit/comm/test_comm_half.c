@@ -21,10 +21,10 @@
 
 #include "comm_test_util.h"
 #include "kernels.h"
+#include "tensor_half.h"
 
 static const ds_dtype kTypes[] = {DS_BF16, DS_F16};
 
-static ds_half half_of(ds_dtype dt) { return dt == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16; }
 
 /* Unit roundoff of the format: half the spacing of the numbers in [1, 2). */
 static double unit_roundoff(ds_dtype dt) { return dt == DS_BF16 ? 0x1p-8 : 0x1p-11; }
@@ -55,7 +55,7 @@ static uint16_t *make_input(ds_dtype dt, val_fn f, int r, size_t first, size_t n
     float *x = xmalloc(n * sizeof *x);
     uint16_t *h = xmalloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) x[i] = f(r, first + i);
-    ds_half_from_f32(half_of(dt), h, x, n);
+    ds_half_from_f32(ds_half_of(dt), h, x, n);
     free(x);
     return h;
 }
@@ -73,14 +73,14 @@ static ref make_ref(ds_dtype dt, val_fn f, int world, size_t first, size_t n) {
     for (size_t i = 0; i < n; i++) sum[i] = R.abssum[i] = 0;
     for (int r = 0; r < world; r++) {
         uint16_t *h = make_input(dt, f, r, first, n);
-        ds_half_to_f32(half_of(dt), x, h, n);
+        ds_half_to_f32(ds_half_of(dt), x, h, n);
         for (size_t i = 0; i < n; i++) {
             sum[i] += x[i];
             R.abssum[i] += fabsf(x[i]);
         }
         free(h);
     }
-    ds_half_from_f32(half_of(dt), R.want, sum, n);
+    ds_half_from_f32(ds_half_of(dt), R.want, sum, n);
     free(sum);
     free(x);
     return R;
@@ -95,8 +95,8 @@ static void free_ref(ref *R) {
 static void check_result(ds_dtype dt, const uint16_t *got, const ref *R, size_t n, int world,
                          int exact, const char *what) {
     float *g = xmalloc(n * sizeof *g), *w = xmalloc(n * sizeof *w);
-    ds_half_to_f32(half_of(dt), g, got, n);
-    ds_half_to_f32(half_of(dt), w, R->want, n);
+    ds_half_to_f32(ds_half_of(dt), g, got, n);
+    ds_half_to_f32(ds_half_of(dt), w, R->want, n);
     for (size_t i = 0; i < n; i++) {
         if (exact) {
             RANK_CHECK(got[i] == R->want[i], "%s %s n=%zu i=%zu: %g != %g", what,
@@ -117,7 +117,7 @@ static void check_avg(ds_dtype dt, const uint16_t *avg, const uint16_t *sum, siz
                       int world, const char *what) {
     uint16_t *want = xmalloc(n * sizeof *want);
     memcpy(want, sum, n * sizeof *want);
-    ds_half_scale(half_of(dt), want, 1.0f / (float)world, n);
+    ds_half_scale(ds_half_of(dt), want, 1.0f / (float)world, n);
     for (size_t i = 0; i < n; i++)
         RANK_CHECK(avg[i] == want[i], "%s avg %s n=%zu i=%zu: %04x != %04x", what,
                    ds_dtype_name(dt), n, i, avg[i], want[i]);

@@ -9,6 +9,7 @@
 
 #include "comm_test_util.h"
 #include "kernels.h"
+#include "tensor_half.h"
 
 static float fill(int r, size_t i) { return (float)(int)((i * 7 + (size_t)r * 13) % 2001) - 1000.0f; }
 
@@ -34,7 +35,7 @@ static float small_int(int r, size_t i) {
 
 static void check_half_allreduce(ds_comm *c, int rank, int world, ds_dtype dt) {
     const size_t n = 1000003;
-    ds_half hf = dt == DS_BF16 ? DS_HALF_BF16 : DS_HALF_F16;
+    ds_half hf = ds_half_of(dt);
     float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
     uint16_t *h = malloc(n * 2), *w16 = malloc(n * 2);
     void *d = NULL;
