@@ -313,10 +313,15 @@ static int finish_pending(ds_zero *z, ds_err *err) {
     int rc = 0;
     for (int i = 0; i < z->npending; i++) {
         ds_zero_pending *p = &z->pending[i];
-        ds_err e2;
-        if (ds_comm_wait(p->h, rc == 0 ? err : &e2) != 0) rc = -1;
-        else if (rc == 0) add_piece(z, &z->st[p->k], p->b, p->j, p->c);
-        if (rc != 0 && i == 0) ds_err_prefix(err, "stage '%s': reduce gradients", z->st[p->k].s->name);
+        ds_err e2; /* after the first failure: waited for, not reported */
+        int first_failure = rc == 0;
+        if (ds_comm_wait(p->h, first_failure ? err : &e2) == 0) {
+            if (rc == 0) add_piece(z, &z->st[p->k], p->b, p->j, p->c);
+        } else {
+            rc = -1;
+            if (first_failure)
+                ds_err_prefix(err, "stage '%s': reduce gradients", z->st[p->k].s->name);
+        }
     }
     z->npending = 0;
     return rc;
