@@ -89,6 +89,14 @@ struct ds_layer {
     ds_tensor **gbuf;                 /* sequential: gradients at child boundaries */
 };
 
+/* The dropout key of layer l in pass r for a tensor of per_row elements per batch row:
+ * offset by the rows before this rank's slice, so every world size draws the masks of
+ * the single-rank run. */
+static inline ds_rng_key ds_run_key(const ds_layer *l, const ds_run *r, uint64_t per_row) {
+    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro,
+                        .offset = r->row0 * per_row};
+}
+
 /* Constructors: NULL with err on a bad configuration. */
 ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err);
 ds_layer *ds_embedding_new(int vocab, int dim, float init_std, ds_err *err);

@@ -8,9 +8,9 @@
 
 enum { ATT, SCRATCH };
 
+/* a batch row of the [B,NH,T,T] probabilities is NH*T*T elements */
 static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
-    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro,
-                        .offset = r->row0 * (uint64_t)l->heads * (uint64_t)T * (uint64_t)T};
+    return ds_run_key(l, r, (uint64_t)l->heads * (uint64_t)T * (uint64_t)T);
 }
 
 static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p : 0.0f; }

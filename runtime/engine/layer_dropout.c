@@ -8,8 +8,7 @@
 
 static ds_rng_key key_of(const ds_layer *l, const ds_run *r, const ds_tensor *in) {
     uint64_t per_row = in->ndim && in->shape[0] ? (uint64_t)in->numel / (uint64_t)in->shape[0] : 0;
-    return (ds_rng_key){.seed = r->seed, .step = r->step, .layer = l->rng_id, .micro = r->micro,
-                        .offset = r->row0 * per_row};
+    return ds_run_key(l, r, per_row);
 }
 
 static int active(const ds_layer *l, const ds_run *r) { return r->train && l->p > 0; }
