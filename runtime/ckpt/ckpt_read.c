@@ -93,7 +93,7 @@ static int get_int(const ds_ckpt *ck, const ds_jv *o, const char *key, const cha
 static const char *get_str(const ds_ckpt *ck, const ds_jv *o, const char *key,
                            const char *where, ds_err *err) {
     const ds_jv *v = ds_jv_get(o, key);
-    if (!v || v->type != DS_JV_STR || strlen(v->str) != v->len)
+    if (!ds_jv_is_cstr(v))
         return ds_err_set(err, "%s: %s\"%s\" missing or not a string", ck->meta_path, where, key),
                NULL;
     return v->str;
@@ -103,8 +103,8 @@ static const ds_jv *get_typed(const ds_ckpt *ck, const ds_jv *o, const char *key
                               ds_jv_type t, ds_err *err) {
     const ds_jv *v = ds_jv_get(o, key);
     if (!v || v->type != t)
-        return ds_err_set(err, "%s: \"%s\" missing or not an %s", ck->meta_path, key,
-                          t == DS_JV_OBJ ? "object" : "array"), NULL;
+        return ds_err_set(err, "%s: \"%s\" missing or not %s", ck->meta_path, key,
+                          ds_jv_type_name(t)), NULL;
     return v;
 }
 

@@ -370,6 +370,10 @@ int ds_jv_depth(const ds_jv *v) {
     return d + 1;
 }
 
+int ds_jv_is_cstr(const ds_jv *v) {
+    return v && v->type == DS_JV_STR && strlen(v->str) == v->len;
+}
+
 const char *ds_jv_type_name(ds_jv_type t) {
     switch (t) {
     case DS_JV_NULL: return "null";

@@ -54,6 +54,10 @@ void ds_jv_free(ds_jv *v);
 /* The first member of object o named key, or NULL (o NULL, not an object, no such key). */
 const ds_jv *ds_jv_get(const ds_jv *o, const char *key);
 
+/* Whether v is a string that is also a C string: no decoded NUL inside it to cut it
+ * short (v NULL or not a string: 0). */
+int ds_jv_is_cstr(const ds_jv *v);
+
 /* Nesting levels of v: 0 for a scalar, 1 for [] or {}, 2 for [[]], ... */
 int ds_jv_depth(const ds_jv *v);
 

@@ -1,9 +1,7 @@
 #include "bytetok.h"
 #include "ds_mapfile.h"
 
-#include <errno.h>
 #include <string.h>
-#include <unistd.h>
 
 int ds_docs_mode_parse(const char *s, ds_docs_mode *out) {
     if (!strcmp(s, "none")) *out = DS_DOCS_NONE;

@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 #include <string.h>
 
+#include "ds_lua.h"
 #include "lua_safetensors.h"
 #include "safetensors_dtype.h"
 #include "tensor.h"
@@ -165,11 +166,8 @@ static int l_info(lua_State *L) {
 void ds_lua_open_safetensors(lua_State *L) {
     static const luaL_Reg fns[] = {{"save", l_save}, {"load", l_load}, {"info", l_info},
                                    {NULL, NULL}};
-    if (luaL_newmetatable(L, "ds.SafetensorsFile")) {
-        lua_pushcfunction(L, l_file_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_pop(L, 1);
+    static const luaL_Reg meta[] = {{"__gc", l_file_gc}, {NULL, NULL}};
+    ds_lua_new_class(L, "ds.SafetensorsFile", NULL, meta);
     luaL_newlib(L, fns);
     lua_setfield(L, -2, "safetensors");
 }

@@ -36,14 +36,19 @@ typedef struct header_ctx {
     ds_err *err;
 } header_ctx;
 
+/* A string value (already known to be one) that is also a C string. */
+static int no_nul(const header_ctx *c, const ds_jv *v) {
+    if (!ds_jv_is_cstr(v))
+        return ds_err_set(c->err, "header byte %zu: \\u0000 inside a string", v->at);
+    return 0;
+}
+
 /* A string value that is a C string (a decoded NUL would cut it short). */
 static int c_string(const header_ctx *c, const ds_jv *v, const char *what) {
     if (v->type != DS_JV_STR)
         return ds_err_set(c->err, "header byte %zu: %s must be a string, found %s", v->at, what,
                           ds_jv_type_name(v->type));
-    if (strlen(v->str) != v->len)
-        return ds_err_set(c->err, "header byte %zu: \\u0000 inside a string", v->at);
-    return 0;
+    return no_nul(c, v);
 }
 
 /* A non-negative integer without sign, fraction or exponent, at most 2^63 - 1. The
@@ -148,7 +153,7 @@ static int metadata(const header_ctx *c, const ds_jv *m, ds_st_file *f) {
             return ds_err_set(c->err, "header byte %zu: __metadata__ values must be strings, "
                                       "\"%.200s\" is %s", v->at, m->keys[i],
                               ds_jv_type_name(v->type));
-        if (c_string(c, v, "a __metadata__ value") || add_meta(f, m->keys[i], v->str, c->err))
+        if (no_nul(c, v) || add_meta(f, m->keys[i], v->str, c->err))
             return -1;
     }
     return 0;

@@ -127,7 +127,7 @@ static void run_world(int world, ds_dtype dt) {
     for (int zero = 0; zero <= 3; zero++) {
         half_case hc = {zero, dt};
         int failed = run_ranks(world, world, 30000, 60, half_rank, &hc);
-        if (failed) fail_msg("%s world %d, zero %d: %d ranks failed", dt == DS_BF16 ? "bf16" : "fp16",
+        if (failed) fail_msg("%s world %d, zero %d: %d ranks failed", ds_dtype_name(dt),
                              world, zero, failed);
     }
 }
