@@ -7,7 +7,6 @@
 #include "jobspec.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <ini.h>
 #include <limits.h>
 #include <pwd.h>
@@ -687,6 +686,16 @@ static char *read_line(char *str, int num, void *stream) {
     return str;
 }
 
+/* The later of the lines that gave keys k1 and k2 (0 for a key not given). */
+static int later_line(const parse_state *st, const char *k1, const char *k2) {
+    int l1 = 0, l2 = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        if (!strcmp(KEYS[i].key, k1)) l1 = st->key_line[i];
+        if (!strcmp(KEYS[i].key, k2)) l2 = st->key_line[i];
+    }
+    return l1 > l2 ? l1 : l2;
+}
+
 /* Checks that need the whole file: required keys and keys that depend on each other. */
 static int check_whole(parse_state *st) {
     ds_jobspec *spec = st->spec;
@@ -698,35 +707,24 @@ static int check_whole(parse_state *st) {
                               st->name, key);
         return ds_err_set(st->err, "%s:%d: [job] %s: required key missing", st->name, st->job_line, key);
     }
-    int li = -1, le = -1, ln = -1, lg = -1, hi = -1, ht = -1, sp = -1, ms = -1;
-    for (int i = 0; i < NKEYS; i++) {
-        if (!strcmp(KEYS[i].key, "include")) li = i;
-        if (!strcmp(KEYS[i].key, "exclude")) le = i;
-        if (!strcmp(KEYS[i].key, "num_nodes")) ln = i;
-        if (!strcmp(KEYS[i].key, "num_gpus")) lg = i;
-        if (!strcmp(KEYS[i].key, "heartbeat_interval")) hi = i;
-        if (!strcmp(KEYS[i].key, "heartbeat_timeout")) ht = i;
-        if (!strcmp(KEYS[i].key, "initial_scale_power")) sp = i;
-        if (!strcmp(KEYS[i].key, "min_loss_scale")) ms = i;
-    }
     if (spec->include && spec->exclude) {
-        int line = st->key_line[li] > st->key_line[le] ? st->key_line[li] : st->key_line[le];
+        int line = later_line(st, "include", "exclude");
         return ds_err_set(st->err, "%s:%d: [resources] include and exclude are mutually exclusive",
                           st->name, line);
     }
     if ((spec->include || spec->exclude) && (spec->num_nodes != -1 || spec->num_gpus != -1)) {
-        int line = st->key_line[ln] > st->key_line[lg] ? st->key_line[ln] : st->key_line[lg];
+        int line = later_line(st, "num_nodes", "num_gpus");
         return ds_err_set(st->err, "%s:%d: [resources] num_nodes/num_gpus cannot be combined with "
                                    "include/exclude", st->name, line);
     }
     if (spec->initial_scale_power < 31 && spec->min_loss_scale > 1 << spec->initial_scale_power) {
-        int line = st->key_line[sp] > st->key_line[ms] ? st->key_line[sp] : st->key_line[ms];
+        int line = later_line(st, "initial_scale_power", "min_loss_scale");
         return ds_err_set(st->err, "%s:%d: [engine] min_loss_scale (%d) is above the initial "
                                    "scale 2^%d", st->name, line, spec->min_loss_scale,
                           spec->initial_scale_power);
     }
     if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms) {
-        int line = st->key_line[ht] > st->key_line[hi] ? st->key_line[ht] : st->key_line[hi];
+        int line = later_line(st, "heartbeat_timeout", "heartbeat_interval");
         return ds_err_set(st->err, "%s:%d: [restart] heartbeat_timeout (%g s) must be longer than "
                                    "heartbeat_interval (%g s)",
                           st->name, line, spec->heartbeat_timeout_ms / 1000.0,

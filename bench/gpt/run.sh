@@ -13,8 +13,8 @@ root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
 THREADS=${THREADS:-2} B=${B:-4} T=${T:-64} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} MODEL=${MODEL:-all}
 ROUNDS=${ROUNDS:-3}
-# libgomp's idle threads spin by default and starve OpenBLAS's pthreads on the same cores
-# (docs/engine.md, "Threads"); PASSIVE for all three peers alike, unless set already.
+# dsrun and bench_kernels set PASSIVE themselves (kernels/cpu/cpu_env.c); the export keeps
+# PyTorch's libgomp under the same policy, unless one is set already.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # OpenBLAS's kernels (its core) set the GEMM speed of all three peers; they share this
 # environment, so they run the same core. It is printed, not changed: a site may pin one.
@@ -47,9 +47,9 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 echo "== comparison"
-/usr/bin/python3 - "$out" "$ROUNDS" "$blas_core" <<'PY'
+/usr/bin/python3 - "$out" "$ROUNDS" <<'PY'
 import json, os, statistics, sys
-out, rounds, core = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(" (")[0]
+out, rounds = sys.argv[1], int(sys.argv[2])
 
 def load(r):
     rows = {}
@@ -70,7 +70,7 @@ for r in range(1, rounds + 1):
         if not e:
             continue
         c = {"bench": "gpt_compare_round", "round": r, "model": model, "B": e["B"], "T": e["T"],
-             "threads": e["threads"], "blas_core": core,
+             "threads": e["threads"], "blas_core": e["blas_core"],
              "engine_tokens_per_s": round(e["tokens_per_s"], 2),
              "engine_gflop_per_s": round(e["gflop_per_s"], 2),
              "sgemm_gflop_per_s": s and s["gflop_per_s"],
@@ -100,7 +100,7 @@ for model, cs in sorted(per_model.items()):
     fr = stats(c["fraction_of_sgemm"] for c in cs)
     sp = stats(c["speedup_vs_torch"] for c in cs)
     m = {"bench": "gpt_compare", "model": model, "B": cs[0]["B"], "T": cs[0]["T"],
-         "threads": cs[0]["threads"], "blas_core": core, "rounds": len(cs),
+         "threads": cs[0]["threads"], "blas_core": cs[0]["blas_core"], "rounds": len(cs),
          "engine_tokens_per_s": best("engine_tokens_per_s"),
          "engine_gflop_per_s": best("engine_gflop_per_s"),
          "sgemm_gflop_per_s": best("sgemm_gflop_per_s"),

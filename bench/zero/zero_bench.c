@@ -64,29 +64,30 @@ static state_bytes bytes_of(const char *prec) {
     return (state_bytes){2, 2, 12};
 }
 
-/* The ZeRO paper's formulas (Ψ parameters, N ranks), in bytes: stage 1 shards the
- * optimizer state, 2 the gradients too, 3 the parameters too. */
-static double formula(const row *r) {
-    state_bytes b = bytes_of(r->prec);
-    double all = b.params + b.grads + b.optim, psi = (double)r->psi, n = r->world;
-    switch (r->zero) {
-    case 0: return all * psi;
-    case 1: return (b.params + b.grads) * psi + b.optim * psi / n;
-    case 2: return b.params * psi + (b.grads + b.optim) * psi / n;
-    default: return all * psi / n;
+/* Model-state bytes at ZeRO stage `zero`: stage 1 shards the optimizer state, 2 the
+ * gradients too, 3 the parameters too; `full` elements are held whole, `shard` per rank. */
+static double state_total(state_bytes b, int zero, double full, double shard) {
+    double all = b.params + b.grads + b.optim;
+    switch (zero) {
+    case 0: return all * full;
+    case 1: return (b.params + b.grads) * full + b.optim * shard;
+    case 2: return b.params * full + (b.grads + b.optim) * shard;
+    default: return all * shard;
     }
 }
 
-/* What this engine must allocate: the formula on its padded buffers. */
+/* The ZeRO paper's formulas (Ψ parameters, N ranks), in bytes. */
+static double formula(const row *r) {
+    double psi = (double)r->psi;
+    return state_total(bytes_of(r->prec), r->zero, psi, psi / r->world);
+}
+
+/* What this engine must allocate: the formula on its padded buffers (ZeRO-0 holds the
+ * unpadded flat buffer). */
 static long long expected(const row *r) {
-    state_bytes b = bytes_of(r->prec);
-    long long all = b.params + b.grads + b.optim, n = r->numel, p = r->padded, s = p / r->world;
-    switch (r->zero) {
-    case 0: return all * n;
-    case 1: return (b.params + b.grads) * p + b.optim * s;
-    case 2: return b.params * p + (b.grads + b.optim) * s;
-    default: return all * s;
-    }
+    long long full = r->zero == 0 ? r->numel : r->padded;
+    return (long long)state_total(bytes_of(r->prec), r->zero, (double)full,
+                                  (double)(r->padded / r->world));
 }
 
 /* Step time of ZeRO-0 at the same world and precision. */

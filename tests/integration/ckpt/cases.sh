@@ -99,5 +99,12 @@ case_export_gpt() {
     inspect_ok "$ck"
 }
 
+# model:load refuses a checkpoint of another model size (load_mismatch.lua exits non-zero
+# when the load is accepted or the message is wrong).
+case_load_mismatch() {
+    "$DSRUN" run "$scripts/load_mismatch.lua" "$ck" > "$job/out.load" 2>&1 ||
+        fail "load_mismatch.lua: $(tail -3 "$job/out.load")"
+}
+
 "case_$case"
 echo "ok ($case)"
