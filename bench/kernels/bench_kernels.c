@@ -5,6 +5,8 @@
  *   3. A whole training step (forward, backward, grad clip, AdamW) made of the kernels
  *      alone, as llm.c's loop would run it (gpt_step.c): tokens/s, GFLOP/s counted as
  *      6*params*tokens + attention (12*L*C*T per token), and its ratio to (1).
+ *   4. With (1): the fp32 multiply-add peak of the threads (fma_peak.c), the bound above
+ *      sgemm, and how long the step's GEMMs would take at it.
  * Prints a table, then one JSON object per line per measured configuration.
  * Usage: bench_kernels [--model gpt2|small|all] [--only gemm|kernels|step] [--threads N]
  *                      [--reps N] [--B N] [--T N] */
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fma_peak.h"
 #include "gpt_step.h"
 #include "kernels.h"
 
@@ -131,7 +134,7 @@ static void run_gemm(const linear *l, int p, int N, int native, float *inp, floa
  * at half speed for the first few dozen calls from the OpenMP threads. The kernels' path
  * runs before the reference: OpenBLAS's threads keep spinning for a while after a
  * threaded call, and would slow whatever runs next on the same cores. */
-static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
+static gemm_total bench_gemms(const gpt_shape *m, int N, int threads, fma_peak peak) {
     linear lin[5];
     int nl = model_linears(m, lin);
     gemm_total tot = {0, 0, 0};
@@ -181,12 +184,18 @@ static gemm_total bench_gemms(const gpt_shape *m, int N, int threads) {
            "(ds_matmul: %.1f ms, %.1f GFLOP/s)\n",
            m->name, tot.flops * 1e-9, tot.seconds * 1e3, tot.flops / tot.seconds * 1e-9,
            tot.ds_seconds * 1e3, tot.flops / tot.ds_seconds * 1e-9);
+    double peak_ms = tot.flops / (peak.gflops * 1e9) * 1e3;
+    printf("%s: the same GEMMs at the fp32 FMA peak (%s, %.1f GFLOP/s): %.1f ms; sgemm runs "
+           "at %.0f%% of the peak\n",
+           m->name, peak.isa, peak.gflops, peak_ms,
+           100.0 * tot.flops / tot.seconds * 1e-9 / peak.gflops);
     printf("{\"bench\":\"sgemm_step\",\"model\":\"%s\",\"tokens\":%d,\"threads\":%d,"
            "\"blas_core\":\"%s\",\"gemm_gflop\":%.3f,\"gemm_ms\":%.3f,\"gflop_per_s\":%.2f,"
-           "\"ds_matmul_ms\":%.3f,\"ds_matmul_gflop_per_s\":%.2f}\n",
+           "\"ds_matmul_ms\":%.3f,\"ds_matmul_gflop_per_s\":%.2f,\"fma_isa\":\"%s\","
+           "\"fma_peak_gflop_per_s\":%.2f,\"gemm_ms_at_fma_peak\":%.3f}\n",
            m->name, N, threads, ds_blas_describe().core, tot.flops * 1e-9, tot.seconds * 1e3,
            tot.flops / tot.seconds * 1e-9, tot.ds_seconds * 1e3,
-           tot.flops / tot.ds_seconds * 1e-9);
+           tot.flops / tot.ds_seconds * 1e-9, peak.isa, peak.gflops, peak_ms);
     return tot;
 }
 
@@ -380,6 +389,14 @@ int main(int argc, char **argv) {
     ds_kernels_set_threads(threads);
     ds_blas_info blas = ds_blas_describe();
     printf("OpenBLAS kernels: %s%s\n", blas.core, blas.forced ? " (OPENBLAS_CORETYPE)" : "");
+    int gemms = !strcmp(only, "all") || !strcmp(only, "gemm");
+    fma_peak peak = {0.0, NULL};
+    if (gemms) {
+        peak = fma_peak_measure(threads);
+        printf("fp32 FMA peak: %.1f GFLOP/s (%s, %d threads)\n", peak.gflops, peak.isa, threads);
+        printf("{\"bench\":\"fma_peak\",\"isa\":\"%s\",\"threads\":%d,\"gflop_per_s\":%.2f}\n",
+               peak.isa, threads, peak.gflops);
+    }
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) {
         const gpt_shape *m = &MODELS[i];
         int want = !strcmp(which, "all") || !strcmp(which, m->name) ||
@@ -392,7 +409,7 @@ int main(int argc, char **argv) {
         step_result sr;
         if (all || !strcmp(only, "kernels")) bench_non_gemm(m, B, T, threads);
         if (step && bench_step(m, B, T, &sr) != 0) return 1;
-        if (all || !strcmp(only, "gemm")) gt = bench_gemms(m, B * T, threads);
+        if (gemms) gt = bench_gemms(m, B * T, threads, peak);
         if (step) print_step(m, B, T, threads, &sr, gt);
     }
     return 0;
