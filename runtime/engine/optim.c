@@ -56,11 +56,6 @@ void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master
     }
 }
 
-/* Element i of a flat buffer in its own dtype. */
-static void *elem(const ds_tensor *t, size_t i) {
-    return (char *)t->data + i * ds_dtype_size(t->dtype);
-}
-
 int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c,
                          float grad_scale, ds_err *err) {
     if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->adam_m, s->numel, err) != 0 ||
@@ -73,7 +68,7 @@ int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *
         overlap(s->params[i], lo, hi, &a, &b);
         if (a >= b) continue;
         float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_adamw_elems(s->opts.precision, elem(s->flat_params, a), elem(s->flat_grads, a),
+        ds_adamw_elems(s->opts.precision, ds_tensor_at(s->flat_params, a), ds_tensor_at(s->flat_grads, a),
                        grad_scale, master ? master + a : NULL, m + a, v + a, b - a, c, wd);
     }
     return 0;
@@ -90,7 +85,7 @@ int ds_sgd_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, f
         overlap(s->params[i], lo, hi, &a, &b);
         if (a >= b) continue;
         float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_sgd_elems(s->opts.precision, elem(s->flat_params, a), elem(s->flat_grads, a),
+        ds_sgd_elems(s->opts.precision, ds_tensor_at(s->flat_params, a), ds_tensor_at(s->flat_grads, a),
                      grad_scale, master ? master + a : NULL, buf + a, b - a, c, wd);
     }
     return 0;
@@ -116,8 +111,7 @@ void ds_scale_of(ds_dtype dt, void *x, float k, size_t n) {
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
     if (hi > s->numel) hi = s->numel;
     if (lo >= hi || !s->flat_grads->data) return 0;
-    size_t es = ds_dtype_size(s->opts.precision);
-    return ds_sumsq_of(s->opts.precision, (const char *)s->flat_grads->data + lo * es, hi - lo);
+    return ds_sumsq_of(s->opts.precision, ds_tensor_at(s->flat_grads, lo), hi - lo);
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {

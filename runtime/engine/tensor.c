@@ -48,6 +48,8 @@ static ds_tensor *make(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *
 
 size_t ds_tensor_nbytes(const ds_tensor *t) { return (size_t)t->numel * ds_dtype_size(t->dtype); }
 
+void *ds_tensor_at(const ds_tensor *t, size_t i) { return (char *)t->data + i * ds_dtype_size(t->dtype); }
+
 ds_tensor *ds_tensor_new(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
                          ds_err *err) {
     ds_tensor *t = make(dtype, cat, ndim, shape, err);

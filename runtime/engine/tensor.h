@@ -36,6 +36,8 @@ ds_tensor *ds_tensor_view(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_
                           void *data, ds_err *err);
 void ds_tensor_free(ds_tensor *t);
 size_t ds_tensor_nbytes(const ds_tensor *t);
+/* Address of flat element i in the tensor's own dtype (no bounds check: i <= numel). */
+void *ds_tensor_at(const ds_tensor *t, size_t i);
 
 /* Reshapes an owning tensor in place, keeping the struct (so references to it stay
  * valid, like torch7's resize): storage is reallocated (zeroed) only when the byte size

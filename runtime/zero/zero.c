@@ -12,10 +12,8 @@ static float *fdata(const ds_tensor *t) { return t ? (float *)t->data : NULL; }
 static size_t esize(const ds_zero_stage *zs) { return ds_dtype_size(zs->s->opts.precision); }
 static int is_half(const ds_zero_stage *zs) { return ds_stage_is_half(zs->s); }
 static ds_half half(const ds_zero_stage *zs) { return ds_half_of(zs->s->opts.precision); }
-/* Element i of a buffer in the stage's precision. */
-static char *at(const ds_zero_stage *zs, const ds_tensor *t, int64_t i) {
-    return t && t->data ? (char *)t->data + (size_t)i * esize(zs) : NULL;
-}
+/* Element i of a buffer (in the stage's precision), or NULL where there is none. */
+static char *at(const ds_tensor *t, int64_t i) { return t && t->data ? ds_tensor_at(t, (size_t)i) : NULL; }
 
 /* Averaging 16-bit gradients: each rank's are divided by the world size first and then
  * summed. Summing first (then dividing) overflows fp16 whenever the ranks' sum passes
@@ -106,7 +104,7 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
     }
     if (zs->zero == 3) {
         if (!(zs->param_shard = new_vec(s->opts.precision, shard, DS_MEM_PARAMS, err))) return -1;
-        memcpy(zs->param_shard->data, at(zs, s->flat_params, zs->lo),
+        memcpy(zs->param_shard->data, at(s->flat_params, zs->lo),
                (size_t)(zs->hi - zs->lo) * esize(zs));
         ds_tensor_release(s->flat_params);
     }
@@ -293,7 +291,7 @@ static ds_comm_handle *start_bucket(ds_zero *z, ds_zero_stage *zs, int b, int64_
     size_t es = esize(zs);
     char *buf = z->bucket[b]->data;
     for (int r = 0; r < z->world; r++)
-        memcpy(buf + (size_t)(r * cc) * es, at(zs, zs->s->flat_grads, r * zs->part.shard + j0),
+        memcpy(buf + (size_t)(r * cc) * es, at(zs->s->flat_grads, r * zs->part.shard + j0),
                (size_t)cc * es);
     ds_comm_reduce op = prescale(z, zs, buf, (size_t)(cc * z->world));
     return ds_comm_ireduce_scatter(z->comm, buf, buf + (size_t)(z->rank * cc) * es, (size_t)cc,
@@ -302,7 +300,8 @@ static ds_comm_handle *start_bucket(ds_zero *z, ds_zero_stage *zs, int b, int64_
 
 /* The rank's reduced piece of bucket b (c elements) added into its shard at j. */
 static void add_piece(ds_zero *z, ds_zero_stage *zs, int b, int64_t j, int64_t c) {
-    char *acc = at(zs, zs->grad_shard, j);
+    char *acc = at(zs->grad_shard, j);
+    /* buckets are sized in fp32 and shared by stages of every precision */
     const char *piece = (const char *)z->bucket[b]->data + (size_t)(z->rank * c) * esize(zs);
     if (is_half(zs)) ds_half_add(half(zs), (uint16_t *)acc, (uint16_t *)acc, (const uint16_t *)piece, (size_t)c);
     else ds_add_forward((float *)acc, (float *)acc, (const float *)piece, (size_t)c);
@@ -417,7 +416,7 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
             h[k] = ds_comm_iallreduce(z->comm, g->data, zs->s->numel, dt, op, err);
         } else if (zs->zero == 1) {
             ds_comm_reduce op = prescale(z, zs, g->data, (size_t)zs->part.padded);
-            h[k] = ds_comm_ireduce_scatter(z->comm, g->data, at(zs, g, zs->lo),
+            h[k] = ds_comm_ireduce_scatter(z->comm, g->data, at(g, zs->lo),
                                            (size_t)zs->part.shard, dt, op, err);
         }
         else
@@ -431,7 +430,7 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
 
 /* The rank's reduced gradients of stage k: [lo, hi) of the flat buffer. */
 static void *shard_grads(ds_zero_stage *zs) {
-    return zs->zero >= 2 ? zs->grad_shard->data : at(zs, zs->s->flat_grads, zs->lo);
+    return zs->zero >= 2 ? zs->grad_shard->data : at(zs->s->flat_grads, zs->lo);
 }
 
 /* Every rank's doubles, gathered, summed per column in rank order. */
@@ -493,7 +492,7 @@ static int ensure_state(ds_tensor **t, int64_t n, ds_err *err) {
 
 /* The rank's parameters of stage k, indexed like shard_grads. */
 static void *shard_params(ds_zero_stage *zs) {
-    return zs->zero == 3 ? zs->param_shard->data : at(zs, zs->s->flat_params, zs->lo);
+    return zs->zero == 3 ? zs->param_shard->data : at(zs->s->flat_params, zs->lo);
 }
 
 /* 16-bit stages at ZeRO 1..3: the rank's fp32 master shard, made from (refresh: made
@@ -515,7 +514,7 @@ static int gather_updated(ds_zero *z, ds_err *err) {
         ds_zero_stage *zs = &z->st[k];
         if (zs->zero != 1 && zs->zero != 2) continue;
         ds_tensor *w = zs->s->flat_params;
-        h[k] = ds_comm_iallgather(z->comm, at(zs, w, zs->lo), w->data, (size_t)zs->part.shard,
+        h[k] = ds_comm_iallgather(z->comm, at(w, zs->lo), w->data, (size_t)zs->part.shard,
                                   zs->s->opts.precision, err);
         if (!h[k]) rc = -1;
     }
@@ -613,7 +612,7 @@ int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
     if (zs->zero == 3) {
         if (!zs->gathered)
             return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
-        memcpy(zs->param_shard->data, at(zs, zs->s->flat_params, zs->lo),
+        memcpy(zs->param_shard->data, at(zs->s->flat_params, zs->lo),
                (size_t)(zs->hi - zs->lo) * esize(zs));
     }
     /* Masters made before the write would undo it at the next step. */
@@ -645,7 +644,7 @@ int ds_zero_masters_to_params(ds_zero *z, int k, ds_err *err) {
     ds_half_from_f32(half(zs), shard_params(zs), fdata(zs->master), (size_t)(zs->hi - zs->lo));
     if (zs->zero == 3) return 0;
     ds_tensor *w = s->flat_params;
-    if (ds_comm_allgather(z->comm, at(zs, w, zs->lo), w->data, (size_t)zs->part.shard,
+    if (ds_comm_allgather(z->comm, at(w, zs->lo), w->data, (size_t)zs->part.shard,
                           s->opts.precision, err) != 0)
         return ds_err_prefix(err, "stage '%s': gather loaded parameters", s->name);
     return 0;
