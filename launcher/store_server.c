@@ -5,6 +5,7 @@
  * blocked client costs nothing and never blocks another. One mutex guards what other
  * threads read or write (the map, heartbeats, events); the thread takes it per request. */
 #include "store_server.h"
+#include "store_map.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -30,14 +31,6 @@
 #define READS_PER_TURN 16          /* fairness: at most 1 MiB from one client per turn */
 #define OUT_HIGH_WATER (1 << 20)   /* stop taking requests from a client that is not reading */
 
-typedef struct entry {
-    struct entry *next;
-    uint64_t hash;
-    size_t klen, vlen;
-    uint8_t *val;
-    char key[]; /* klen bytes + NUL */
-} entry;
-
 typedef struct client {
     int fd;
     uint64_t id;
@@ -61,8 +54,7 @@ struct ds_store_server {
     atomic_int nwaiting;  /* clients with c->blocked set */
     pthread_mutex_t lock; /* map, heartbeats, events, nclients */
 
-    entry **buckets;
-    size_t nbuckets, nentries;
+    ds_store_map map;
 
     client **clients;
     int nclients, cap_clients, nauthed;
@@ -77,90 +69,6 @@ struct ds_store_server {
     int ev_head, ev_count, ev_cap;
     uint64_t ev_dropped;
 };
-
-/* ---- map -------------------------------------------------------------------------- */
-
-static uint64_t hash_key(const void *k, size_t n) {
-    const uint8_t *p = k;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-static entry **map_slot(ds_store_server *s, const void *key, size_t klen, uint64_t h) {
-    entry **e = &s->buckets[h & (s->nbuckets - 1)];
-    while (*e && !((*e)->hash == h && (*e)->klen == klen && memcmp((*e)->key, key, klen) == 0))
-        e = &(*e)->next;
-    return e;
-}
-
-static entry *map_get(ds_store_server *s, const void *key, size_t klen) {
-    return *map_slot(s, key, klen, hash_key(key, klen));
-}
-
-static int map_grow(ds_store_server *s) {
-    size_t n = s->nbuckets * 2;
-    entry **b = calloc(n, sizeof *b);
-    if (!b) return -1;
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        for (entry *e = s->buckets[i], *next; e; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (n - 1)];
-            b[e->hash & (n - 1)] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = n;
-    return 0;
-}
-
-/* Takes ownership of val (malloc'd) on success. */
-static int map_put(ds_store_server *s, const void *key, size_t klen, uint8_t *val, size_t vlen) {
-    uint64_t h = hash_key(key, klen);
-    entry **slot = map_slot(s, key, klen, h);
-    if (*slot) {
-        free((*slot)->val);
-        (*slot)->val = val;
-        (*slot)->vlen = vlen;
-        return 0;
-    }
-    entry *e = malloc(sizeof *e + klen + 1);
-    if (!e) return -1;
-    e->next = NULL;
-    e->hash = h;
-    e->klen = klen;
-    memcpy(e->key, key, klen);
-    e->key[klen] = '\0';
-    e->val = val;
-    e->vlen = vlen;
-    *slot = e;
-    s->nentries++;
-    if (s->nentries > s->nbuckets) map_grow(s); /* on failure the chains just get longer */
-    return 0;
-}
-
-static int map_delete(ds_store_server *s, const void *key, size_t klen) {
-    entry **slot = map_slot(s, key, klen, hash_key(key, klen));
-    if (!*slot) return 0;
-    entry *e = *slot;
-    *slot = e->next;
-    free(e->val);
-    free(e);
-    s->nentries--;
-    return 1;
-}
-
-static void map_free(ds_store_server *s) {
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        for (entry *e = s->buckets[i], *next; e; e = next) {
-            next = e->next;
-            free(e->val);
-            free(e);
-        }
-    }
-    free(s->buckets);
-}
 
 /* ---- events and heartbeats (callers hold s->lock) ---------------------------------- */
 
@@ -382,7 +290,7 @@ static int do_set(request *q) {
     if (!val) return reject(q, "out of memory for a value of %zu bytes", vlen);
     memcpy(val, q->body.p, vlen);
     pthread_mutex_lock(&q->s->lock);
-    int rc = map_put(q->s, key, klen, val, vlen);
+    int rc = ds_store_map_put(&q->s->map, key, klen, val, vlen);
     pthread_mutex_unlock(&q->s->lock);
     if (rc != 0) {
         free(val);
@@ -399,7 +307,7 @@ static int do_get(request *q) {
     if (ds_rd_u32(&q->body, &t) != 0) return reject(q, "truncated GET");
     if (read_key(q, 0, &key, &klen) != DONE) return REJECT;
     pthread_mutex_lock(&q->s->lock);
-    entry *e = map_get(q->s, key, klen);
+    ds_store_entry *e = ds_store_map_get(&q->s->map, key, klen);
     int rc = e ? reply(q, DS_STORE_OK, e->val, e->vlen, NULL, 0) : -1;
     pthread_mutex_unlock(&q->s->lock);
     return rc >= 0 ? rc : block_or_timeout(q, (int32_t)t);
@@ -428,7 +336,7 @@ static int do_add(request *q) {
     int64_t delta = (int64_t)d, cur = 0;
     char msg[160] = "";
     pthread_mutex_lock(&q->s->lock);
-    entry *e = map_get(q->s, key, klen);
+    ds_store_entry *e = ds_store_map_get(&q->s->map, key, klen);
     if (e && parse_i64(e->val, e->vlen, &cur) != 0)
         snprintf(msg, sizeof msg, "value of '%.80s' is not an integer", e->key);
     else if (__builtin_add_overflow(cur, delta, &cur))
@@ -439,7 +347,8 @@ static int do_add(request *q) {
         char text[32];
         int n = snprintf(text, sizeof text, "%" PRId64, cur);
         uint8_t *val = malloc((size_t)n);
-        if (!val || (memcpy(val, text, (size_t)n), map_put(q->s, key, klen, val, (size_t)n) != 0)) {
+        if (val) memcpy(val, text, (size_t)n);
+        if (!val || ds_store_map_put(&q->s->map, key, klen, val, (size_t)n) != 0) {
             free(val);
             rc = reject(q, "out of memory for a counter");
         }
@@ -466,7 +375,7 @@ static int keys_exist(request *q, int *all) {
         const uint8_t *key = NULL;
         size_t klen = 0;
         rc = read_key(q, 1, &key, &klen);
-        if (rc == DONE && *all && !map_get(q->s, key, klen)) *all = 0;
+        if (rc == DONE && *all && !ds_store_map_get(&q->s->map, key, klen)) *all = 0;
     }
     pthread_mutex_unlock(&q->s->lock);
     if (rc == DONE && q->body.n != 0) rc = reject(q, "trailing bytes after the key list");
@@ -492,7 +401,7 @@ static int do_delete(request *q) {
     size_t klen = 0;
     if (read_key(q, 0, &key, &klen) != DONE) return REJECT;
     pthread_mutex_lock(&q->s->lock);
-    int deleted = map_delete(q->s, key, klen);
+    int deleted = ds_store_map_delete(&q->s->map, key, klen);
     pthread_mutex_unlock(&q->s->lock);
     return reply_u8(q, (uint8_t)deleted);
 }
@@ -755,11 +664,10 @@ int ds_store_server_start(const char *addr, int port, const char *token,
     s->listen_fd = s->wake_fd = s->event_fd = -1;
     memcpy(s->token, token, DS_STORE_TOKEN_LEN);
     pthread_mutex_init(&s->lock, NULL);
-    s->nbuckets = 256;
-    s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+    int map_rc = ds_store_map_init(&s->map);
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!s->buckets || s->wake_fd < 0 || s->event_fd < 0) {
+    if (map_rc != 0 || s->wake_fd < 0 || s->event_fd < 0) {
         ds_err_errno(err, errno, "store: setting up");
         goto fail;
     }
@@ -790,7 +698,7 @@ fail:
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake_fd >= 0) close(s->wake_fd);
     if (s->event_fd >= 0) close(s->event_fd);
-    free(s->buckets);
+    ds_store_map_free(&s->map);
     pthread_mutex_destroy(&s->lock);
     free(s);
     return -1;
@@ -813,7 +721,7 @@ void ds_store_server_stop(ds_store_server *s) {
     close(s->listen_fd);
     close(s->wake_fd);
     close(s->event_fd);
-    map_free(s);
+    ds_store_map_free(&s->map);
     free(s->hb_ms);
     free(s->hb_owner);
     free(s->events);
@@ -856,7 +764,7 @@ int ds_store_server_set(ds_store_server *s, const char *key, const void *val, si
     if (!v) return ds_err_set(err, "store: set '%.80s': out of memory", key);
     if (len) memcpy(v, val, len);
     pthread_mutex_lock(&s->lock);
-    int rc = map_put(s, key, klen, v, len);
+    int rc = ds_store_map_put(&s->map, key, klen, v, len);
     pthread_mutex_unlock(&s->lock);
     if (rc != 0) {
         free(v);
