@@ -1,6 +1,7 @@
 /* Independent multiply-add chains in the widest vectors the CPU has, on every thread at
  * once. Twelve chains per thread cover the FMA latency times the number of FMA pipes of
  * the cores we run on (4 cycles x 2 pipes), so the loop is bound by FMA throughput alone.
+ * The chains are unrolled so that they live in registers at any optimisation level.
  * sgemm can only approach this figure; a training step whose GEMMs ran at it, with
  * nothing else to do, is the fastest any fp32 implementation can be on these cores. */
 #include "fma_peak.h"
@@ -11,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-#define CHAINS 12
+enum { CHAINS = 12 }; /* an enum, not a macro: #pragma GCC unroll does not expand macros */
 #define ITERS 40000000L
 #define RUNS 5
 
@@ -28,6 +29,7 @@ __attribute__((target("avx512f"))) static float chains_avx512(long iters) {
     __m512 a[CHAINS], m = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
     for (int j = 0; j < CHAINS; j++) a[j] = _mm512_set1_ps((float)j);
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll CHAINS
         for (int j = 0; j < CHAINS; j++) a[j] = _mm512_fmadd_ps(a[j], m, b);
     float s = 0.0f;
     for (int j = 0; j < CHAINS; j++) s += _mm512_reduce_add_ps(a[j]);
@@ -38,6 +40,7 @@ __attribute__((target("avx2,fma"))) static float chains_avx2(long iters) {
     __m256 a[CHAINS], m = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
     for (int j = 0; j < CHAINS; j++) a[j] = _mm256_set1_ps((float)j);
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll CHAINS
         for (int j = 0; j < CHAINS; j++) a[j] = _mm256_fmadd_ps(a[j], m, b);
     float lanes[8], s = 0.0f;
     for (int j = 0; j < CHAINS; j++) {
@@ -54,6 +57,7 @@ static float chains_plain(long iters) {
     for (int j = 0; j < CHAINS; j++)
         for (int k = 0; k < 4; k++) a[j][k] = (float)j;
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll CHAINS
         for (int j = 0; j < CHAINS; j++)
             for (int k = 0; k < 4; k++) a[j][k] = a[j][k] * 0.999f + 1e-3f;
     float s = 0.0f;
