@@ -5,5 +5,7 @@
 void ds_lua_open_engine(lua_State *L) {
     ds_lua_open_tensor(L);
     ds_lua_open_stage(L);
+    ds_lua_open_criterion(L);
+    ds_lua_open_system(L);
     ds_lua_open_loss_scaler(L);
 }

@@ -16,6 +16,9 @@ int ds_lua_check_dtype(lua_State *L, int idx);
 /* luaL_error with "file:line: " of the first caller outside the ds Lua library, so a
  * script's error names the script's line. Does not return. */
 int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Keeps the value at val alive as long as the userdata at ud, under key in the table that
+ * is ud's first user value (stages and criteria both have one). */
+void ds_lua_keep(lua_State *L, int ud, const char *key, int val);
 
 /* An optimizer step's settings from the table at idx ({lr=, beta1=, beta2=, eps=,
  * weight_decay=, t=, grad_scale=} / {lr=, momentum=, weight_decay=, grad_scale=}), with
@@ -24,7 +27,9 @@ ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, float *grad_scale);
 ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, float *grad_scale);
 
 void ds_lua_open_tensor(lua_State *L); /* ds.tensor, metatable ds.Tensor */
-void ds_lua_open_stage(lua_State *L);  /* stage, criterion, memory, clock */
+void ds_lua_open_stage(lua_State *L);  /* stage_new, metatable ds.Stage */
+void ds_lua_open_criterion(lua_State *L); /* crossentropy_new, metatable ds.CrossEntropy */
+void ds_lua_open_system(lua_State *L);    /* memory, clock, threads, blas */
 void ds_lua_open_loss_scaler(lua_State *L); /* loss_scaler, grad_overflow */
 
 #endif

@@ -1,6 +1,6 @@
-/* Stages, the criterion and the engine's utilities in Lua. A stage is built from the
- * layer descriptions lua/ds/nn.lua makes (plain tables with a `kind`); the C layers are
- * made here, so after building, forward and backward over a stage are one C call each.
+/* Stages in Lua. A stage is built from the layer descriptions lua/ds/nn.lua makes (plain
+ * tables with a `kind`); lua_layer_build.c makes the C layers, so after building, forward
+ * and backward over a stage are one C call each.
  *
  * Errors name the script line: ds_lua_raise finds the first caller outside the ds
  * library and puts its file:line in front of the message. */
@@ -9,17 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "criterion.h"
 #include "ds_lua.h"
-#include "kernels.h"
 #include "lua_engine.h"
+#include "lua_layer_build.h"
 #include "optim.h"
 #include "stage.h"
 
 #define STAGE_MT "ds.Stage"
-#define XENT_MT "ds.CrossEntropy"
 
 int ds_lua_raise(lua_State *L, const char *fmt, ...) {
     char msg[1200];
@@ -37,214 +34,6 @@ int ds_lua_raise(lua_State *L, const char *fmt, ...) {
     lua_pushstring(L, msg);
     return lua_error(L);
 }
-
-/* ---- reading layer descriptions ----------------------------------------------------- */
-
-/* Reading never raises (a Lua error would leak the C layers built so far): the first
- * problem is kept in err and the build unwinds. */
-typedef struct desc_reader {
-    lua_State *L;
-    int idx;          /* the description table */
-    const char *kind;
-    char where[96];   /* for messages: "Linear 'c_fc'" */
-    ds_err *err;
-    int failed;
-} desc_reader;
-
-static void bad(desc_reader *d, const char *key, const char *what) {
-    if (!d->failed)
-        ds_err_set(d->err, "%s: '%s' %s, got %s", d->where, key, what, luaL_typename(d->L, -1));
-    d->failed = 1;
-}
-
-static int get_int(desc_reader *d, const char *key, int dflt, int required) {
-    lua_getfield(d->L, d->idx, key);
-    int v = dflt;
-    if (lua_isnil(d->L, -1)) {
-        if (required) bad(d, key, "is required");
-    } else if (!lua_isinteger(d->L, -1) || lua_tointeger(d->L, -1) < -2147483647 ||
-               lua_tointeger(d->L, -1) > 2147483647) {
-        bad(d, key, "must be an integer");
-    } else {
-        v = (int)lua_tointeger(d->L, -1);
-    }
-    lua_pop(d->L, 1);
-    return v;
-}
-
-static double get_num(desc_reader *d, const char *key, double dflt) {
-    lua_getfield(d->L, d->idx, key);
-    double v = dflt;
-    if (!lua_isnil(d->L, -1)) {
-        if (lua_type(d->L, -1) != LUA_TNUMBER) bad(d, key, "must be a number");
-        else v = lua_tonumber(d->L, -1);
-    }
-    lua_pop(d->L, 1);
-    return v;
-}
-
-static int get_bool(desc_reader *d, const char *key, int dflt) {
-    lua_getfield(d->L, d->idx, key);
-    int v = dflt;
-    if (!lua_isnil(d->L, -1)) {
-        if (!lua_isboolean(d->L, -1)) bad(d, key, "must be a boolean");
-        else v = lua_toboolean(d->L, -1);
-    }
-    lua_pop(d->L, 1);
-    return v;
-}
-
-/* The C layer already built for the description at idx: from this build (map at
- * map_idx) or an earlier stage (its _built field). NULL if not built. */
-static ds_layer *built_layer(lua_State *L, int idx, int map_idx) {
-    lua_pushvalue(L, idx);
-    lua_rawget(L, map_idx);
-    ds_layer *l = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    if (l) return l;
-    lua_getfield(L, idx, "_built");
-    l = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    return l;
-}
-
-typedef struct build_ctx {
-    lua_State *L;
-    int map_idx;  /* desc -> lightuserdata of its C layer, this build */
-    int deps_idx; /* stages this one must keep alive (tied parameters) */
-} build_ctx;
-
-static ds_layer *build_layer(build_ctx *b, int idx, ds_err *err);
-
-static int build_children(build_ctx *b, ds_layer *parent, int idx, desc_reader *d, ds_err *err) {
-    lua_State *L = b->L;
-    int n = (int)luaL_len(L, idx);
-    for (int i = 1; i <= n; i++) {
-        lua_geti(L, idx, i);
-        if (!lua_istable(L, -1)) {
-            ds_err_set(err, "%s: child %d is a %s, not a layer", d->where, i, luaL_typename(L, -1));
-            lua_pop(L, 1);
-            return -1;
-        }
-        ds_layer *c = build_layer(b, lua_gettop(L), err);
-        lua_pop(L, 1);
-        if (!c || ds_layer_add_child(parent, c, err) != 0) {
-            ds_layer_free(c);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int tie_linear(build_ctx *b, ds_layer *l, int idx, desc_reader *d, ds_err *err) {
-    lua_State *L = b->L;
-    lua_getfield(L, idx, "tie");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return 0;
-    }
-    int t = lua_gettop(L);
-    ds_layer *other = lua_istable(L, t) ? built_layer(L, t, b->map_idx) : NULL;
-    if (!other || other->nparam < 1) {
-        lua_pop(L, 1);
-        return ds_err_set(err, "%s: 'tie' must be a layer with a weight built before this one "
-                               "(in an earlier stage, or earlier in this stage)", d->where);
-    }
-    int rc = ds_layer_tie_param(l, 0, other->param[0], err);
-    lua_getfield(L, t, "_stage");
-    if (!lua_isnil(L, -1)) { /* keep the owner stage alive */
-        lua_pushboolean(L, 1);
-        lua_rawset(L, b->deps_idx);
-    } else {
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    return rc;
-}
-
-static ds_layer *make_kind(build_ctx *b, int idx, desc_reader *d, ds_err *err) {
-    const char *k = d->kind;
-    ds_layer *l = NULL;
-    if (!strcmp(k, "Linear")) {
-        int in = get_int(d, "in", 0, 1), out = get_int(d, "out", 0, 1);
-        int bias = get_bool(d, "bias", 1);
-        double std = get_num(d, "std", 0.02);
-        if (d->failed || !(l = ds_linear_new(in, out, bias, (float)std, err))) return NULL;
-        if (tie_linear(b, l, idx, d, err) != 0) {
-            ds_layer_free(l);
-            return NULL;
-        }
-    } else if (!strcmp(k, "Embedding") || !strcmp(k, "PositionEmbedding")) {
-        int pos = k[0] == 'P';
-        int n = get_int(d, pos ? "context" : "vocab", 0, 1), dim = get_int(d, "d", 0, 1);
-        double std = get_num(d, "std", 0.02);
-        if (d->failed) return NULL;
-        l = pos ? ds_posemb_new(n, dim, (float)std, err) : ds_embedding_new(n, dim, (float)std, err);
-    } else if (!strcmp(k, "LayerNorm")) {
-        int dim = get_int(d, "d", 0, 1);
-        double eps = get_num(d, "eps", 1e-5);
-        if (!d->failed) l = ds_layernorm_new(dim, (float)eps, err);
-    } else if (!strcmp(k, "GELU")) {
-        l = ds_gelu_new(err);
-    } else if (!strcmp(k, "Dropout")) {
-        double p = get_num(d, "p", 0.0);
-        if (!d->failed) l = ds_dropout_new((float)p, err);
-    } else if (!strcmp(k, "Attention")) {
-        int heads = get_int(d, "heads", 0, 1);
-        double p = get_num(d, "p", 0.0);
-        if (!d->failed) l = ds_attention_new(heads, (float)p, err);
-    } else if (!strcmp(k, "Sequential")) {
-        if ((l = ds_sequential_new(err)) && build_children(b, l, idx, d, err) != 0) {
-            ds_layer_free(l);
-            return NULL;
-        }
-    } else if (!strcmp(k, "Residual")) {
-        ds_layer *inner = ds_sequential_new(err);
-        if (!inner) return NULL;
-        if (build_children(b, inner, idx, d, err) != 0 || !(l = ds_residual_new(inner, err))) {
-            ds_layer_free(inner);
-            return NULL;
-        }
-    } else {
-        ds_err_set(err, "unknown layer kind '%s'", k);
-    }
-    return l;
-}
-
-static ds_layer *build_layer(build_ctx *b, int idx, ds_err *err) {
-    lua_State *L = b->L;
-    luaL_checkstack(L, 16, "layer nesting too deep");
-    desc_reader d = {L, idx, NULL, "", err, 0};
-    lua_getfield(L, idx, "kind");
-    d.kind = lua_tostring(L, -1);
-    lua_pop(L, 1); /* the string stays referenced by the table */
-    if (!d.kind) return ds_err_set(err, "a layer description has no 'kind'"), NULL;
-    lua_getfield(L, idx, "name");
-    const char *name = lua_tostring(L, -1);
-    snprintf(d.where, sizeof d.where, "%s%s%s%s", d.kind, name ? " '" : "", name ? name : "",
-             name ? "'" : "");
-    char namebuf[64] = "";
-    if (name) {
-        if (strlen(name) >= sizeof namebuf) {
-            lua_pop(L, 1);
-            return ds_err_set(err, "%s: name longer than %zu bytes", d.where, sizeof namebuf - 1), NULL;
-        }
-        snprintf(namebuf, sizeof namebuf, "%s", name);
-    }
-    lua_pop(L, 1);
-    if (built_layer(L, idx, b->map_idx))
-        return ds_err_set(err, "%s is already part of a stage: a layer object is placed once "
-                               "(share weights with tie=)", d.where), NULL;
-    ds_layer *l = make_kind(b, idx, &d, err);
-    if (!l) return NULL;
-    snprintf(l->name, sizeof l->name, "%s", namebuf);
-    lua_pushvalue(L, idx);
-    lua_pushlightuserdata(L, l);
-    lua_rawset(L, b->map_idx);
-    return l;
-}
-
-/* ---- stage userdata ----------------------------------------------------------------- */
 
 typedef struct lua_stage {
     ds_stage *s;
@@ -327,7 +116,6 @@ static int l_stage_new(lua_State *L) {
     int map_idx = lua_gettop(L);
     lua_newtable(L);
     int keep_idx = lua_gettop(L);
-    build_ctx b = {L, map_idx, keep_idx};
     luaL_checkstack(L, 40, "stage");
     ds_layer **layers = calloc((size_t)n, sizeof *layers);
     if (!layers) return ds_lua_raise(L, "out of memory");
@@ -341,7 +129,7 @@ static int l_stage_new(lua_State *L) {
             lua_pop(L, 1);
             break;
         }
-        layers[i] = build_layer(&b, lua_gettop(L), &err);
+        layers[i] = ds_lua_build_layer(L, lua_gettop(L), map_idx, keep_idx, &err);
         lua_pop(L, 1);
         if (!layers[i]) break;
     }
@@ -379,7 +167,7 @@ static int l_stage_gc(lua_State *L) {
     return 0;
 }
 
-static void keep(lua_State *L, int ud, const char *key, int val) {
+void ds_lua_keep(lua_State *L, int ud, const char *key, int val) {
     lua_getiuservalue(L, ud, UV_KEEP);
     lua_pushvalue(L, val);
     lua_setfield(L, -2, key);
@@ -409,7 +197,7 @@ static int l_stage_forward(lua_State *L) {
                 .row0 = (uint64_t)row0};
     ds_err err = {{0}};
     if (ds_stage_forward(s, x, &r, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
-    keep(L, 1, "input", 2);
+    ds_lua_keep(L, 1, "input", 2);
     const ds_tensor *out = ds_stage_output(s);
     if (out == x) lua_pushvalue(L, 2); /* a pass-through (eval dropout): x itself */
     else ds_lua_push_tensor_ref(L, (ds_tensor *)out, 1);
@@ -625,127 +413,6 @@ static int l_stage_scale_grads(lua_State *L) {
     return 0;
 }
 
-/* ---- criterion ------------------------------------------------------------------------ */
-
-typedef struct lua_xent {
-    ds_xent *x;
-} lua_xent;
-
-static ds_xent *check_xent(lua_State *L, int idx) {
-    return ((lua_xent *)luaL_checkudata(L, idx, XENT_MT))->x;
-}
-
-static int l_xent_new(lua_State *L) {
-    ds_err err = {{0}};
-    lua_xent *u = lua_newuserdatauv(L, sizeof *u, 1);
-    u->x = NULL;
-    luaL_setmetatable(L, XENT_MT);
-    if (!(u->x = ds_xent_new(&err))) return ds_lua_raise(L, "%s", err.msg);
-    lua_newtable(L);
-    lua_setiuservalue(L, -2, 1);
-    return 1;
-}
-
-static int l_xent_gc(lua_State *L) {
-    lua_xent *u = luaL_checkudata(L, 1, XENT_MT);
-    ds_xent_free(u->x);
-    u->x = NULL;
-    return 0;
-}
-
-/* crit:forward(logits, targets) -> mean loss */
-static int l_xent_forward(lua_State *L) {
-    ds_xent *x = check_xent(L, 1);
-    ds_tensor *logits = ds_lua_check_tensor(L, 2), *targets = ds_lua_check_tensor(L, 3);
-    double loss;
-    ds_err err = {{0}};
-    if (ds_xent_forward(x, logits, targets, &loss, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
-    keep(L, 1, "logits", 2);
-    keep(L, 1, "targets", 3);
-    lua_pushnumber(L, loss);
-    return 1;
-}
-
-/* crit:backward([scale]) -> dlogits */
-static int l_xent_backward(lua_State *L) {
-    ds_xent *x = check_xent(L, 1);
-    ds_err err = {{0}};
-    if (ds_xent_backward(x, (float)luaL_optnumber(L, 2, 1.0), &err) != 0)
-        return ds_lua_raise(L, "%s", err.msg);
-    ds_lua_push_tensor_ref(L, x->dlogits, 1);
-    return 1;
-}
-
-static int l_xent_release(lua_State *L) {
-    ds_xent_release(check_xent(L, 1));
-    return 0;
-}
-
-/* ---- utilities ---------------------------------------------------------------------- */
-
-static void push_pair(lua_State *L, size_t cur, size_t peak, const char *name) {
-    lua_createtable(L, 0, 2);
-    lua_pushinteger(L, (lua_Integer)cur);
-    lua_setfield(L, -2, "current");
-    lua_pushinteger(L, (lua_Integer)peak);
-    lua_setfield(L, -2, "peak");
-    lua_setfield(L, -2, name);
-}
-
-/* core.memory() -> {params={current=,peak=}, grads=..., ..., total=...} in bytes */
-static int l_memory(lua_State *L) {
-    ds_mem_stats st;
-    ds_mem_get_stats(&st);
-    lua_createtable(L, 0, DS_MEM_NCAT + 1);
-    for (int c = 0; c < DS_MEM_NCAT; c++)
-        push_pair(L, st.current[c], st.peak[c], ds_mem_cat_name((ds_mem_cat)c));
-    push_pair(L, st.total_current, st.total_peak, "total");
-    return 1;
-}
-
-static int l_memory_reset_peaks(lua_State *L) {
-    (void)L;
-    ds_mem_reset_peaks();
-    return 0;
-}
-
-static int l_now(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
-    return 1;
-}
-
-static int l_set_threads(lua_State *L) {
-    lua_Integer n = luaL_checkinteger(L, 1);
-    if (n < 0 || n > 1024) return ds_lua_raise(L, "set_threads(%d): expected 0..1024", (int)n);
-    ds_kernels_set_threads((int)n);
-    return 0;
-}
-
-static int l_threads(lua_State *L) {
-    lua_pushinteger(L, ds_kernels_threads());
-    return 1;
-}
-
-/* ds.blas() -> {core=, config=, coretype=, forced=}: which OpenBLAS kernels the GEMMs run,
- * OPENBLAS_CORETYPE when set, and whether OpenBLAS took it (forced). */
-static int l_blas(lua_State *L) {
-    ds_blas_info b = ds_blas_describe();
-    lua_createtable(L, 0, 4);
-    lua_pushstring(L, b.core);
-    lua_setfield(L, -2, "core");
-    lua_pushstring(L, b.config);
-    lua_setfield(L, -2, "config");
-    if (b.coretype) {
-        lua_pushstring(L, b.coretype);
-        lua_setfield(L, -2, "coretype");
-    }
-    lua_pushboolean(L, b.forced);
-    lua_setfield(L, -2, "forced");
-    return 1;
-}
-
 void ds_lua_open_stage(lua_State *L) {
     static const luaL_Reg stage_methods[] = {
         {"forward", l_stage_forward},       {"backward", l_stage_backward},
@@ -756,22 +423,8 @@ void ds_lua_open_stage(lua_State *L) {
         {"sgd_step", l_stage_sgd},          {"grad_sumsq", l_stage_grad_sumsq},
         {"scale_grads", l_stage_scale_grads}, {"sync_master", l_stage_sync_master},
         {NULL, NULL}};
-    static const luaL_Reg xent_methods[] = {{"forward", l_xent_forward},
-                                            {"backward", l_xent_backward},
-                                            {"release", l_xent_release},
-                                            {NULL, NULL}};
-    static const luaL_Reg fns[] = {{"stage_new", l_stage_new},
-                                   {"crossentropy_new", l_xent_new},
-                                   {"memory", l_memory},
-                                   {"memory_reset_peaks", l_memory_reset_peaks},
-                                   {"now", l_now},
-                                   {"set_threads", l_set_threads},
-                                   {"threads", l_threads},
-                                   {"blas", l_blas},
-                                   {NULL, NULL}};
     ds_lua_new_class(L, STAGE_MT, stage_methods,
                      (const luaL_Reg[]){{"__gc", l_stage_gc}, {NULL, NULL}});
-    ds_lua_new_class(L, XENT_MT, xent_methods,
-                     (const luaL_Reg[]){{"__gc", l_xent_gc}, {NULL, NULL}});
-    luaL_setfuncs(L, fns, 0);
+    lua_pushcfunction(L, l_stage_new);
+    lua_setfield(L, -2, "stage_new");
 }
