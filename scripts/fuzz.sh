@@ -10,7 +10,8 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(fuzz_hostfile fuzz_filter fuzz_jobspec fuzz_json fuzz_json_read fuzz_safetensors)
+  targets=(fuzz_hostfile fuzz_filter fuzz_jobspec fuzz_json fuzz_json_read fuzz_safetensors
+           fuzz_ckpt_shard)
 fi
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
