@@ -11,7 +11,7 @@ shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(fuzz_hostfile fuzz_filter fuzz_jobspec fuzz_json fuzz_json_read fuzz_safetensors
-           fuzz_ckpt_shard fuzz_store_server)
+           fuzz_ckpt_shard fuzz_store_server fuzz_tokens)
 fi
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
