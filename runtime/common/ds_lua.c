@@ -11,6 +11,10 @@ void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
             lua_setfield(L, -2, "__index");
         }
         if (meta) luaL_setfuncs(L, meta, 0);
+        /* getmetatable(obj) gives the class name, not the table: a script cannot reach
+         * __gc and free an object it still uses (only the debug library can). */
+        lua_pushstring(L, name);
+        lua_setfield(L, -2, "__metatable");
     }
     lua_pop(L, 1);
 }

@@ -13,7 +13,8 @@
 
 /* Registers the metatable `name` for a userdata class once: `methods` become its
  * __index table, `meta` its metamethods (__gc, __close, __tostring, ...); either may be
- * NULL. Leaves the stack as it found it. */
+ * NULL. Its __metatable is the name, so getmetatable(obj) returns the name and a script
+ * cannot call __gc by hand. Leaves the stack as it found it. */
 void ds_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
                       const luaL_Reg *meta);
 

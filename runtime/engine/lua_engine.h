@@ -19,6 +19,13 @@ int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(print
 /* Keeps the value at val alive as long as the userdata at ud, under key in the table that
  * is ud's first user value (stages and criteria both have one). */
 void ds_lua_keep(lua_State *L, int ud, const char *key, int val);
+/* Raises "what: key was freed" if the tensor kept under key has been finalized. Kept
+ * tensors normally live as long as their keeper, but finalizers in one collection run
+ * in reverse order of creation, and one that resurrects the keeper (stores it somewhere
+ * reachable) can use it after a younger kept tensor was freed. */
+void ds_lua_check_kept(lua_State *L, int ud, const char *key, const char *what);
+/* 1 if the value at idx is a tensor whose memory was freed (finalized), else 0. */
+int ds_lua_tensor_freed(lua_State *L, int idx);
 
 /* An optimizer step's settings from the table at idx ({lr=, beta1=, beta2=, eps=,
  * weight_decay=, t=, grad_scale=} / {lr=, momentum=, weight_decay=, grad_scale=}), with

@@ -174,6 +174,13 @@ void ds_lua_keep(lua_State *L, int ud, const char *key, int val) {
     lua_pop(L, 1);
 }
 
+void ds_lua_check_kept(lua_State *L, int ud, const char *key, const char *what) {
+    lua_getiuservalue(L, ud, UV_KEEP);
+    lua_getfield(L, -1, key);
+    if (ds_lua_tensor_freed(L, -1)) ds_lua_raise(L, "%s: %s was freed", what, key);
+    lua_pop(L, 2);
+}
+
 /* ZeRO-3 keeps only the rank's shard of the parameters outside a stage's forward and
  * backward, ZeRO-2/3 only its shard of the gradients: no full buffer to view then. */
 static void check_present(lua_State *L, const ds_stage *s, const ds_tensor *flat, const char *what) {
@@ -208,6 +215,7 @@ static int l_stage_forward(lua_State *L) {
 static int l_stage_backward(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     ds_tensor *d = ds_lua_check_tensor(L, 2);
+    ds_lua_check_kept(L, 1, "input", "stage:backward");
     ds_err err = {{0}};
     if (ds_stage_backward(s, d, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
     if (s->last_in->dtype == DS_F32) ds_lua_push_tensor_ref(L, s->grad_in, 1);

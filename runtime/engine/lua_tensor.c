@@ -40,6 +40,11 @@ void ds_lua_push_tensor_view(lua_State *L, ds_tensor *view, int owner_idx) {
     lua_setiuservalue(L, -2, 1);
 }
 
+int ds_lua_tensor_freed(lua_State *L, int idx) {
+    lua_tensor *u = luaL_testudata(L, idx, TENSOR_MT);
+    return u && !u->t;
+}
+
 ds_tensor *ds_lua_check_tensor(lua_State *L, int idx) {
     lua_tensor *u = luaL_checkudata(L, idx, TENSOR_MT);
     if (!u->t) luaL_argerror(L, idx, "tensor was freed");

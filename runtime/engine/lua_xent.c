@@ -12,8 +12,12 @@ typedef struct lua_xent {
     ds_xent *x;
 } lua_xent;
 
+/* The criterion at idx, refused once freed: a finalizer may run before a script's last
+ * use of the object (resurrection), or a script may call __gc itself. */
 static ds_xent *check_xent(lua_State *L, int idx) {
-    return ((lua_xent *)luaL_checkudata(L, idx, XENT_MT))->x;
+    lua_xent *u = luaL_checkudata(L, idx, XENT_MT);
+    if (!u->x) luaL_argerror(L, idx, "criterion was freed");
+    return u->x;
 }
 
 static int l_xent_new(lua_State *L) {
@@ -50,6 +54,8 @@ static int l_xent_forward(lua_State *L) {
 /* crit:backward([scale]) -> dlogits */
 static int l_xent_backward(lua_State *L) {
     ds_xent *x = check_xent(L, 1);
+    ds_lua_check_kept(L, 1, "logits", "CrossEntropy:backward");
+    ds_lua_check_kept(L, 1, "targets", "CrossEntropy:backward");
     ds_err err = {{0}};
     if (ds_xent_backward(x, (float)luaL_optnumber(L, 2, 1.0), &err) != 0)
         return ds_lua_raise(L, "%s", err.msg);

@@ -1,0 +1,154 @@
+-- Every function of the ds library and every method (metamethods included) of each kind
+-- of object a script can hold, called with argument lists no caller should pass: wrong
+-- types, nil, negative, huge, NaN, foreign objects. Each call runs under pcall; a Lua
+-- error is the right answer, and so is success where the arguments are ignored. What
+-- must never happen is what pcall cannot catch: a crash, an abort, a sanitizer report.
+-- Run from an empty directory: a path argument such as "x" may create a file.
+-- Prints "swept N calls" at the end, which the test driver checks.
+local ds = require 'ds'
+
+local calls = 0
+local current = '?'
+local function try(f, ...)
+  calls = calls + 1
+  local ok, err = pcall(f, ...)
+  if not ok and type(err) ~= 'string' then
+    error(('%s: an error that is not a message (%s)'):format(current, type(err)))
+  end
+end
+
+-- One object of each kind a script can hold; each must build, or the sweep would miss it.
+local function build(what, f)
+  local ok, obj = pcall(f)
+  if not ok then error(('building the %s to sweep: %s'):format(what, obj)) end
+  return obj
+end
+local tensor = ds.tensor('fp32', 2, 3)
+local ints = ds.tensor('int32', 2, 3)
+local xent = ds.crossentropy_new()
+local scaler = build('loss scaler', function() return ds.loss_scaler {} end)
+local embed = build('embedding stage', function()
+  return ds.Stage {ds.nn.Embedding {vocab = 8, d = 4}, name = 'embed'} end)
+local head = build('head stage', function() return ds.Stage {ds.nn.Linear {['in'] = 4, out = 8}, name = 'head'} end)
+local model = build('model', function() return ds.Model {embed, head, criterion = ds.nn.CrossEntropy()} end)
+local opt = build('optimizer', function() return ds.optim.AdamW {model, lr = 1e-3} end)
+local ids = ds.tensor('int32', 2, 3)
+build('a training step', function() model:forward(ids, ids); model:backward(); opt:step(1e-3) end)
+build('a checkpoint', function() model:save('ckpt', opt, {step = 1}) end)
+local reader = build('checkpoint reader', function() return ds.ckpt_open('ckpt') end)
+local writer = build('checkpoint writer', function() return ds.ckpt_writer('ckpt2', 1, 0, 1) end)
+build('a token file', function() ds.data.write_tokens('t.tok', {1, 2, 3, 4, 5, 6, 7, 0}, {vocab = 8}) end)
+local loader = build('data loader', function() return ds.data.open {path = 't.tok', context = 2, batch = 1} end)
+build('a safetensors file', function() ds.safetensors.save('w.safetensors', {w = tensor}) end)
+
+local ARGS = {
+  {}, {nil}, {nil, nil, nil}, {0}, {-1}, {1}, {2 ^ 53}, {math.maxinteger}, {math.mininteger},
+  {0 / 0}, {1 / 0}, {-1 / 0}, {1e308}, {''}, {'x'}, {('z'):rep(5000)}, {'fp32'}, {'int32'},
+  {{}}, {{1, 2, 3}}, {{-1, 0}}, {{x = 1}}, {true}, {false}, {function() end}, {tensor},
+  {ints}, {xent}, {scaler}, {'x', 'y'}, {{}, {}}, {1, 1, 1}, {-1, -1}, {'fp32', -1},
+  {'fp32', 0}, {'fp32', 1e12}, {'fp32', {1e6, 1e6, 1e6}}, {'int32', 2, 3, 4, 5, 6, 7, 8, 9},
+  {tensor, tensor}, {tensor, ints}, {ints, tensor}, {tensor, 1.5}, {{}, 'x', 3},
+}
+
+-- Calls that would wait for peers or end the process, not what this sweep is about.
+local SKIP = {
+  ['ds.barrier'] = true, ['ds._core.barrier'] = true, ['ds._core.comm.barrier'] = true,
+  ['ds.error'] = true, -- raises what it is given, by design
+}
+
+local function sweep_fn(name, f)
+  if SKIP[name] then return end
+  current = name
+  for _, a in ipairs(ARGS) do try(f, table.unpack(a, 1, 9)) end
+end
+
+local function sweep_table(t, name, depth, seen)
+  if seen[t] or depth > 3 then return end
+  seen[t] = true
+  local keys = {}
+  for k in pairs(t) do if type(k) == 'string' then keys[#keys + 1] = k end end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v = rawget(t, k)
+    if type(v) == 'function' then sweep_fn(name .. '.' .. k, v)
+    elseif type(v) == 'table' then sweep_table(v, name .. '.' .. k, depth + 1, seen) end
+  end
+end
+
+-- Methods, and the metamethods plain Lua can reach (__close through a <close> variable,
+-- __tostring, ...; not __gc: getmetatable gives a userdata's class name, only the debug
+-- library, used here to list the names, reaches the table), each with the object, then
+-- without it or with another kind of object first.
+local function sweep_object(obj, name)
+  local mt = debug.getmetatable(obj)
+  if type(mt) ~= 'table' then return end
+  local fns = {}
+  for k, v in pairs(mt) do if type(v) == 'function' and k ~= '__gc' then fns[#fns + 1] = k end end
+  if type(mt.__index) == 'table' then
+    for k, v in pairs(mt.__index) do if type(v) == 'function' then fns[#fns + 1] = k end end
+  end
+  table.sort(fns)
+  for _, k in ipairs(fns) do
+    local f = rawget(mt, k) or mt.__index[k]
+    current = name .. ':' .. k
+    for _, a in ipairs(ARGS) do
+      try(f, obj, table.unpack(a, 1, 9))
+      try(f, table.unpack(a, 1, 9))
+    end
+  end
+end
+
+-- A finalizer that resurrects a criterion after the stage whose output it holds as its
+-- logits was freed in the same collection (finalizers run in reverse order of
+-- creation: here the tensors, the stage, then the keeper, then the criterion).
+local function resurrection()
+  local crit = ds.crossentropy_new()
+  local outcome
+  local keeper = setmetatable({}, {__gc = function()
+    current = 'resurrected CrossEntropy:backward'
+    outcome = select(2, pcall(crit.backward, crit))
+  end})
+  local stage = ds.Stage {ds.nn.Linear {['in'] = 4, out = 8}, name = 'late'}
+  local logits = stage:forward(ds.tensor('fp32', 2, 4))
+  crit:forward(logits, ds.tensor('int32', 2))
+  keeper, stage, logits = nil, nil, nil
+  return function() return outcome end
+end
+
+-- The same with a stage whose last input, younger than the keeper, was freed.
+local function resurrected_stage()
+  local stage = ds.Stage {ds.nn.Linear {['in'] = 4, out = 8}, name = 'kept'}
+  local dout = ds.tensor('fp32', 2, 8)
+  local outcome
+  local keeper = setmetatable({}, {__gc = function()
+    current = 'resurrected stage:backward'
+    outcome = select(2, pcall(stage.backward, stage, dout))
+  end})
+  stage:forward(ds.tensor('fp32', 2, 4))
+  keeper = nil
+  return function() return outcome end
+end
+
+sweep_table(ds, 'ds', 0, {})
+local objects = {tensor = tensor, ints = ints, xent = xent, scaler = scaler, embed = embed,
+                 head = head, model = model, opt = opt, reader = reader, writer = writer,
+                 loader = loader, layer = ds.nn.Linear {['in'] = 2, out = 2}}
+local names = {}
+for name in pairs(objects) do names[#names + 1] = name end
+table.sort(names) -- a fixed order: the same calls every run
+for _, name in ipairs(names) do sweep_object(objects[name], name) end
+local outcomes = {criterion = resurrection(), stage = resurrected_stage()}
+collectgarbage()
+collectgarbage()
+for what, outcome in pairs(outcomes) do
+  calls = calls + 1
+  if not tostring(outcome()):find('was freed') then
+    error(('the resurrected %s did not refuse: %s'):format(what, tostring(outcome())))
+  end
+end
+
+-- Still working after all that.
+local t = ds.tensor('fp32', 3)
+t:fill(2)
+assert(t:sum() == 6, 'a fresh tensor after the sweep sums wrong')
+print(('swept %d calls over %d objects'):format(calls, #names))
