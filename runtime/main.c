@@ -63,6 +63,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    int option = cmd[0] == '-' && cmd[1] == '-';
+    if (option && argc > 2) { /* --help, --version, --devices, --blas take nothing */
+        fprintf(stderr, "dsrun: %s takes no arguments (got '%s')\n", cmd, argv[2]);
+        return 2;
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(USAGE, stdout);
         return 0;

@@ -27,4 +27,10 @@ assert(b.coretype == os.getenv('OPENBLAS_CORETYPE'), 'coretype')
 print('lua core ' .. b.core)
 LUA
 [[ $("$dsrun" run "$work/blas.lua") == "lua core $core" ]]
+
+# An option that takes nothing refuses what follows it instead of ignoring it.
+rc=0
+err=$("$dsrun" --blas extra 2>&1 >/dev/null) || rc=$?
+[[ $rc -eq 2 && $err == *"--blas takes no arguments (got 'extra')"* ]] ||
+    { echo "dsrun --blas extra: status $rc, stderr: $err"; exit 1; }
 echo "blas report: ok ($core)"
