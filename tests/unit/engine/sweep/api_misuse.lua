@@ -53,7 +53,7 @@ local ARGS = {
 -- Calls that would wait for peers or end the process, not what this sweep is about.
 local SKIP = {
   ['ds.barrier'] = true, ['ds._core.barrier'] = true, ['ds._core.comm.barrier'] = true,
-  ['ds.error'] = true, -- raises what it is given, by design
+  ['ds.error'] = true, ['ds.util.error'] = true, -- raise what they are given, by design
 }
 
 local function sweep_fn(name, f)
@@ -130,6 +130,9 @@ local function resurrected_stage()
 end
 
 sweep_table(ds, 'ds', 0, {})
+for _, name in ipairs {'ds.gpt', 'ds.synth', 'ds.util', 'ds.optim', 'ds.nn', 'ds.model'} do
+  sweep_table(require(name), name, 0, {})
+end
 local objects = {tensor = tensor, ints = ints, xent = xent, scaler = scaler, embed = embed,
                  head = head, model = model, opt = opt, reader = reader, writer = writer,
                  loader = loader, layer = ds.nn.Linear {['in'] = 2, out = 2}}
