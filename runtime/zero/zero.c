@@ -375,7 +375,13 @@ done:
 
 int ds_zero_after_backward(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
-    if (z->st[k].zero >= 2 && reduce_window(z, k, err) != 0) return -1;
+    ds_zero_stage *zs = &z->st[k];
+    /* The window is made by before_backward and freed here: a second after_backward
+     * (a script calling the hooks itself) has nothing to reduce. */
+    if (zs->zero >= 2 && zs->part.padded > 0 && !zs->s->flat_grads->data)
+        return ds_err_set(err, "stage '%s': after_backward without a gradient window (no "
+                               "before_backward since the last after_backward)", zs->s->name);
+    if (zs->zero >= 2 && reduce_window(z, k, err) != 0) return -1;
     release_deps(z, k, k - 1);
     return 0;
 }

@@ -37,6 +37,13 @@ build('a training step', function() model:forward(ids, ids); model:backward(); o
 build('a checkpoint', function() model:save('ckpt', opt, {step = 1}) end)
 local reader = build('checkpoint reader', function() return ds.ckpt_open('ckpt') end)
 local writer = build('checkpoint writer', function() return ds.ckpt_writer('ckpt2', 1, 0, 1) end)
+local zmodel = build('ZeRO-3 model', function()
+  return ds.Model {ds.Stage {ds.nn.Embedding {vocab = 8, d = 4}, name = 'zembed', zero = 3},
+                   ds.Stage {ds.nn.Linear {['in'] = 4, out = 8}, name = 'zhead', zero = 2},
+                   criterion = ds.nn.CrossEntropy()}
+end)
+local zopt = build('ZeRO optimizer', function() return ds.optim.AdamW {zmodel, lr = 1e-3} end)
+build('a ZeRO step', function() zmodel:forward(ids, ids); zmodel:backward(); zopt:step(1e-3) end)
 build('a token file', function() ds.data.write_tokens('t.tok', {1, 2, 3, 4, 5, 6, 7, 0}, {vocab = 8}) end)
 local loader = build('data loader', function() return ds.data.open {path = 't.tok', context = 2, batch = 1} end)
 build('a safetensors file', function() ds.safetensors.save('w.safetensors', {w = tensor}) end)
@@ -138,7 +145,9 @@ for _, name in ipairs {'ds.gpt', 'ds.synth', 'ds.util', 'ds.optim', 'ds.nn', 'ds
 end
 local objects = {tensor = tensor, ints = ints, xent = xent, scaler = scaler, embed = embed,
                  head = head, model = model, opt = opt, reader = reader, writer = writer,
-                 loader = loader, layer = ds.nn.Linear {['in'] = 2, out = 2}}
+                 loader = loader, layer = ds.nn.Linear {['in'] = 2, out = 2},
+                 zmodel = zmodel, zopt = zopt, zero = zmodel.zero}
+assert(type(zmodel.zero) == 'userdata', 'the ZeRO-3 model has no ZeRO object to sweep')
 local names = {}
 for name in pairs(objects) do names[#names + 1] = name end
 table.sort(names) -- a fixed order: the same calls every run
