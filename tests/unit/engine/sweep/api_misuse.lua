@@ -44,6 +44,21 @@ local zmodel = build('ZeRO-3 model', function()
 end)
 local zopt = build('ZeRO optimizer', function() return ds.optim.AdamW {zmodel, lr = 1e-3} end)
 build('a ZeRO step', function() zmodel:forward(ids, ids); zmodel:backward(); zopt:step(1e-3) end)
+-- 16-bit working copies, a loss scaler (fp16), checkpointed attention blocks, dropout.
+local mixed = build('mixed-precision model', function()
+  return ds.Model {
+    ds.Stage {ds.nn.Embedding {name = 'wte', vocab = 8, d = 8},
+              ds.nn.PositionEmbedding {name = 'wpe', context = 3, d = 8},
+              name = 'membed', precision = 'bf16'},
+    ds.Stage {ds.nn.TransformerBlock {name = 'h0', d = 8, heads = 2, dropout = 0.1},
+              ds.nn.TransformerBlock {name = 'h1', d = 8, heads = 2}, name = 'mblocks',
+              checkpoint = 'full', precision = 'fp16'},
+    ds.Stage {ds.nn.LayerNorm {name = 'ln_f', d = 8}, ds.nn.Linear {name = 'lm', ['in'] = 8, out = 8},
+              name = 'mhead'},
+    criterion = ds.nn.CrossEntropy()}
+end)
+local mopt = build('SGD optimizer', function() return ds.optim.SGD {mixed, lr = 1e-2, momentum = 0.9} end)
+build('a mixed step', function() mixed:forward(ids, ids); mixed:backward(); mopt:step(1e-2) end)
 build('a token file', function() ds.data.write_tokens('t.tok', {1, 2, 3, 4, 5, 6, 7, 0}, {vocab = 8}) end)
 local loader = build('data loader', function() return ds.data.open {path = 't.tok', context = 2, batch = 1} end)
 build('a safetensors file', function() ds.safetensors.save('w.safetensors', {w = tensor}) end)
@@ -146,7 +161,8 @@ end
 local objects = {tensor = tensor, ints = ints, xent = xent, scaler = scaler, embed = embed,
                  head = head, model = model, opt = opt, reader = reader, writer = writer,
                  loader = loader, layer = ds.nn.Linear {['in'] = 2, out = 2},
-                 zmodel = zmodel, zopt = zopt, zero = zmodel.zero}
+                 zmodel = zmodel, zopt = zopt, zero = zmodel.zero, mixed = mixed, mopt = mopt,
+                 mblocks = mixed.stages[2]}
 assert(type(zmodel.zero) == 'userdata', 'the ZeRO-3 model has no ZeRO object to sweep')
 local names = {}
 for name in pairs(objects) do names[#names + 1] = name end
