@@ -168,6 +168,41 @@ local names = {}
 for name in pairs(objects) do names[#names + 1] = name end
 table.sort(names) -- a fixed order: the same calls every run
 for _, name in ipairs(names) do sweep_object(objects[name], name) end
+-- Then the methods in random order with arguments that could be right (stage indices,
+-- the batch, real tensors, option tables): protocols broken the way a script can break
+-- them, such as a hook called twice or a backward after a release. Seeded: the same
+-- sequence every run.
+local dout8 = ds.tensor('fp32', 2, 3, 8)
+local PLAUSIBLE = {
+  {}, {1}, {2}, {3}, {0}, {ids, ids}, {ids, ids, {train = true, step = 2}}, {ids}, {dout8},
+  {tensor}, {1e-3}, {0.5}, {true}, {false}, {{lr = 1e-3}}, {{lr = 1e-3, t = 1}}, {1, 2},
+  {'ckpt', opt}, {'ckpt3', zopt, {step = 3}}, {'w'}, {'wte.weight'}, {'weight', true},
+}
+local function method_names(obj)
+  local mt = debug.getmetatable(obj)
+  local keys = {}
+  local function add(t)
+    for k, v in pairs(t) do if type(k) == 'string' and type(v) == 'function' then keys[#keys + 1] = k end end
+  end
+  if type(mt) == 'table' and type(mt.__index) == 'table' then add(mt.__index) end
+  if type(obj) == 'table' then add(obj) end
+  table.sort(keys)
+  return keys
+end
+local methods = {}
+for _, name in ipairs(names) do
+  for _, k in ipairs(method_names(objects[name])) do
+    methods[#methods + 1] = {name = name, obj = objects[name], key = k}
+  end
+end
+math.randomseed(tonumber(os.getenv('SWEEP_SEED')) or 20261202) -- another seed: explore
+for _ = 1, tonumber(os.getenv('SWEEP_CALLS')) or 6000 do
+  local m = methods[math.random(#methods)]
+  current = ('random %s:%s'):format(m.name, m.key)
+  local a = PLAUSIBLE[math.random(#PLAUSIBLE)]
+  try(m.obj[m.key], m.obj, table.unpack(a, 1, 4))
+end
+
 local outcomes = {criterion = resurrection(), stage = resurrected_stage()}
 collectgarbage()
 collectgarbage()
