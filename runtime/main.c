@@ -56,6 +56,21 @@ static int describe_blas(void) {
     return 0;
 }
 
+static int print_help(void) { return fputs(USAGE, stdout) < 0; }
+
+static int print_version(void) {
+    printf("dsrun %s\n", DS_VERSION);
+    return 0;
+}
+
+/* The options that are whole commands and take nothing after them. */
+static const struct {
+    const char *name;
+    int (*run)(void);
+} OPTIONS[] = {{"--help", print_help},        {"-h", print_help},
+               {"--version", print_version},  {"--devices", list_devices},
+               {"--blas", describe_blas}};
+
 int main(int argc, char **argv) {
     ds_cpu_env_prepare(argv, "dsrun");
     if (argc < 2) {
@@ -63,21 +78,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    int option = cmd[0] == '-' && cmd[1] == '-';
-    if (option && argc > 2) { /* --help, --version, --devices, --blas take nothing */
-        fprintf(stderr, "dsrun: %s takes no arguments (got '%s')\n", cmd, argv[2]);
-        return 2;
+    for (size_t i = 0; i < sizeof OPTIONS / sizeof OPTIONS[0]; i++) {
+        if (strcmp(cmd, OPTIONS[i].name)) continue;
+        if (argc > 2) {
+            fprintf(stderr, "dsrun: %s takes no arguments (got '%s')\n", cmd, argv[2]);
+            return 2;
+        }
+        return OPTIONS[i].run();
     }
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-        fputs(USAGE, stdout);
-        return 0;
-    }
-    if (!strcmp(cmd, "--version")) {
-        printf("dsrun %s\n", DS_VERSION);
-        return 0;
-    }
-    if (!strcmp(cmd, "--devices")) return list_devices();
-    if (!strcmp(cmd, "--blas")) return describe_blas();
     if (!strcmp(cmd, "run")) return dsrun_run_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "agent")) return dsrun_agent_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker")) return dsrun_worker_main(argc - 1, argv + 1);

@@ -22,8 +22,8 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Each returns the chains' sum so the compiler keeps the work, and the FLOPs per
- * iteration of one chain (2 per lane: a multiply and an add). */
+/* Each returns the chains' sum, so the compiler keeps the work. A step of one chain is
+ * 2 FLOPs per lane: a multiply and an add. */
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) static float chains_avx512(long iters) {
     __m512 a[CHAINS], m = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);

@@ -12,8 +12,8 @@ typedef struct lua_xent {
     ds_xent *x;
 } lua_xent;
 
-/* The criterion at idx, refused once freed: a finalizer may run before a script's last
- * use of the object (resurrection), or a script may call __gc itself. */
+/* The criterion at idx, refused once freed: another object's finalizer can use it after
+ * its own __gc ran (resurrection), and the debug library can call __gc by hand. */
 static ds_xent *check_xent(lua_State *L, int idx) {
     lua_xent *u = luaL_checkudata(L, idx, XENT_MT);
     if (!u->x) luaL_argerror(L, idx, "criterion was freed");

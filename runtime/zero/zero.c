@@ -12,7 +12,7 @@ static float *fdata(const ds_tensor *t) { return t ? (float *)t->data : NULL; }
 static size_t esize(const ds_zero_stage *zs) { return ds_dtype_size(zs->s->opts.precision); }
 static int is_half(const ds_zero_stage *zs) { return ds_stage_is_half(zs->s); }
 static ds_half half(const ds_zero_stage *zs) { return ds_half_of(zs->s->opts.precision); }
-/* Element i of a buffer (in the stage's precision), or NULL where there is none. */
+/* Element i of a buffer, or NULL where the buffer holds no storage now. */
 static char *at(const ds_tensor *t, int64_t i) { return t && t->data ? ds_tensor_at(t, (size_t)i) : NULL; }
 
 /* Averaging 16-bit gradients: each rank's are divided by the world size first and then
@@ -376,12 +376,14 @@ done:
 int ds_zero_after_backward(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
     ds_zero_stage *zs = &z->st[k];
-    /* The window is made by before_backward and freed here: a second after_backward
-     * (a script calling the hooks itself) has nothing to reduce. */
-    if (zs->zero >= 2 && zs->part.padded > 0 && !zs->s->flat_grads->data)
-        return ds_err_set(err, "stage '%s': after_backward without a gradient window (no "
-                               "before_backward since the last after_backward)", zs->s->name);
-    if (zs->zero >= 2 && reduce_window(z, k, err) != 0) return -1;
+    if (zs->zero >= 2) {
+        /* The window is made by before_backward and freed here: a second after_backward
+         * (a script calling the hooks itself) has nothing to reduce. */
+        if (zs->part.padded > 0 && !zs->s->flat_grads->data)
+            return ds_err_set(err, "stage '%s': after_backward without a gradient window (no "
+                                   "before_backward since the last after_backward)", zs->s->name);
+        if (reduce_window(z, k, err) != 0) return -1;
+    }
     release_deps(z, k, k - 1);
     return 0;
 }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "store_client.h"
@@ -27,12 +26,6 @@ static ds_store_server *g_server;
 static ds_store_client *g_probe;
 static char g_token[DS_STORE_TOKEN_LEN + 1];
 static int g_port;
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
@@ -95,10 +88,10 @@ static void send_auth(int fd) {
 
 /* Reads answers until the server closes the connection; aborts if it does not. */
 static void await_close(int fd) {
-    int64_t deadline = now_ms() + CLOSE_WITHIN_MS;
+    int64_t deadline = ds_store_now_ms() + CLOSE_WITHIN_MS;
     uint8_t buf[4096];
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - ds_store_now_ms();
         if (left <= 0) abort();
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, (int)left) < 0) continue;
@@ -127,9 +120,9 @@ static void probe(void) {
     }
     /* A dropped connection is closed at once and reaped on the server's next turn, which
      * the probe's own request has just forced; allow one turn of lag all the same. */
-    int64_t deadline = now_ms() + CLOSE_WITHIN_MS;
+    int64_t deadline = ds_store_now_ms() + CLOSE_WITHIN_MS;
     while (ds_store_server_nclients(g_server) > 1)
-        if (now_ms() > deadline) abort();
+        if (ds_store_now_ms() > deadline) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,10 +1,10 @@
--- Every function of the ds library and every method (metamethods included) of each kind
--- of object a script can hold, called with argument lists no caller should pass: wrong
+-- Every function of the ds library and every method (and the metamethods a script can
+-- reach) of each kind of object a script can hold, called with argument lists no caller should pass: wrong
 -- types, nil, negative, huge, NaN, foreign objects. Each call runs under pcall; a Lua
 -- error is the right answer, and so is success where the arguments are ignored. What
 -- must never happen is what pcall cannot catch: a crash, an abort, a sanitizer report.
 -- Run from an empty directory: a path argument such as "x" may create a file.
--- Prints "swept N calls" at the end, which the test driver checks.
+-- Prints "swept N calls over M objects" at the end, which the test driver checks.
 local ds = require 'ds'
 
 local calls = 0
@@ -100,25 +100,37 @@ local function sweep_table(t, name, depth, seen)
   end
 end
 
--- Methods, and the metamethods plain Lua can reach (__close through a <close> variable,
--- __tostring, ...; not __gc: getmetatable gives a userdata's class name, only the debug
--- library, used here to list the names, reaches the table), each with the object, then
--- without it or with another kind of object first.
-local function sweep_object(obj, name)
+-- The functions a script reaches on obj, by name: its methods (its metatable's __index
+-- table, or its own fields for a Lua object) and, with meta, the metamethods plain Lua can
+-- reach (__close through a <close> variable, __tostring, ...; not __gc: getmetatable gives
+-- a userdata's class name, only the debug library, used here to list them, reaches it).
+local function callables(obj, meta)
   local mt = debug.getmetatable(obj)
-  if type(mt) ~= 'table' then return end
-  local fns = {}
-  for k, v in pairs(mt) do if type(v) == 'function' and k ~= '__gc' then fns[#fns + 1] = k end end
-  if type(mt.__index) == 'table' then
-    for k, v in pairs(mt.__index) do if type(v) == 'function' then fns[#fns + 1] = k end end
+  local found = {}
+  local function add(t)
+    for k, v in pairs(t) do
+      if type(k) == 'string' and type(v) == 'function' and k ~= '__gc' then found[k] = v end
+    end
   end
-  table.sort(fns)
-  for _, k in ipairs(fns) do
-    local f = rawget(mt, k) or mt.__index[k]
+  if type(mt) == 'table' then
+    if meta then add(mt) end
+    if type(mt.__index) == 'table' then add(mt.__index) end
+  end
+  if type(obj) == 'table' then add(obj) end
+  local keys = {}
+  for k in pairs(found) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys, found
+end
+
+-- Each function with the object, then without it or with another kind of object first.
+local function sweep_object(obj, name)
+  local keys, found = callables(obj, true)
+  for _, k in ipairs(keys) do
     current = name .. ':' .. k
     for _, a in ipairs(ARGS) do
-      try(f, obj, table.unpack(a, 1, 9))
-      try(f, table.unpack(a, 1, 9))
+      try(found[k], obj, table.unpack(a, 1, 9))
+      try(found[k], table.unpack(a, 1, 9))
     end
   end
 end
@@ -178,29 +190,17 @@ local PLAUSIBLE = {
   {tensor}, {1e-3}, {0.5}, {true}, {false}, {{lr = 1e-3}}, {{lr = 1e-3, t = 1}}, {1, 2},
   {'ckpt', opt}, {'ckpt3', zopt, {step = 3}}, {'w'}, {'wte.weight'}, {'weight', true},
 }
-local function method_names(obj)
-  local mt = debug.getmetatable(obj)
-  local keys = {}
-  local function add(t)
-    for k, v in pairs(t) do if type(k) == 'string' and type(v) == 'function' then keys[#keys + 1] = k end end
-  end
-  if type(mt) == 'table' and type(mt.__index) == 'table' then add(mt.__index) end
-  if type(obj) == 'table' then add(obj) end
-  table.sort(keys)
-  return keys
-end
 local methods = {}
 for _, name in ipairs(names) do
-  for _, k in ipairs(method_names(objects[name])) do
-    methods[#methods + 1] = {name = name, obj = objects[name], key = k}
-  end
+  local keys, found = callables(objects[name], false)
+  for _, k in ipairs(keys) do methods[#methods + 1] = {name = name, obj = objects[name], key = k, f = found[k]} end
 end
 math.randomseed(tonumber(os.getenv('SWEEP_SEED')) or 20261202) -- another seed: explore
 for _ = 1, tonumber(os.getenv('SWEEP_CALLS')) or 6000 do
   local m = methods[math.random(#methods)]
   current = ('random %s:%s'):format(m.name, m.key)
   local a = PLAUSIBLE[math.random(#PLAUSIBLE)]
-  try(m.obj[m.key], m.obj, table.unpack(a, 1, 4))
+  try(m.f, m.obj, table.unpack(a, 1, 4))
 end
 
 local outcomes = {criterion = resurrection(), stage = resurrected_stage()}
