@@ -1,5 +1,6 @@
-/* The kernel interface: one set of plain functions on fp32 arrays, two backends (cpu/
- * now, cuda/ later behind the same shapes). Conventions, shared by every kernel:
+/* The kernel interface: one set of plain functions on fp32 arrays (the CPU backend, cpu/;
+ * kernels_cuda.h has the CUDA backend's twins with the same shapes and semantics).
+ * Conventions, shared by every kernel:
  *   - row-major; N = number of rows (B*T tokens), C = channels.
  *   - Linear weights are [OC, C] (PyTorch's nn.Linear layout); out = inp @ W^T + b.
  *   - Every *_backward ACCUMULATES (+=) into the gradients it writes (dinp, dweight, ...),

@@ -3,7 +3,6 @@
  * serves them all until every agent is gone, and prints the summary. */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,24 +14,8 @@
 
 #include "controller.h"
 #include "job.h"
-
-long long ds_job_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void ds_job_stop(ds_job *job, const char *fmt, ...) {
-    if (job->stopping) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(job->failure, sizeof job->failure, fmt, ap);
-    va_end(ap);
-    job->stopping = 1;
-    job->kill_at_ms = ds_job_now_ms() + DS_STOP_GRACE_MS + DS_STOP_SLACK_MS;
-    ds_event(job->ev, "stopping the job: %s", job->failure);
-    for (int i = 0; i < job->plan->nnodes; i++) ds_node_stop(&job->nodes[i]);
-}
+#include "ds_clock.h"
+#include "ds_signals.h"
 
 /* ---- setup ---- */
 
@@ -71,7 +54,7 @@ static int start_store(ds_job *job, ds_err *err) {
 
 /* ---- what each agent is told on its stdin ---- */
 
-static int config(ds_bytes *b, const char *key, const char *val) {
+static int config(ds_buf *b, const char *key, const char *val) {
     char *kv;
     if (asprintf(&kv, "%s=%s", key, val) < 0) return -1;
     int rc = ds_frame_append(b, DS_FRAME_CONFIG, 0, kv, strlen(kv));
@@ -80,7 +63,7 @@ static int config(ds_bytes *b, const char *key, const char *val) {
     return rc;
 }
 
-static int config_int(ds_bytes *b, const char *key, int v) {
+static int config_int(ds_buf *b, const char *key, int v) {
     char s[32];
     snprintf(s, sizeof s, "%d", v);
     return config(b, key, s);
@@ -88,7 +71,7 @@ static int config_int(ds_bytes *b, const char *key, int v) {
 
 static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
     const ds_jobspec *s = job->spec;
-    ds_bytes *b = &n->to_agent;
+    ds_buf *b = &n->to_agent;
     int bad = config(b, "job", job->id) | config(b, "host", n->plan->host) |
               config_int(b, "node", n->plan->node_rank) | config(b, "rdzv", job->rdzv) |
               config(b, "token", job->token) | config(b, "workdir", s->workdir) |
@@ -166,17 +149,8 @@ static int setup_signals(ds_err *err) {
     /* A shell starts background jobs with SIGINT ignored; dslaunch handles it itself. */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGCHLD);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return ds_err_errno(err, errno, "sigprocmask");
-    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd < 0) return ds_err_errno(err, errno, "signalfd");
-    signal(SIGPIPE, SIG_IGN);
-    return fd;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, 0};
+    return ds_signals_fd(sigs, err);
 }
 
 static void handle_signals(ds_job *job, int sigfd) {
@@ -219,7 +193,7 @@ static void handle_store_events(ds_job *job) {
 /* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. */
 static void check_heartbeats(ds_job *job) {
     if (job->stopping || job->spec->heartbeat_timeout_ms <= 0) return;
-    int64_t now = ds_store_now_ms();
+    int64_t now = ds_now_ms();
     for (int i = 0; i < job->plan->nnodes; i++) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
@@ -237,7 +211,7 @@ static void check_heartbeats(ds_job *job) {
 }
 
 static int poll_timeout(ds_job *job) {
-    long long now = ds_job_now_ms(), wake = now + 1000;
+    long long now = ds_now_ms(), wake = now + 1000;
     for (int i = 0; i < job->plan->nnodes; i++) {
         const ds_node *n = &job->nodes[i];
         long long d = ds_node_deadline_ms(n);
@@ -265,12 +239,12 @@ static void run_loop(ds_job *job, int sigfd) {
         int live = 0;
         for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
         if (!live) break;
-        if (job->stopping && !job->drop_at_ms && ds_job_now_ms() >= job->kill_at_ms) {
-            job->drop_at_ms = ds_job_now_ms() + DS_DROP_AFTER_MS;
+        if (job->stopping && !job->drop_at_ms && ds_now_ms() >= job->kill_at_ms) {
+            job->drop_at_ms = ds_now_ms() + DS_DROP_AFTER_MS;
             for (int i = 0; i < nn; i++)
                 if (job->nodes[i].state != DS_NODE_DONE) ds_job_kill_node(job, &job->nodes[i]);
         }
-        if (job->drop_at_ms && ds_job_now_ms() >= job->drop_at_ms) {
+        if (job->drop_at_ms && ds_now_ms() >= job->drop_at_ms) {
             for (int i = 0; i < nn; i++) {
                 ds_node *n = &job->nodes[i];
                 if (n->state == DS_NODE_DONE) continue;
@@ -296,7 +270,7 @@ static void run_loop(ds_job *job, int sigfd) {
             if (n->state == DS_NODE_DONE) ds_job_on_node_done(job, n);
         }
         handle_store_events(job);
-        long long now = ds_job_now_ms();
+        long long now = ds_now_ms();
         if (now >= next_tick) {
             check_heartbeats(job);
             for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
@@ -332,7 +306,7 @@ static void job_free(ds_job *job) {
 }
 
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
-    ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_job_now_ms()};
+    ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_now_ms()};
     ds_err err = {{0}};
     raise_fd_limit();
     int sigfd = setup_signals(&err);

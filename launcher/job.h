@@ -54,8 +54,6 @@ typedef struct ds_job {
     int interrupted;       /* the signal that asked us to stop, 0 if none */
 } ds_job;
 
-long long ds_job_now_ms(void);
-
 /* Begins stopping every node (once); the first reason given is the one reported. */
 void ds_job_stop(ds_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "ds_clock.h"
 
 static int node_index(const ds_job *job, const ds_node *n) { return (int)(n - job->nodes); }
 
@@ -69,7 +70,7 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
         job->ranks[r].pid = (pid_t)atoi(buf);
         ds_event(job->ev, "rank %d on %s: started, pid %s", r, n->plan->host, buf);
         if (++job->nstarted == job->plan->world_size) {
-            job->all_started_ms = ds_job_now_ms();
+            job->all_started_ms = ds_now_ms();
             ds_event(job->ev, "all %d ranks started (%.3f s)", job->nstarted,
                      (double)(job->all_started_ms - job->t0_ms) / 1000);
         }

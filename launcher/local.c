@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "ds_signals.h"
+
 static void close_pair(int p[2]) {
     if (p[0] >= 0) close(p[0]);
     if (p[1] >= 0) close(p[1]);
@@ -29,10 +31,7 @@ int ds_local_start(ds_local *l, char *const argv[], ds_err *err) {
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
+        ds_signals_unblock(); /* what a process started by hand would have */
         if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0) _exit(127);
         close_range(3, ~0U, 0);
         execv(argv[0], argv);

@@ -12,7 +12,7 @@
 
 typedef struct rank_stream {
     int fd;          /* rank-R.out / .err */
-    ds_bytes line;   /* the line being assembled for the terminal */
+    ds_buf line;   /* the line being assembled for the terminal */
 } rank_stream;
 
 typedef struct rank_log {
@@ -26,7 +26,7 @@ typedef struct rank_log {
 struct ds_logs {
     rank_log *ranks;
     int n;
-    ds_bytes term[2]; /* whole tagged lines for stdout / stderr, written once per call */
+    ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
 };
 
 static int mkdir_p(const char *dir, ds_err *err) {
@@ -116,18 +116,18 @@ static void keep_tail(rank_log *rl, const unsigned char *p, size_t n) {
 static void show_line(ds_logs *l, rank_log *rl, int stream, const unsigned char *p, size_t n) {
     if (stream == 2) keep_tail(rl, p, n);
     if (!rl->show) return;
-    ds_bytes *t = &l->term[stream - 1];
+    ds_buf *t = &l->term[stream - 1];
     size_t before = t->len;
-    if (ds_bytes_append(t, rl->tag, strlen(rl->tag)) || ds_bytes_append(t, p, n) || ds_bytes_append(t, "\n", 1))
+    if (ds_buf_put(t, rl->tag, strlen(rl->tag)) || ds_buf_put(t, p, n) || ds_buf_put(t, "\n", 1))
         t->len = before; /* out of memory: this line is lost on the terminal, not in the file */
 }
 
 /* Many lines in one write: a rank printing fast costs one syscall per chunk, not per line. */
 static void flush_terminal(ds_logs *l) {
     for (int k = 0; k < 2; k++) {
-        if (!l->term[k].len) continue;
-        ds_write_all(k == 0 ? 1 : 2, l->term[k].data, l->term[k].len); /* a closed terminal only loses the view */
-        l->term[k].len = 0;
+        if (!ds_buf_unread(&l->term[k])) continue;
+        ds_write_all(k == 0 ? 1 : 2, ds_buf_head(&l->term[k]), ds_buf_unread(&l->term[k])); /* a closed terminal only loses the view */
+        ds_buf_clear(&l->term[k]);
     }
 }
 
@@ -143,14 +143,14 @@ void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
     while (n > 0) {
         const unsigned char *nl = memchr(b, '\n', n);
         size_t take = nl ? (size_t)(nl - b) : n;
-        if (s->line.len + take > DS_LOG_LINE_MAX) take = DS_LOG_LINE_MAX - s->line.len;
-        if (ds_bytes_append(&s->line, b, take) != 0) return;
+        if (ds_buf_unread(&s->line) + take > DS_LOG_LINE_MAX) take = DS_LOG_LINE_MAX - ds_buf_unread(&s->line);
+        if (ds_buf_put(&s->line, b, take) != 0) return;
         b += take;
         n -= take;
         int end_of_line = n > 0 && *b == '\n';
-        if (end_of_line || s->line.len >= DS_LOG_LINE_MAX) {
-            show_line(l, rl, stream, s->line.data, s->line.len);
-            s->line.len = 0;
+        if (end_of_line || ds_buf_unread(&s->line) >= DS_LOG_LINE_MAX) {
+            show_line(l, rl, stream, ds_buf_head(&s->line), ds_buf_unread(&s->line));
+            ds_buf_clear(&s->line);
             if (end_of_line) {
                 b++;
                 n--;
@@ -164,8 +164,9 @@ void ds_logs_end_rank(ds_logs *l, int rank) {
     if (!l || rank < 0 || rank >= l->n) return;
     rank_log *rl = &l->ranks[rank];
     for (int k = 0; k < 2; k++) {
-        if (rl->s[k].line.len) show_line(l, rl, k + 1, rl->s[k].line.data, rl->s[k].line.len);
-        rl->s[k].line.len = 0;
+        ds_buf *line = &rl->s[k].line;
+        if (ds_buf_unread(line)) show_line(l, rl, k + 1, ds_buf_head(line), ds_buf_unread(line));
+        ds_buf_clear(line);
     }
     flush_terminal(l);
 }
@@ -184,12 +185,12 @@ void ds_logs_close(ds_logs *l) {
         rank_log *rl = &l->ranks[r];
         for (int k = 0; k < 2; k++) {
             if (rl->s[k].fd >= 0) close(rl->s[k].fd);
-            ds_bytes_free(&rl->s[k].line);
+            ds_buf_free(&rl->s[k].line);
         }
         for (int i = 0; i < DS_LOG_TAIL_LINES; i++) free(rl->tail[i]);
     }
     free(l->ranks);
-    ds_bytes_free(&l->term[0]);
-    ds_bytes_free(&l->term[1]);
+    ds_buf_free(&l->term[0]);
+    ds_buf_free(&l->term[1]);
     free(l);
 }

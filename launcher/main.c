@@ -10,20 +10,11 @@
 #include "hostfile.h"
 #include "jobspec.h"
 #include "plan.h"
-#ifdef DS_HAVE_CUDA
-#include "kernels_cuda.h"
-#endif
+#include "ds_gpu.h"
 
 #define EXIT_USAGE 2
 
-static int local_gpu_count(void) {
-#ifdef DS_HAVE_CUDA
-    char why[256];
-    return ds_cuda_device_count(why, sizeof why);
-#else
-    return 0;
-#endif
-}
+static int local_gpu_count(void) { return ds_gpu_count(NULL, 0); }
 
 /* The hosts to plan on: the hostfile's, or this node's slots (GPUs when slots are GPUs). */
 static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, ds_err *err) {

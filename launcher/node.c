@@ -39,7 +39,7 @@ int ds_node_pollfds(ds_node *n, struct pollfd *pf) {
     int k = 0;
     if (n->local.out_fd >= 0) pf[k++] = (struct pollfd){.fd = n->local.out_fd, .events = POLLIN};
     if (n->local.err_fd >= 0) pf[k++] = (struct pollfd){.fd = n->local.err_fd, .events = POLLIN};
-    if (n->local.in_fd >= 0 && (n->to_agent.len || n->close_stdin))
+    if (n->local.in_fd >= 0 && (ds_buf_unread(&n->to_agent) || n->close_stdin))
         pf[k++] = (struct pollfd){.fd = n->local.in_fd, .events = POLLOUT};
     return k;
 }
@@ -86,18 +86,18 @@ static void t_close_stream(ds_node *n, int stream) {
 /* ---- I/O ---- */
 
 static void flush_out(ds_node *n) {
-    while (n->to_agent.len && !n->stdin_closed) {
-        ssize_t w = t_write(n, n->to_agent.data, n->to_agent.len);
+    while (ds_buf_unread(&n->to_agent) && !n->stdin_closed) {
+        ssize_t w = t_write(n, ds_buf_head(&n->to_agent), ds_buf_unread(&n->to_agent));
         if (w == 0) return;
         if (w < 0) {
             /* The agent is gone; reading its end will tell why. */
-            n->to_agent.len = 0;
+            ds_buf_clear(&n->to_agent);
             n->stdin_closed = 1;
             return;
         }
-        ds_bytes_consume(&n->to_agent, (size_t)w);
+        ds_buf_consume(&n->to_agent, (size_t)w);
     }
-    if (n->close_stdin && !n->stdin_closed && !n->to_agent.len && t_close_stdin(n)) n->stdin_closed = 1;
+    if (n->close_stdin && !n->stdin_closed && !ds_buf_unread(&n->to_agent) && t_close_stdin(n)) n->stdin_closed = 1;
 }
 
 static void parse_frames(ds_node *n, const ds_node_handler *h) {
@@ -106,26 +106,28 @@ static void parse_frames(ds_node *n, const ds_node_handler *h) {
         int p = ds_frame_parse(&n->from_agent, &f);
         if (p < 0) {
             fail(n, "%s", "the agent sent malformed data (is dsrun the same version on every node?)");
-            n->from_agent.len = 0;
+            ds_buf_clear(&n->from_agent);
             ds_node_stop(n);
             return;
         }
         if (p == 0) return;
         h->frame(h->ctx, n, &f);
-        ds_bytes_consume(&n->from_agent, DS_FRAME_HEADER + f.len);
+        ds_buf_consume(&n->from_agent, DS_FRAME_HEADER + f.len);
     }
 }
 
 static void agent_lines(ds_node *n, const ds_node_handler *h, int at_eof) {
-    while (n->err_line.len) {
-        unsigned char *nl = memchr(n->err_line.data, '\n', n->err_line.len);
-        if (!nl && !(at_eof && n->err_line.len) && n->err_line.len < 4096) return;
-        size_t len = nl ? (size_t)(nl - n->err_line.data) : n->err_line.len;
+    while (ds_buf_unread(&n->err_line)) {
+        const unsigned char *head = ds_buf_head(&n->err_line);
+        size_t have = ds_buf_unread(&n->err_line);
+        const unsigned char *nl = memchr(head, '\n', have);
+        if (!nl && !at_eof && have < 4096) return;
+        size_t len = nl ? (size_t)(nl - head) : have;
         if (len > 4095) len = 4095;
         char line[4096];
-        memcpy(line, n->err_line.data, len);
+        memcpy(line, head, len);
         line[len] = 0;
-        ds_bytes_consume(&n->err_line, nl && len == (size_t)(nl - n->err_line.data) ? len + 1 : len);
+        ds_buf_consume(&n->err_line, nl && len == (size_t)(nl - head) ? len + 1 : len);
         if (line[0]) snprintf(n->last_agent_line, sizeof n->last_agent_line, "%.500s", line);
         h->agent_line(h->ctx, n, line);
     }
@@ -146,7 +148,7 @@ static int read_stream(ds_node *n, int stream, const ds_node_handler *h) {
             if (stream == 2) agent_lines(n, h, 1);
             return 1;
         }
-        if (ds_bytes_append(stream == 1 ? &n->from_agent : &n->err_line, buf, (size_t)r) != 0) {
+        if (ds_buf_put(stream == 1 ? &n->from_agent : &n->err_line, buf, (size_t)r) != 0) {
             fail(n, "%s", "out of memory");
             return 1;
         }
@@ -256,7 +258,7 @@ void ds_node_free(ds_node *n) {
     ds_node_abandon(n, NULL);
     free(n->kill_cmd);
     n->kill_cmd = NULL;
-    ds_bytes_free(&n->to_agent);
-    ds_bytes_free(&n->from_agent);
-    ds_bytes_free(&n->err_line);
+    ds_buf_free(&n->to_agent);
+    ds_buf_free(&n->from_agent);
+    ds_buf_free(&n->err_line);
 }

@@ -26,9 +26,9 @@ typedef struct ds_node {
     int via_ssh;
     ds_local local;
     ds_ssh *ssh;
-    ds_bytes to_agent;   /* queued for its stdin */
-    ds_bytes from_agent; /* stdout bytes not yet parsed into frames */
-    ds_bytes err_line;   /* its stderr line being assembled */
+    ds_buf to_agent;   /* queued for its stdin */
+    ds_buf from_agent; /* stdout bytes not yet parsed into frames */
+    ds_buf err_line;   /* its stderr line being assembled */
     int close_stdin;     /* asked to close stdin once to_agent is sent */
     int stdin_closed;
     int out_eof, err_eof;

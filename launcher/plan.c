@@ -302,8 +302,8 @@ char *ds_plan_json(const ds_plan *plan, const ds_jobspec *spec, const char *job_
     ds_json_init_buf(&j, pretty);
     write_plan(&j, plan, spec, job_id, attempt);
     if (j.bad) {
-        free(j.buf);
+        ds_buf_free(&j.text);
         return NULL;
     }
-    return j.buf;
+    return (char *)j.text.data; /* the caller frees it */
 }

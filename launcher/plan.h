@@ -39,7 +39,7 @@ typedef struct ds_plan {
 int ds_plan_build(ds_plan *plan, const ds_hostlist *hl, const ds_jobspec *spec,
                   const char *master_addr, int master_port, ds_err *err);
 
-/* The environment of rank r (DESIGN.md's list + [env] + CUDA_VISIBLE_DEVICES for GPU
+/* The environment of rank r (docs/running.md's list + [env] + CUDA_VISIBLE_DEVICES for GPU
  * slots), as a NULL-terminated "KEY=VALUE" array (free with ds_plan_env_free); NULL when
  * r is out of range or memory runs out. spec may be NULL (no [env]). The store token and
  * DS_RDZV are added by the controller, not here. */

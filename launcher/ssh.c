@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "knownhosts.h"
+#include "ds_clock.h"
 
 typedef enum {
     S_CONNECT,
@@ -41,12 +42,6 @@ struct ds_ssh {
     int agent_keys_tried;
     char auth_tried[512]; /* what was tried, for the error message */
 };
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int ds_ssh_global_init(ds_err *err) {
     if (libssh2_init(0) != 0) return ds_err_set(err, "libssh2 initialisation failed");
@@ -101,7 +96,7 @@ ds_ssh *ds_ssh_start(const ds_ssh_opts *o, const char *command, ds_err *err) {
     else if (asprintf(&s->known_hosts, "%s/.ssh/known_hosts", home) < 0) s->known_hosts = NULL;
     if (asprintf(&s->default_identity, "%s/.ssh/id_ed25519", home) < 0) s->default_identity = NULL;
     s->command = strdup(command);
-    s->deadline_ms = now_ms() + (o->timeout_ms > 0 ? o->timeout_ms : 10000);
+    s->deadline_ms = ds_now_ms() + (o->timeout_ms > 0 ? o->timeout_ms : 10000);
     if (!s->host || !s->user || !s->known_hosts || !s->default_identity || !s->command ||
         (o->identity && !s->identity)) {
         ds_err_set(err, "out of memory");
@@ -273,7 +268,7 @@ int ds_ssh_open_step(ds_ssh *s, ds_err *err) {
         if (s->state == S_OPEN) return 1;
         if (rc == 0) break;
     }
-    if (now_ms() >= s->deadline_ms)
+    if (ds_now_ms() >= s->deadline_ms)
         return ds_err_set(err, "%s:%d: no answer within the connect timeout (%d s) while %s; is the node up and reachable?",
                           s->host, s->o.port, (s->o.timeout_ms + 999) / 1000, phase(s->state));
     return 0;

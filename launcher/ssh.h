@@ -4,7 +4,7 @@
  * else ssh-agent, else ~/.ssh/id_ed25519), then one exec channel running the agent.
  * The whole opening is bounded by the connect timeout. libssh2 1.10 cannot send signals
  * over a channel: the node is stopped by closing the channel's stdin (the agent's
- * dead-man switch), see DESIGN.md. */
+ * dead-man switch), see docs/architecture.md. */
 #ifndef DS_SSH_H
 #define DS_SSH_H
 

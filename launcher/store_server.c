@@ -6,6 +6,7 @@
  * threads read or write (the map, heartbeats, events); the thread takes it per request. */
 #include "store_server.h"
 #include "store_map.h"
+#include "ds_clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,7 +42,7 @@ typedef struct client {
     int blocked;          /* the request at the front of `in` waits for keys */
     int64_t deadline_ms;  /* of the blocked request; -1 forever */
     int dead;
-    ds_bytebuf in, out;
+    ds_buf in, out;
 } client;
 
 struct ds_store_server {
@@ -92,7 +93,7 @@ static void event_push(ds_store_server *s, ds_store_event_kind kind, int node_ra
     memset(e, 0, sizeof *e);
     e->kind = kind;
     e->node_rank = node_rank;
-    e->time_ms = ds_store_now_ms();
+    e->time_ms = ds_now_ms();
     snprintf(e->peer, sizeof e->peer, "%s", peer);
     if (kind == DS_STORE_EV_CLIENT_REJECTED && s->ev_dropped > 0) {
         snprintf(e->reason, sizeof e->reason, "%s (and %" PRIu64 " rejections not queued)",
@@ -152,8 +153,8 @@ static void client_drop(ds_store_server *s, client *c, const char *reason) {
 
 static void client_free(client *c) {
     if (c->fd >= 0) close(c->fd);
-    ds_bytebuf_free(&c->in);
-    ds_bytebuf_free(&c->out);
+    ds_buf_free(&c->in);
+    ds_buf_free(&c->out);
     free(c);
 }
 
@@ -165,7 +166,7 @@ static void accept_clients(ds_store_server *s) {
         if (fd < 0) {
             /* Out of fds: stop polling the socket a moment instead of spinning on it. */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-                s->listen_pause_until = ds_store_now_ms() + 100;
+                s->listen_pause_until = ds_now_ms() + 100;
             return;
         }
         char peer[64];
@@ -192,7 +193,7 @@ static void accept_clients(ds_store_server *s) {
         c->fd = fd;
         c->id = ++s->next_id;
         c->node_rank = -1;
-        c->connected_ms = ds_store_now_ms();
+        c->connected_ms = ds_now_ms();
         snprintf(c->peer, sizeof c->peer, "%s", peer);
         s->clients[s->nclients++] = c;
     }
@@ -210,9 +211,9 @@ typedef struct request {
 } request;
 
 static int reply(request *q, uint8_t status, const void *a, size_t alen, const void *b, size_t blen) {
-    ds_bytebuf *o = &q->c->out;
-    size_t start = o->len;
-    if (ds_frame_begin(o, status) != 0 || ds_bytebuf_put(o, a, alen) != 0 || ds_bytebuf_put(o, b, blen) != 0) {
+    ds_buf *o = &q->c->out;
+    size_t start = ds_buf_unread(o);
+    if (ds_frame_begin(o, status) != 0 || ds_buf_put(o, a, alen) != 0 || ds_buf_put(o, b, blen) != 0) {
         snprintf(q->why, sizeof q->why, "out of memory replying");
         return REJECT;
     }
@@ -252,7 +253,7 @@ static int read_key(request *q, int prefixed, const uint8_t **key, size_t *klen)
 /* GET and WAIT: decides between waiting longer and timing out. */
 static int block_or_timeout(request *q, int32_t timeout_ms) {
     client *c = q->c;
-    int64_t now = ds_store_now_ms();
+    int64_t now = ds_now_ms();
     if (!c->blocked) {
         c->blocked = 1;
         atomic_fetch_add(&q->s->nwaiting, 1);
@@ -417,7 +418,7 @@ static int do_heartbeat(request *q) {
     pthread_mutex_lock(&s->lock);
     int rc = heartbeat_table_fit(s, (int)node);
     if (rc == 0) {
-        s->hb_ms[node] = ds_store_now_ms();
+        s->hb_ms[node] = ds_now_ms();
         if (c->node_rank < 0) {
             c->node_rank = (int)node;
             s->hb_owner[node] = c->id; /* a reconnecting agent takes the node over */
@@ -446,10 +447,10 @@ static int dispatch(request *q, uint8_t op) {
 
 /* Serves the complete frames at the front of c->in, stopping at one that blocks. */
 static void serve_frames(ds_store_server *s, client *c) {
-    while (!c->dead && c->out.len - c->out.off < OUT_HIGH_WATER) {
-        size_t avail = c->in.len - c->in.off;
+    while (!c->dead && ds_buf_unread(&c->out) < OUT_HIGH_WATER) {
+        size_t avail = ds_buf_unread(&c->in);
         if (avail < 4) return;
-        const uint8_t *f = c->in.data + c->in.off;
+        const uint8_t *f = ds_buf_head(&c->in);
         uint32_t len = ds_load_u32(f);
         uint32_t limit = c->authed ? DS_STORE_MAX_FRAME : DS_STORE_AUTH_FRAME;
         if (len == 0 || len > limit) {
@@ -472,17 +473,17 @@ static void serve_frames(ds_store_server *s, client *c) {
         if (rc == BLOCKED) return;
         if (c->blocked) atomic_fetch_sub(&s->nwaiting, 1);
         c->blocked = 0;
-        ds_bytebuf_consume(&c->in, 4 + (size_t)len);
+        ds_buf_consume(&c->in, 4 + (size_t)len);
     }
 }
 
 /* ---- I/O --------------------------------------------------------------------------- */
 
 static void flush_out(ds_store_server *s, client *c) {
-    while (!c->dead && c->out.len > c->out.off) {
-        ssize_t n = send(c->fd, c->out.data + c->out.off, c->out.len - c->out.off, MSG_NOSIGNAL);
+    while (!c->dead && ds_buf_unread(&c->out) > 0) {
+        ssize_t n = send(c->fd, ds_buf_head(&c->out), ds_buf_unread(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
-            ds_bytebuf_consume(&c->out, (size_t)n);
+            ds_buf_consume(&c->out, (size_t)n);
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else {
@@ -496,7 +497,7 @@ static void read_in(ds_store_server *s, client *c) {
     for (int i = 0; i < READS_PER_TURN && !c->dead && !c->blocked; i++) {
         /* Before AUTH read no more than an AUTH frame: unknown peers cost ~nothing. */
         size_t chunk = c->authed ? READ_CHUNK : 4 + DS_STORE_AUTH_FRAME;
-        if (ds_bytebuf_reserve(&c->in, chunk) != 0) {
+        if (ds_buf_reserve(&c->in, chunk) != 0) {
             client_drop(s, c, "out of memory reading");
             return;
         }
@@ -519,20 +520,20 @@ static void read_in(ds_store_server *s, client *c) {
 static void pump(ds_store_server *s, client *c) {
     for (;;) {
         flush_out(s, c);
-        size_t before = c->in.len - c->in.off;
+        size_t before = ds_buf_unread(&c->in);
         serve_frames(s, c);
-        if (c->dead || c->in.len - c->in.off == before) break;
+        if (c->dead || ds_buf_unread(&c->in) == before) break;
     }
     flush_out(s, c);
 }
 
-static int wants_input(const client *c) { return !c->blocked && c->out.len - c->out.off < OUT_HIGH_WATER; }
+static int wants_input(const client *c) { return !c->blocked && ds_buf_unread(&c->out) < OUT_HIGH_WATER; }
 
 /* Evaluates blocked requests again (a key changed or a deadline passed), drops clients
  * that never authenticated, and returns the poll timeout until the next deadline. */
 static int revisit(ds_store_server *s) {
     int changed = atomic_exchange(&s->changed, 0);
-    int64_t now = ds_store_now_ms(), next = -1;
+    int64_t now = ds_now_ms(), next = -1;
     for (int i = 0; i < s->nclients; i++) {
         client *c = s->clients[i];
         if (c->dead) continue;
@@ -586,14 +587,14 @@ static void *server_main(void *arg) {
                 continue;
             }
         }
-        int listening = ds_store_now_ms() >= s->listen_pause_until;
+        int listening = ds_now_ms() >= s->listen_pause_until;
         pfd[0] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
         pfd[1] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
         for (int i = 2; i < n; i++) {
             client *c = s->clients[i - 2];
             short ev = POLLRDHUP;
             if (wants_input(c)) ev |= POLLIN;
-            if (c->out.len > c->out.off) ev |= POLLOUT;
+            if (ds_buf_unread(&c->out) > 0) ev |= POLLOUT;
             pfd[i] = (struct pollfd){.fd = c->fd, .events = ev};
         }
         if (poll(pfd, (nfds_t)n, timeout) < 0) continue; /* EINTR */

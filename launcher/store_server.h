@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "ds_err.h"
-#include "store_proto.h" /* limits, ds_store_now_ms */
+#include "store_proto.h" /* limits */
 #include "store_token.h" /* ds_store_make_token */
 
 typedef struct ds_store_server ds_store_server;
@@ -61,7 +61,7 @@ int ds_store_server_next_event(ds_store_server *srv, ds_store_event *ev);
 #define DS_STORE_MAX_EVENTS 4096
 
 /* Time of node_rank's last heartbeat (CLOCK_MONOTONIC ms, compare with
- * ds_store_now_ms()), or -1 if it never sent one. Safe from any thread. */
+ * ds_now_ms()), or -1 if it never sent one. Safe from any thread. */
 int64_t ds_store_server_last_heartbeat_ms(ds_store_server *srv, int node_rank);
 
 /* Sets a key from the controller itself (e.g. an abort flag): wakes clients waiting on

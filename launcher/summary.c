@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "ds_clock.h"
 
 static const char *host_of(const ds_job *job, int r) {
     return job->plan->nodes[job->plan->ranks[r].node_rank].host;
@@ -31,7 +32,7 @@ static void print_tail(const ds_job *job, int r) {
 
 int ds_job_summary(ds_job *job) {
     int world = job->plan->world_size, clean = 0, stopped = 0;
-    double secs = (double)(ds_job_now_ms() - job->t0_ms) / 1000;
+    double secs = (double)(ds_now_ms() - job->t0_ms) / 1000;
     for (int r = 0; r < world; r++) {
         const ds_rank_status *rs = &job->ranks[r];
         if (rs->state == DS_RANK_EXITED && !rs->sig && !rs->code) clean++;

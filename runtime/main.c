@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds_gpu.h"
 #include "kernels.h"
 #include "subcommands.h"
 #ifdef DS_HAVE_CUDA
@@ -26,14 +27,14 @@ static int list_devices(void) {
     int cudart, cublas, nccl;
     ds_cuda_versions(&cudart, &cublas, &nccl);
     printf("built with CUDA runtime %d, cuBLAS %d, NCCL %d\n", cudart, cublas, nccl);
-    int n = ds_cuda_device_count(why, sizeof why);
+    int n = ds_gpu_count(why, sizeof why);
     if (n == 0) {
         printf("no CUDA devices: %s\n", why[0] ? why : "none visible");
         return 0;
     }
     for (int i = 0; i < n; i++) {
-        ds_cuda_device d;
-        if (ds_cuda_device_info(i, &d, why, sizeof why) != 0) {
+        ds_gpu d;
+        if (ds_gpu_info(i, &d, why, sizeof why) != 0) {
             fprintf(stderr, "dsrun: %s\n", why);
             return 1;
         }

@@ -4,8 +4,8 @@
 #define DS_SUBCOMMANDS_H
 
 int dsrun_agent_main(int argc, char **argv);    /* agent/agent.c: one per node */
-int dsrun_worker_main(int argc, char **argv);   /* agent/worker.c: one rank */
-int dsrun_run_main(int argc, char **argv);      /* agent/run.c: one rank, no launcher */
+int dsrun_worker_main(int argc, char **argv);   /* worker/worker.c: one rank */
+int dsrun_run_main(int argc, char **argv);      /* worker/run.c: one rank, no launcher */
 int dsrun_tokenize_main(int argc, char **argv); /* data/tokenize.c */
 int dsrun_ckpt_main(int argc, char **argv);     /* engine checkpoints: export, inspect */
 

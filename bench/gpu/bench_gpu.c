@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds_gpu.h"
 #include "kernels_cuda.h"
 
 enum { V = 50257, L = 12, NH = 12, C = 768 };
@@ -354,8 +355,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu: %s\n", why);
         return 2;
     }
-    ds_cuda_device dev;
-    if (ds_cuda_device_info(0, &dev, why, sizeof why) == 0)
+    ds_gpu dev;
+    if (ds_gpu_info(0, &dev, why, sizeof why) == 0)
         printf("device: %s (sm_%d%d, %d SMs, %.0f GiB)\n", dev.name, dev.cc_major, dev.cc_minor,
                dev.multiprocessors, dev.total_mem / 1073741824.0);
     if (!only || !strcmp(only, "gemm")) bench_gemms(B * T);

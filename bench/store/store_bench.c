@@ -9,6 +9,7 @@
 
 #include "store_client.h"
 #include "store_server.h"
+#include "ds_clock.h"
 
 static int port;
 static char token[DS_STORE_TOKEN_LEN + 1];
@@ -41,7 +42,7 @@ static void *setget_thread(void *arg) {
     memset(val, 'v', sizeof val);
     ds_err err;
     pthread_barrier_wait(j->start);
-    int64_t t0 = ds_store_now_ms();
+    int64_t t0 = ds_now_ms();
     for (int i = 0; i < j->nops; i++) {
         snprintf(key, sizeof key, "bench/%d/%d", j->id, (i / 2) % 1000); /* get what was just set */
         if (i % 2 == 0) {
@@ -53,7 +54,7 @@ static void *setget_thread(void *arg) {
             free(v);
         }
     }
-    j->seconds = (ds_store_now_ms() - t0) / 1000.0;
+    j->seconds = (ds_now_ms() - t0) / 1000.0;
     ds_store_close(c);
     return NULL;
 }
@@ -64,12 +65,12 @@ static void *barrier_thread(void *arg) {
     ds_err err;
     char name[32];
     pthread_barrier_wait(j->start);
-    int64_t t0 = ds_store_now_ms();
+    int64_t t0 = ds_now_ms();
     for (int b = 0; b < j->nbarriers; b++) {
         snprintf(name, sizeof name, "b%d", b);
         if (ds_store_barrier(c, name, j->id, j->world, 30000, &err) != 0) die(&err);
     }
-    j->seconds = (ds_store_now_ms() - t0) / 1000.0;
+    j->seconds = (ds_now_ms() - t0) / 1000.0;
     ds_store_close(c);
     return NULL;
 }

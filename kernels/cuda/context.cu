@@ -54,7 +54,7 @@ void *ds_cu_scratch(ds_cuda_ctx *ctx, size_t bytes) {
 
 extern "C" ds_cuda_ctx *ds_cuda_ctx_create(int device, char *why, size_t why_len) {
     char tmp[256];
-    int n = ds_cuda_device_count(tmp, sizeof tmp);
+    int n = ds_gpu_count(tmp, sizeof tmp);
     if (n == 0) {
         if (why) snprintf(why, why_len, "no CUDA device: %s", tmp);
         return NULL;

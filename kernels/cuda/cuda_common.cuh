@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "ds_gpu.h"
 #include "kernels_cuda.h"
 }
 #include "kernel_math.h"

@@ -19,23 +19,19 @@
 #include "agent.h"
 #include "store_client.h"
 #include "subcommands.h"
+#include "ds_signals.h"
+#include "ds_clock.h"
 
 #define AGENT_DEFAULT_GRACE_MS 3000
-
-long long ds_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Everything the agent says goes out as frames on stdout; a failed write means the
  * controller is gone, which stops the node like a closed stdin. */
 static void send_frame(ds_agent *a, int type, int rank, const void *p, size_t n) {
     if (a->controller_gone) return;
-    ds_bytes b = {0};
-    if (ds_frame_append(&b, type, (uint32_t)rank, p, n) != 0 || ds_write_all(1, b.data, b.len) != 0)
+    ds_buf b = {0};
+    if (ds_frame_append(&b, type, (uint32_t)rank, p, n) != 0 || ds_write_all(1, ds_buf_head(&b), ds_buf_unread(&b)) != 0)
         a->controller_gone = 1;
-    ds_bytes_free(&b);
+    ds_buf_free(&b);
 }
 
 static void send_text(ds_agent *a, int type, int rank, const char *fmt, ...)
@@ -206,16 +202,8 @@ static void own_process_group(void) {
 }
 
 static int setup(ds_agent *a, ds_err *err) {
-    signal(SIGPIPE, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return ds_err_errno(err, errno, "sigprocmask");
-    a->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (a->sigfd < 0) return ds_err_errno(err, errno, "signalfd");
+    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, 0};
+    if ((a->sigfd = ds_signals_fd(sigs, err)) < 0) return -1;
     int life[2];
     if (pipe2(life, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
     a->lifeline_r = life[0];

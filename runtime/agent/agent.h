@@ -48,6 +48,5 @@ void ds_agent_free(ds_agent *a);
  * fd 3, death signal tied to the agent, the plan's environment over the agent's. */
 int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err);
 
-long long ds_now_ms(void); /* CLOCK_MONOTONIC in milliseconds */
 
 #endif

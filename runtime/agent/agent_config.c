@@ -102,7 +102,7 @@ static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
 }
 
 int ds_agent_read_config(ds_agent *a, int fd, ds_err *err) {
-    ds_bytes in = {0};
+    ds_buf in = {0};
     int rc = -1;
     for (;;) {
         ds_frame f;
@@ -123,20 +123,20 @@ int ds_agent_read_config(ds_agent *a, int fd, ds_err *err) {
                 ds_err_set(err, "stdin closed before the plan was complete");
                 break;
             }
-            if (ds_bytes_append(&in, buf, (size_t)n) != 0) {
+            if (ds_buf_put(&in, buf, (size_t)n) != 0) {
                 ds_err_set(err, "out of memory");
                 break;
             }
             continue;
         }
         if (f.type == DS_FRAME_GO) {
-            rc = in.len == DS_FRAME_HEADER + f.len ? 0 : ds_err_set(err, "bytes after GO");
+            rc = ds_buf_unread(&in) == DS_FRAME_HEADER + f.len ? 0 : ds_err_set(err, "bytes after GO");
             break;
         }
         if (apply_frame(a, &f, err) != 0) break;
-        ds_bytes_consume(&in, DS_FRAME_HEADER + f.len);
+        ds_buf_consume(&in, DS_FRAME_HEADER + f.len);
     }
-    ds_bytes_free(&in);
+    ds_buf_free(&in);
     if (rc == 0 && (!a->job || !a->script || !a->workdir))
         rc = ds_err_set(err, "plan lacks job, script or workdir");
     return rc;

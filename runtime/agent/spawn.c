@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "ds_signals.h"
 
 extern char **environ;
 
@@ -78,10 +79,7 @@ static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w,
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
+    ds_signals_unblock(); /* what a process started by hand would have */
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
         dup2(a->lifeline_r, 3) < 0)

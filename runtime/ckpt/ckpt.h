@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "ds_err.h"
-#include "tensor.h"
+#include "ds_dtype.h"
 
 /* Waits until every rank has called it; 0, or -1 with err. */
 typedef int (*ds_ckpt_barrier_fn)(void *arg, ds_err *err);

@@ -12,7 +12,8 @@
 
 /* --- dtypes and names --- */
 
-/* The names are tensor.h's ckpt_dtype_name(); kept here so this part needs no engine code. */
+/* Codes and names are what checkpoint files hold, so the format fixes them here (the
+ * names are ds_dtype_name's too) whatever becomes of ds_dtype. */
 static const struct { ds_dtype t; uint32_t code, size; const char *name; } DTYPES[] = {
     {DS_F32, 1, 4, "fp32"}, {DS_BF16, 2, 2, "bf16"}, {DS_F16, 3, 2, "fp16"}, {DS_I32, 4, 4, "int32"},
 };

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "ds_err.h"
-#include "tensor.h"
+#include "ds_dtype.h"
 
 #define CKPT_MAGIC "DSCKSHRD"
 #define CKPT_VERSION 1

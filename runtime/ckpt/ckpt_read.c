@@ -116,17 +116,17 @@ static int check_engine(ds_ckpt *ck, const ds_jv *meta, ds_err *err) {
     ds_json_init_buf(&j, 0);
     ds_jv_emit(&j, eng);
     if (j.bad) {
-        free(j.buf);
+        ds_buf_free(&j.text);
         return ds_err_set(err, "%s: \"engine\" cannot be re-encoded", ck->meta_path);
     }
     char want[16];
-    snprintf(want, sizeof want, "%08x", ds_crc32c(0, j.buf, j.len));
+    snprintf(want, sizeof want, "%08x", ds_crc32c(0, ds_buf_str(&j.text), j.text.len));
     if (strcmp(want, crc) != 0) {
-        free(j.buf);
+        ds_buf_free(&j.text);
         return ds_err_set(err, "%s: corrupted: \"engine\" fails its checksum (%s, recorded %s)",
                           ck->meta_path, want, crc);
     }
-    ck->engine = j.buf;
+    ck->engine = (char *)j.text.data; /* freed with ck */
     return 0;
 }
 

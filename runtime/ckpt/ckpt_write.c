@@ -315,16 +315,16 @@ static int engine_canonical(const char *engine_json, ds_jv **tree, char **text, 
         ds_json_init_buf(&j, 0);
         ds_jv_emit(&j, *tree);
         if (j.bad) {
-            free(j.buf);
+            ds_buf_free(&j.text);
             return ds_err_set(e, "checkpoint save: out of memory");
         }
         if (round == 1) {
-            *text = j.buf;
+            *text = (char *)j.text.data; /* the caller frees it */
             break;
         }
         ds_jv_free(*tree);
-        *tree = ds_jv_parse(j.buf, j.len, &pe);
-        free(j.buf);
+        *tree = ds_jv_parse(ds_buf_str(&j.text), j.text.len, &pe);
+        ds_buf_free(&j.text);
         if (!*tree) return ds_err_set(e, "checkpoint save: engine state: %s", pe.msg);
     }
     return 0;
@@ -385,7 +385,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
         ds_err_set(e, "%s: cannot build meta.json (out of memory)", w->stepdir);
     } else {
         maybe_die(w, KILL_BEFORE_META);
-        if (ckpt_write_file_atomic(w->stepdir, "meta.json", j.buf, j.len, e) == 0) {
+        if (ckpt_write_file_atomic(w->stepdir, "meta.json", ds_buf_str(&j.text), j.text.len, e) == 0) {
             maybe_die(w, KILL_BEFORE_LATEST);
             char line[48];
             int n = snprintf(line, sizeof line, "%s\n", w->stepname);
@@ -393,7 +393,7 @@ static int write_meta(ds_ckpt_writer *w, const ckpt_shard *shards, const char *e
             if (rc == 0) remove_leftovers(w);
         }
     }
-    free(j.buf);
+    ds_buf_free(&j.text);
 out:
     ckpt_free_arrays(arrays, na);
     ds_jv_free(tree);

@@ -30,7 +30,7 @@
 
 #include "ds_context.h"
 #include "ds_err.h"
-#include "engine/tensor.h" /* ds_dtype */
+#include "ds_dtype.h"
 
 typedef struct ds_comm ds_comm;
 typedef struct ds_comm_handle ds_comm_handle;

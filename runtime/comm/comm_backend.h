@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "store/store_client.h"
+#include "store_client.h"
 
 typedef enum ds_comm_kind {
     DS_COMM_OP_ALLREDUCE,

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "comm_backend.h"
+#include "ds_clock.h"
 
 typedef struct nccl_be {
     ncclComm_t comm;
@@ -22,12 +23,6 @@ typedef struct nccl_be {
     int timeout_ms;
     int aborted;
 } nccl_be;
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void pause_briefly(void) {
     struct timespec ts = {0, 100000}; /* 0.1 ms between polls of the device */
@@ -54,7 +49,7 @@ static int nccl_settle(nccl_be *b, long long deadline, const char *what, ds_err 
             b->aborted = 1;
             return nccl_fail(err, st, what);
         }
-        if (now_ms() > deadline) {
+        if (ds_now_ms() > deadline) {
             ncclCommAbort(b->comm);
             b->aborted = 1;
             return ds_err_set(err, "%s: timed out", what);
@@ -101,7 +96,7 @@ static int nccl_run(void *be, ds_comm_handle *h, ds_err *err) {
         break;
     }
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(err, r, "nccl enqueue");
-    if (nccl_settle(b, now_ms() + b->timeout_ms, "nccl enqueue", err) != 0) return -1;
+    if (nccl_settle(b, ds_now_ms() + b->timeout_ms, "nccl enqueue", err) != 0) return -1;
     cudaEvent_t ev;
     if ((ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_fail(err, ce, "creating the completion event");
@@ -122,7 +117,7 @@ static int nccl_poll(void *be, ds_comm_handle *h) {
 static int nccl_finish(void *be, ds_comm_handle *h, ds_err *err) {
     nccl_be *b = be;
     cudaEvent_t ev = h->backend_data;
-    long long deadline = now_ms() + b->timeout_ms;
+    long long deadline = ds_now_ms() + b->timeout_ms;
     int rc = 0;
     for (;;) {
         cudaError_t ce = cudaEventQuery(ev);
@@ -139,7 +134,7 @@ static int nccl_finish(void *be, ds_comm_handle *h, ds_err *err) {
             rc = nccl_fail(err, st, "nccl op");
             break;
         }
-        if (now_ms() > deadline) {
+        if (ds_now_ms() > deadline) {
             ncclCommAbort(b->comm);
             b->aborted = 1;
             rc = ds_err_set(err, "nccl op: timed out after %d ms", b->timeout_ms);
@@ -220,7 +215,7 @@ void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err
         nccl_fail(err, r, "ncclCommInitRankConfig");
         goto fail;
     }
-    if (nccl_settle(b, now_ms() + j->timeout_ms, "ncclCommInitRankConfig", err) != 0) goto fail;
+    if (nccl_settle(b, ds_now_ms() + j->timeout_ms, "ncclCommInitRankConfig", err) != 0) goto fail;
     *vt = &nccl_vtable;
     return b;
 fail:

@@ -22,7 +22,7 @@
 #include "gloo_store.hh"
 
 extern "C" {
-#include "engine/alloc.h"
+#include "alloc.h"
 #include "kernels.h"
 }
 

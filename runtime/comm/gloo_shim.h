@@ -1,5 +1,5 @@
 /* The only C++ in the project: a thin extern "C" shim over Gloo's options-style API
- * (gloo_shim.cc), with unbound buffers only (PLATFORM-NOTES.md: the legacy bound-buffer
+ * (gloo_shim.cc), with unbound buffers only (docs/comm.md: the legacy bound-buffer
  * algorithm classes pin SO_SNDBUF and make large ops crawl). No exception escapes:
  * every function catches and returns -1 with err. One ds_gloo is one Gloo context;
  * it must be used by one thread at a time. */
@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #include "ds_err.h"
-#include "store/store_client.h"
+#include "store_client.h"
 
 typedef struct ds_gloo ds_gloo;
 

@@ -10,7 +10,7 @@
 #include <gloo/rendezvous/store.h>
 
 extern "C" {
-#include "store/store_client.h"
+#include "store_client.h"
 }
 
 class DsGlooStore : public gloo::rendezvous::Store {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bytetok.h"
+#include "ds_buf.h"
 
 /* In the reference's enum order: the writer sorts by it (largest first). */
 static const struct {
@@ -37,61 +38,29 @@ int ds_st_dtype_parse(const char *s, size_t n, ds_st_dtype *out) {
     return -1;
 }
 
-/* A growing byte buffer for the header. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_u64(sbuf *b, uint64_t v) {
-    char tmp[24];
-    sb_add(b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v));
-}
-
 /* A JSON string escaped as serde_json (the reference's writer) escapes it. */
-static void sb_json_string(sbuf *b, const char *s) {
+static void sb_json_string(ds_buf *b, const char *s) {
     static const char hex[] = "0123456789abcdef";
-    sb_add(b, "\"", 1);
+    ds_buf_put(b, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         switch (*c) {
-        case '"': sb_add(b, "\\\"", 2); break;
-        case '\\': sb_add(b, "\\\\", 2); break;
-        case '\b': sb_add(b, "\\b", 2); break;
-        case '\f': sb_add(b, "\\f", 2); break;
-        case '\n': sb_add(b, "\\n", 2); break;
-        case '\r': sb_add(b, "\\r", 2); break;
-        case '\t': sb_add(b, "\\t", 2); break;
+        case '"': ds_buf_put(b, "\\\"", 2); break;
+        case '\\': ds_buf_put(b, "\\\\", 2); break;
+        case '\b': ds_buf_put(b, "\\b", 2); break;
+        case '\f': ds_buf_put(b, "\\f", 2); break;
+        case '\n': ds_buf_put(b, "\\n", 2); break;
+        case '\r': ds_buf_put(b, "\\r", 2); break;
+        case '\t': ds_buf_put(b, "\\t", 2); break;
         default:
             if (*c < 0x20) {
                 char u[6] = {'\\', 'u', '0', '0', hex[*c >> 4], hex[*c & 15]};
-                sb_add(b, u, 6);
+                ds_buf_put(b, u, 6);
             } else {
-                sb_add(b, (const char *)c, 1);
+                ds_buf_put(b, (const char *)c, 1);
             }
         }
     }
-    sb_add(b, "\"", 1);
+    ds_buf_put(b, "\"", 1);
 }
 
 static int by_dtype_then_name(const void *a, const void *b, void *tensors) {
@@ -157,21 +126,21 @@ static char *build_header(const ds_st_tensor *ts, size_t n, const ds_st_kv *meta
     if (n > 1) qsort_r(order, n, sizeof *order, by_dtype_then_name, (void *)ts);
     if (nmeta) memcpy(kv, meta, nmeta * sizeof *kv);
     if (nmeta > 1) qsort(kv, nmeta, sizeof *kv, by_key);
-    sbuf b = {0};
-    sb_str(&b, "{");
+    ds_buf b = {0};
+    ds_buf_puts(&b, "{");
     if (nmeta) {
-        sb_str(&b, "\"__metadata__\":{");
+        ds_buf_puts(&b, "\"__metadata__\":{");
         for (size_t i = 0; i < nmeta; i++) {
             if (i && !strcmp(kv[i].key, kv[i - 1].key)) {
                 ds_err_set(err, "metadata key '%s' given twice", kv[i].key);
                 goto fail;
             }
-            if (i) sb_str(&b, ",");
+            if (i) ds_buf_puts(&b, ",");
             sb_json_string(&b, kv[i].key);
-            sb_str(&b, ":");
+            ds_buf_puts(&b, ":");
             sb_json_string(&b, kv[i].value);
         }
-        sb_str(&b, n ? "}," : "}");
+        ds_buf_puts(&b, n ? "}," : "}");
     }
     uint64_t offset = 0;
     for (size_t k = 0; k < n; k++) {
@@ -181,24 +150,24 @@ static char *build_header(const ds_st_tensor *ts, size_t n, const ds_st_kv *meta
                 ds_err_set(err, "tensor name '%s' given twice", t->name);
                 goto fail;
             }
-        if (k) sb_str(&b, ",");
+        if (k) ds_buf_puts(&b, ",");
         sb_json_string(&b, t->name);
-        sb_str(&b, ":{\"dtype\":\"");
-        sb_str(&b, ds_st_dtype_name(t->dtype));
-        sb_str(&b, "\",\"shape\":[");
+        ds_buf_puts(&b, ":{\"dtype\":\"");
+        ds_buf_puts(&b, ds_st_dtype_name(t->dtype));
+        ds_buf_puts(&b, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_str(&b, ",");
-            sb_u64(&b, (uint64_t)t->shape[d]);
+            if (d) ds_buf_puts(&b, ",");
+            ds_buf_printf(&b, "%llu", (unsigned long long)t->shape[d]);
         }
-        sb_str(&b, "],\"data_offsets\":[");
-        sb_u64(&b, offset);
-        sb_str(&b, ",");
+        ds_buf_puts(&b, "],\"data_offsets\":[");
+        ds_buf_printf(&b, "%llu", (unsigned long long)offset);
+        ds_buf_puts(&b, ",");
         offset += t->nbytes;
-        sb_u64(&b, offset);
-        sb_str(&b, "]}");
+        ds_buf_printf(&b, "%llu", (unsigned long long)offset);
+        ds_buf_puts(&b, "]}");
     }
-    sb_str(&b, "}");
-    while (b.len % 8) sb_str(&b, " "); /* the reference pads so the data starts 8-aligned */
+    ds_buf_puts(&b, "}");
+    while (b.len % 8 && !b.oom) ds_buf_puts(&b, " "); /* the reference pads so the data starts 8-aligned */
     if (b.oom) {
         ds_err_set(err, "out of memory");
         goto fail;
@@ -206,9 +175,9 @@ static char *build_header(const ds_st_tensor *ts, size_t n, const ds_st_kv *meta
     free(kv);
     *order_out = order;
     *hlen = b.len;
-    return b.p;
+    return (char *)b.data;
 fail:
-    free(b.p), free(order), free(kv);
+    ds_buf_free(&b), free(order), free(kv);
     return NULL;
 }
 

@@ -4,7 +4,7 @@
 #define DS_SAFETENSORS_DTYPE_H
 
 #include "safetensors.h"
-#include "tensor.h"
+#include "ds_dtype.h"
 
 int ds_st_dtype_of(ds_dtype t, ds_st_dtype *out);
 int ds_dtype_of_st(ds_st_dtype t, ds_dtype *out);

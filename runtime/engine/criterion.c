@@ -44,7 +44,7 @@ int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *target
                               (int)t[i], (long long)i, (long long)(V - 1));
         count += t[i] >= 0;
     }
-    if (ds_buf(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0) return -1;
+    if (ds_tensor_ensure(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0) return -1;
     double sum = ds_crossentropy_forward(x->losses->data, logits->data, t, (int)N, (int)V);
     x->logits = logits;
     x->targets = targets;
@@ -58,7 +58,7 @@ int ds_xent_backward(ds_xent *x, float scale, ds_err *err) {
     const ds_tensor *lg = x->logits;
     if (!lg->data || lg->dtype != DS_F32 || x->targets->numel != ds_rows(lg))
         return ds_err_set(err, "CrossEntropy: the logits changed since forward (run forward again)");
-    if (ds_buf(&x->dlogits, DS_F32, DS_MEM_ACTIVATIONS, lg->ndim, lg->shape, err) != 0) return -1;
+    if (ds_tensor_ensure(&x->dlogits, DS_F32, DS_MEM_ACTIVATIONS, lg->ndim, lg->shape, err) != 0) return -1;
     memset(x->dlogits->data, 0, ds_tensor_nbytes(x->dlogits));
     if (x->count)
         ds_crossentropy_backward(x->dlogits->data, lg->data, x->targets->data,

@@ -203,7 +203,7 @@ ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat) {
     return t;
 }
 
-int ds_buf(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
            ds_err *err) {
     if (!*slot && !(*slot = ds_tensor_empty(dtype, cat)))
         return ds_err_set(err, "out of memory");
@@ -218,7 +218,7 @@ int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err) {
         l->out = NULL;
         l->out_borrowed = 0;
     }
-    return ds_buf(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
+    return ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
 }
 
 int ds_check_f32_last(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err) {

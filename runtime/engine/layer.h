@@ -131,7 +131,7 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
 /* An empty owning tensor for l->out / buffers: storage comes with ds_tensor_resize. */
 ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat);
 /* Ensures *slot exists (dtype, cat) and has the given shape. */
-int ds_buf(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
            ds_err *err);
 /* l->out shaped like in, but with the last dimension set to last. */
 int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err);

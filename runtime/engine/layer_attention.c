@@ -24,7 +24,7 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
                           (long long)C3, l->heads);
     int64_t att_shape[4] = {B, l->heads, T, T};
     if (ds_out_like(l, in, C3 / 3, err) != 0 ||
-        ds_buf(&l->buf[ATT], DS_F32, DS_MEM_ACTIVATIONS, 4, att_shape, err) != 0)
+        ds_tensor_ensure(&l->buf[ATT], DS_F32, DS_MEM_ACTIVATIONS, 4, att_shape, err) != 0)
         return -1;
     float p = drop_p(l, r);
     if (p > 0.0f)
@@ -41,7 +41,7 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
     int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
     int64_t att_shape[4] = {B, l->heads, T, T};
-    if (ds_buf(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
+    if (ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
     float p = drop_p(l, r);
     if (p > 0.0f)
         ds_attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,

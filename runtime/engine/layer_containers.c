@@ -30,7 +30,7 @@ static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
         return ds_err_set(err, "out of memory");
     const ds_tensor *o = l->child[i]->out;
     if (o->dtype != DS_F32) return 0;
-    if (ds_buf(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
+    if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
     memset(l->gbuf[i]->data, 0, ds_tensor_nbytes(l->gbuf[i]));
     *dx = l->gbuf[i];
     return 0;
@@ -90,7 +90,7 @@ static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     ds_layer *f = l->child[0];
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
     const ds_tensor *o = f->out;
-    if (ds_buf(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
+    if (ds_tensor_ensure(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
     memcpy(l->out->data, o->data, ds_tensor_nbytes(o));
     ds_layer_release(f);
     return 0;

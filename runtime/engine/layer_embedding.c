@@ -17,7 +17,7 @@ static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     int64_t shape[DS_MAX_DIMS];
     for (int i = 0; i < in->ndim; i++) shape[i] = in->shape[i];
     shape[in->ndim] = l->out_dim;
-    if (ds_buf(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
+    if (ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
     ds_embedding_forward(l->out->data, ids, l->param[0]->data, (int)in->numel, l->out_dim);
     return 0;
 }

@@ -9,8 +9,8 @@ static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     if (ds_check_f32_last(l, in, l->in_dim, err) != 0) return -1;
     int64_t rows = ds_rows(in);
     if (ds_out_like(l, in, l->in_dim, err) != 0 ||
-        ds_buf(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
-        ds_buf(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
+        ds_tensor_ensure(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
+        ds_tensor_ensure(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
         return -1;
     ds_layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
                          l->param[0]->data, l->param[1]->data, (int)rows, l->in_dim, l->eps);

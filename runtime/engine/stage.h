@@ -8,9 +8,9 @@
 #include "layer.h"
 
 typedef struct ds_stage_opts {
-    int zero;           /* 0..3 (ZeRO acts in issue 5; validated now) */
+    int zero;           /* 0..3: what ZeRO shards of this stage (runtime/zero) */
     int checkpoint;     /* 0: none; N >= 1: checkpoint spans of N consecutive layers */
-    ds_dtype precision; /* fp32 | bf16 | fp16 (mixed precision acts in issue 5) */
+    ds_dtype precision; /* fp32 | bf16 | fp16: the working copy's type */
 } ds_stage_opts;
 
 typedef struct ds_stage {
@@ -61,11 +61,6 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err);
 void ds_stage_zero_grad(ds_stage *s);
 /* Frees every activation buffer (they come back with the next forward). */
 void ds_stage_release(ds_stage *s);
-
-/* The stage behind a ds.Stage userdata at idx (a Lua error if it is not one): how the
- * runtime's other parts (ZeRO) reach a script's stages. */
-struct lua_State;
-ds_stage *ds_lua_check_stage(struct lua_State *L, int idx);
 
 /* Initialises p's values as ds_stage_new does. */
 void ds_param_init(ds_param *p, uint64_t seed);

@@ -7,9 +7,9 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "ds_dtype.h"
 #include "ds_err.h"
 
-typedef enum ds_dtype { DS_F32, DS_BF16, DS_F16, DS_I32 } ds_dtype;
 typedef enum ds_device { DS_CPU, DS_CUDA } ds_device;
 
 #define DS_MAX_DIMS 4
@@ -24,9 +24,6 @@ typedef struct ds_tensor {
     void *data;
     int owns; /* 1: data was ds_alloc'ed by this tensor and is freed with it */
 } ds_tensor;
-
-size_t ds_dtype_size(ds_dtype t);
-const char *ds_dtype_name(ds_dtype t);
 
 /* A zeroed CPU tensor; NULL with err on a bad shape or out of memory. */
 ds_tensor *ds_tensor_new(ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
@@ -46,16 +43,7 @@ int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err);
 /* Frees an owning tensor's storage but keeps the struct (numel becomes 0); a later
  * resize allocates again. Activation checkpointing drops a span's buffers this way. */
 void ds_tensor_release(ds_tensor *t);
-/* out[cols, rows] = the transpose of in[rows, cols], elements of esize bytes (GPT-2's
- * Conv1D layout <-> ours, in Lua and in the checkpoint export). */
-void ds_transpose2d(void *out, const void *in, int64_t rows, int64_t cols, size_t esize);
 /* 1 if a and b have the same ndim and sizes. */
 int ds_tensor_same_shape(const ds_tensor *a, const ds_tensor *b);
-
-/* Lua: tensors are full userdata of metatable "ds.Tensor" (engine/lua_engine.c defines the
- * methods). push takes ownership of t; check raises a Lua error if idx is not a tensor. */
-struct lua_State;
-void ds_lua_push_tensor(struct lua_State *L, ds_tensor *t);
-ds_tensor *ds_lua_check_tensor(struct lua_State *L, int idx);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include "store_proto.h"
 #include "store_token.h"
+#include "ds_clock.h"
 
 /* Server-side waits end on the server's clock; the client waits this much longer for
  * the answer before deciding the server is gone. */
@@ -33,17 +34,17 @@ struct ds_store_client {
     char where[300];         /* "host:port" for messages */
     char prefix[MAX_PREFIX]; /* prepended to every key */
     char broken[512];        /* first fatal error; later calls repeat it */
-    ds_bytebuf out, in;          /* request being sent; body of the last response */
+    ds_buf out, in;          /* request being sent; body of the last response */
 };
 
 static int64_t remaining(int64_t deadline) {
     if (deadline < 0) return -1;
-    int64_t r = deadline - ds_store_now_ms();
+    int64_t r = deadline - ds_now_ms();
     return r > 0 ? r : 0;
 }
 
 static int64_t deadline_after(int timeout_ms) {
-    return timeout_ms < 0 ? -1 : ds_store_now_ms() + timeout_ms;
+    return timeout_ms < 0 ? -1 : ds_now_ms() + timeout_ms;
 }
 
 static void seconds(char *out, size_t cap, int ms) { snprintf(out, cap, "%g s", ms / 1000.0); }
@@ -162,15 +163,15 @@ static int recv_exact(ds_store_client *c, uint8_t *p, size_t n, int64_t deadline
  * hold the request (-1 forever). */
 static int roundtrip(ds_store_client *c, int wait_ms, const char *what, ds_err *err) {
     if (c->broken[0]) return ds_err_set(err, "%s: store client unusable after: %s", what, c->broken);
-    int64_t deadline = wait_ms < 0 ? -1 : ds_store_now_ms() + wait_ms + REPLY_SLACK_MS;
+    int64_t deadline = wait_ms < 0 ? -1 : ds_now_ms() + wait_ms + REPLY_SLACK_MS;
     if (send_all(c, deadline, what, err) != 0) return -1;
     uint8_t hdr[5];
     if (recv_exact(c, hdr, 5, deadline, what, err) != 0) return -1;
     uint32_t len = ds_load_u32(hdr);
     if (len == 0 || len > DS_STORE_MAX_FRAME)
         return fail(c, err, "%s from %s: malformed answer (%u bytes)", what, c->where, len);
-    c->in.len = c->in.off = 0;
-    if (ds_bytebuf_reserve(&c->in, len) != 0) /* body (len - 1) + 1 spare byte for get's NUL */
+    ds_buf_clear(&c->in);
+    if (ds_buf_reserve(&c->in, len) != 0) /* body (len - 1) + 1 spare byte for get's NUL */
         return fail(c, err, "%s from %s: out of memory for %u bytes", what, c->where, len);
     if (recv_exact(c, c->in.data, len - 1, deadline, what, err) != 0) return -1;
     c->in.len = len - 1;
@@ -184,7 +185,7 @@ static int roundtrip(ds_store_client *c, int wait_ms, const char *what, ds_err *
 
 /* Starts a request frame in c->out. */
 static int begin(ds_store_client *c, uint8_t op) {
-    c->out.len = c->out.off = 0;
+    ds_buf_clear(&c->out);
     return ds_frame_begin(&c->out, op);
 }
 
@@ -196,9 +197,9 @@ static int put_key(ds_store_client *c, const char *key, int prefixed, const char
         return ds_err_set(err, "%s '%.80s...' at %s: key of %zu bytes over the %d-byte limit", what, key,
                           c->where, plen + klen, DS_STORE_MAX_KEY);
     int rc = 0;
-    if (prefixed) rc |= ds_bytebuf_put_u32(&c->out, (uint32_t)(plen + klen));
-    rc |= ds_bytebuf_put(&c->out, c->prefix, plen);
-    rc |= ds_bytebuf_put(&c->out, key, klen);
+    if (prefixed) rc |= ds_buf_put_u32(&c->out, (uint32_t)(plen + klen));
+    rc |= ds_buf_put(&c->out, c->prefix, plen);
+    rc |= ds_buf_put(&c->out, key, klen);
     return rc ? ds_err_set(err, "%s at %s: out of memory", what, c->where) : 0;
 }
 
@@ -222,8 +223,8 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
         return NULL;
     }
     int rc = -1;
-    if (begin(c, DS_STORE_OP_AUTH) == 0 && ds_bytebuf_put_u32(&c->out, DS_STORE_VERSION) == 0 &&
-        ds_bytebuf_put(&c->out, token, DS_STORE_TOKEN_LEN) == 0) {
+    if (begin(c, DS_STORE_OP_AUTH) == 0 && ds_buf_put_u32(&c->out, DS_STORE_VERSION) == 0 &&
+        ds_buf_put(&c->out, token, DS_STORE_TOKEN_LEN) == 0) {
         ds_frame_end(&c->out, 0);
         rc = send_all(c, deadline, "auth", err) == 0 ? 0 : -1;
         uint8_t hdr[5];
@@ -246,8 +247,8 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
 void ds_store_close(ds_store_client *c) {
     if (!c) return;
     if (c->fd >= 0) close(c->fd);
-    ds_bytebuf_free(&c->out);
-    ds_bytebuf_free(&c->in);
+    ds_buf_free(&c->out);
+    ds_buf_free(&c->in);
     free(c);
 }
 
@@ -269,7 +270,7 @@ int ds_store_set(ds_store_client *c, const char *key, const void *val, size_t le
         return ds_err_set(err, "%s at %s: value of %zu bytes over the %u-byte limit", what, c->where, len,
                           DS_STORE_MAX_VALUE);
     if (begin(c, DS_STORE_OP_SET) != 0 || put_key(c, key, 1, what, err) != 0) return -1;
-    if (ds_bytebuf_put(&c->out, val, len) != 0) return ds_err_set(err, "%s: out of memory", what);
+    if (ds_buf_put(&c->out, val, len) != 0) return ds_err_set(err, "%s: out of memory", what);
     ds_frame_end(&c->out, 0);
     return roundtrip(c, IO_TIMEOUT_MS, what, err) == DS_STORE_OK ? 0 : -1;
 }
@@ -279,7 +280,7 @@ int ds_store_get(ds_store_client *c, const char *key, void **val, size_t *len, i
     snprintf(what, sizeof what, "get '%s%.200s'", c->prefix, key);
     *val = NULL;
     *len = 0;
-    if (begin(c, DS_STORE_OP_GET) != 0 || ds_bytebuf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) != 0)
+    if (begin(c, DS_STORE_OP_GET) != 0 || ds_buf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) != 0)
         return ds_err_set(err, "%s: out of memory", what);
     if (put_key(c, key, 0, what, err) != 0) return -1;
     ds_frame_end(&c->out, 0);
@@ -300,7 +301,7 @@ int ds_store_get(ds_store_client *c, const char *key, void **val, size_t *len, i
 int ds_store_add(ds_store_client *c, const char *key, int64_t delta, int64_t *result, ds_err *err) {
     char what[512];
     snprintf(what, sizeof what, "add to '%s%.200s'", c->prefix, key);
-    if (begin(c, DS_STORE_OP_ADD) != 0 || ds_bytebuf_put_u64(&c->out, (uint64_t)delta) != 0 ||
+    if (begin(c, DS_STORE_OP_ADD) != 0 || ds_buf_put_u64(&c->out, (uint64_t)delta) != 0 ||
         put_key(c, key, 0, what, err) != 0)
         return -1;
     ds_frame_end(&c->out, 0);
@@ -315,7 +316,7 @@ int ds_store_add(ds_store_client *c, const char *key, int64_t delta, int64_t *re
 static int put_keys(ds_store_client *c, const char *const *keys, int nkeys, const char *what, ds_err *err) {
     if (nkeys <= 0 || nkeys > DS_STORE_MAX_KEYS)
         return ds_err_set(err, "%s at %s: %d keys (1..%d allowed)", what, c->where, nkeys, DS_STORE_MAX_KEYS);
-    if (ds_bytebuf_put_u32(&c->out, (uint32_t)nkeys) != 0) return ds_err_set(err, "%s: out of memory", what);
+    if (ds_buf_put_u32(&c->out, (uint32_t)nkeys) != 0) return ds_err_set(err, "%s: out of memory", what);
     for (int i = 0; i < nkeys; i++)
         if (put_key(c, keys[i], 1, what, err) != 0) return -1;
     return 0;
@@ -332,7 +333,7 @@ static void keys_what(char *what, size_t cap, const char *verb, const ds_store_c
 int ds_store_wait(ds_store_client *c, const char *const *keys, int nkeys, int timeout_ms, ds_err *err) {
     char what[300], t[32];
     keys_what(what, sizeof what, "wait for", c, keys, nkeys);
-    if (begin(c, DS_STORE_OP_WAIT) != 0 || ds_bytebuf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) != 0)
+    if (begin(c, DS_STORE_OP_WAIT) != 0 || ds_buf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) != 0)
         return ds_err_set(err, "%s: out of memory", what);
     if (put_keys(c, keys, nkeys, what, err) != 0) return -1;
     ds_frame_end(&c->out, 0);
@@ -370,7 +371,7 @@ int ds_store_heartbeat(ds_store_client *c, int node_rank, ds_err *err) {
     char what[64];
     snprintf(what, sizeof what, "heartbeat of node %d", node_rank);
     if (node_rank < 0) return ds_err_set(err, "%s: negative node rank", what);
-    if (begin(c, DS_STORE_OP_HEARTBEAT) != 0 || ds_bytebuf_put_u32(&c->out, (uint32_t)node_rank) != 0)
+    if (begin(c, DS_STORE_OP_HEARTBEAT) != 0 || ds_buf_put_u32(&c->out, (uint32_t)node_rank) != 0)
         return ds_err_set(err, "%s: out of memory", what);
     ds_frame_end(&c->out, 0);
     return roundtrip(c, IO_TIMEOUT_MS, what, err) == DS_STORE_OK ? 0 : -1;

@@ -91,13 +91,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ds_json_init_buf(&j, 0);
     ds_json_strn(&j, (const char *)data, size);
     if (j.bad) abort();
-    size_t n = j.len;
+    size_t n = j.text.len;
     unsigned char *got = malloc(n + 1), *want = malloc(size + 1);
-    size_t gn = decode(j.buf ? j.buf : "\"\"", j.buf ? n : 2, got);
+    size_t gn = decode(ds_buf_str(&j.text), n, got);
     size_t wn = expected(data, size, want);
     if (gn != wn || memcmp(got, want, gn) != 0) abort();
     free(got);
     free(want);
-    free(j.buf);
+    ds_buf_free(&j.text);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* libFuzzer: the JSON reader (runtime/common/ds_json_read.c) on arbitrary bytes. A refusal
+/* libFuzzer: the JSON reader (common/ds_json_read.c) on arbitrary bytes. A refusal
  * names its byte; what parses stays within the depth limit, and its canonical form (parse
  * + emit, twice: the first round may turn invalid UTF-8 into U+FFFD) is a fixed point, as
  * the checkpoint's engine checksum requires. */
@@ -15,10 +15,10 @@ static char *round_trip(const ds_jv *v, ds_jv **again, size_t *len) {
     ds_jv_emit(&j, v);
     if (j.bad) abort();
     ds_err err;
-    *again = ds_jv_parse(j.buf, j.len, &err);
+    *again = ds_jv_parse(ds_buf_str(&j.text), j.text.len, &err);
     if (!*again) abort();
-    *len = j.len;
-    return j.buf;
+    *len = j.text.len;
+    return (char *)j.text.data;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

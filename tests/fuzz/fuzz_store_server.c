@@ -19,6 +19,7 @@
 #include "store_client.h"
 #include "store_proto.h"
 #include "store_server.h"
+#include "ds_clock.h"
 
 #define CLOSE_WITHIN_MS 5000 /* far above the server's reaction; a miss means it kept us */
 
@@ -77,21 +78,21 @@ static void send_all(int fd, const void *p, size_t n) {
 }
 
 static void send_auth(int fd) {
-    ds_bytebuf b = {0};
-    if (ds_frame_begin(&b, DS_STORE_OP_AUTH) != 0 || ds_bytebuf_put_u32(&b, DS_STORE_VERSION) != 0 ||
-        ds_bytebuf_put(&b, g_token, DS_STORE_TOKEN_LEN) != 0)
+    ds_buf b = {0};
+    if (ds_frame_begin(&b, DS_STORE_OP_AUTH) != 0 || ds_buf_put_u32(&b, DS_STORE_VERSION) != 0 ||
+        ds_buf_put(&b, g_token, DS_STORE_TOKEN_LEN) != 0)
         abort();
     ds_frame_end(&b, 0);
     send_all(fd, b.data, b.len);
-    ds_bytebuf_free(&b);
+    ds_buf_free(&b);
 }
 
 /* Reads answers until the server closes the connection; aborts if it does not. */
 static void await_close(int fd) {
-    int64_t deadline = ds_store_now_ms() + CLOSE_WITHIN_MS;
+    int64_t deadline = ds_now_ms() + CLOSE_WITHIN_MS;
     uint8_t buf[4096];
     for (;;) {
-        int64_t left = deadline - ds_store_now_ms();
+        int64_t left = deadline - ds_now_ms();
         if (left <= 0) abort();
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, (int)left) < 0) continue;
@@ -120,9 +121,9 @@ static void probe(void) {
     }
     /* A dropped connection is closed at once and reaped on the server's next turn, which
      * the probe's own request has just forced; allow one turn of lag all the same. */
-    int64_t deadline = ds_store_now_ms() + CLOSE_WITHIN_MS;
+    int64_t deadline = ds_now_ms() + CLOSE_WITHIN_MS;
     while (ds_store_server_nclients(g_server) > 1)
-        if (ds_store_now_ms() > deadline) abort();
+        if (ds_now_ms() > deadline) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -10,7 +10,7 @@ void gh_init(gh *g, const char *prog) {
     g->prog = prog;
     g->rng = 0x9E3779B97F4A7C15ull;
     char why[512] = "";
-    if (ds_cuda_device_count(why, sizeof why) == 0) {
+    if (ds_gpu_count(why, sizeof why) == 0) {
         printf("%s: skipped: no CUDA device (%s)\n", prog, why);
         exit(GH_SKIP);
     }
@@ -19,8 +19,8 @@ void gh_init(gh *g, const char *prog) {
         fprintf(stderr, "%s: %s\n", prog, why);
         exit(1);
     }
-    ds_cuda_device dev;
-    if (ds_cuda_device_info(0, &dev, why, sizeof why) == 0)
+    ds_gpu dev;
+    if (ds_gpu_info(0, &dev, why, sizeof why) == 0)
         printf("%s: device 0: %s (sm_%d%d, %d SMs)\n", prog, dev.name, dev.cc_major,
                dev.cc_minor, dev.multiprocessors);
 }

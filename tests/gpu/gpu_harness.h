@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "ds_gpu.h"
 #include "kernels_cuda.h"
 
 #define GH_SKIP 77

@@ -8,7 +8,7 @@
 # only with SHA-1, which OpenSSH 9.2 refuses), SSH_KNOWN_HOSTS (host key of every address
 # on that port) and SSH_OTHER_HOST_KEY (a second host key, for "changed key" tests).
 # Sessions get HOME=DIR/home, so the login shell skips the machine's ~/.bashrc (which
-# costs ~100 ms per command here: PLATFORM-NOTES.md).
+# costs ~100 ms per command on the machines we measured).
 set -euo pipefail
 
 cmd=${1:?usage: sshd.sh start|stop DIR [NADDR]}

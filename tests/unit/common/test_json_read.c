@@ -215,15 +215,15 @@ static void test_emit_round_trip(void **state) {
         ds_json_init_buf(&j, 0);
         ds_jv_emit(&j, v);
         assert_false(j.bad);
-        assert_string_equal(j.buf, cases[i].want);
-        ds_jv *v2 = ds_jv_parse(j.buf, j.len, &err);
+        assert_string_equal(ds_buf_str(&j.text), cases[i].want);
+        ds_jv *v2 = ds_jv_parse(ds_buf_str(&j.text), j.text.len, &err);
         if (!v2) fail_msg("%s", err.msg);
         ds_json j2;
         ds_json_init_buf(&j2, 0);
         ds_jv_emit(&j2, v2);
-        assert_string_equal(j.buf, j2.buf);
-        free(j.buf);
-        free(j2.buf);
+        assert_string_equal(ds_buf_str(&j.text), ds_buf_str(&j2.text));
+        ds_buf_free(&j.text);
+        ds_buf_free(&j2.text);
         ds_jv_free(v);
         ds_jv_free(v2);
     }

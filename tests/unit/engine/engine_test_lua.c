@@ -7,6 +7,7 @@
 
 #include "ds_context.h"
 #include "ds_lua.h"
+#include "lua_engine.h"
 
 static int open_core(lua_State *L) {
     lua_newtable(L);

@@ -6,7 +6,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "tensor.h"
+#include "lua_engine.h"
 
 lua_State *eng_lua_new(void);
 /* Runs code; on error prints the message + traceback and returns -1. Results stay on

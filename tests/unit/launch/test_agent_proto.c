@@ -12,14 +12,14 @@
 
 static void frames_survive_byte_by_byte_delivery(void **state) {
     (void)state;
-    ds_bytes out = {0};
+    ds_buf out = {0};
     assert_int_equal(ds_frame_append(&out, DS_FRAME_CONFIG, 0, "job=x", 5), 0);
     assert_int_equal(ds_frame_append(&out, DS_FRAME_STDOUT, 70000, "a\0b\n", 4), 0);
     assert_int_equal(ds_frame_append(&out, DS_FRAME_GO, 0, NULL, 0), 0);
-    ds_bytes in = {0};
+    ds_buf in = {0};
     int seen = 0;
     for (size_t i = 0; i < out.len; i++) {
-        ds_bytes_append(&in, out.data + i, 1);
+        ds_buf_put(&in, out.data + i, 1);
         ds_frame f;
         int p;
         while ((p = ds_frame_parse(&in, &f)) == 1) {
@@ -36,32 +36,32 @@ static void frames_survive_byte_by_byte_delivery(void **state) {
                 assert_int_equal(f.len, 0);
             }
             seen++;
-            ds_bytes_consume(&in, DS_FRAME_HEADER + f.len);
+            ds_buf_consume(&in, DS_FRAME_HEADER + f.len);
         }
         assert_int_equal(p, 0);
     }
     assert_int_equal(seen, 3);
     assert_int_equal(in.len, 0);
-    ds_bytes_free(&in);
-    ds_bytes_free(&out);
+    ds_buf_free(&in);
+    ds_buf_free(&out);
 }
 
 static void unknown_type_and_oversized_payload_are_refused(void **state) {
     (void)state;
-    ds_bytes in = {0};
+    ds_buf in = {0};
     unsigned char bad_type[DS_FRAME_HEADER] = {99, 0, 0, 0, 0, 0, 0, 0, 0};
-    ds_bytes_append(&in, bad_type, sizeof bad_type);
+    ds_buf_put(&in, bad_type, sizeof bad_type);
     ds_frame f;
     assert_int_equal(ds_frame_parse(&in, &f), -1);
     in.len = 0;
     unsigned char too_big[DS_FRAME_HEADER] = {DS_FRAME_STDOUT, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff};
-    ds_bytes_append(&in, too_big, sizeof too_big);
+    ds_buf_put(&in, too_big, sizeof too_big);
     assert_int_equal(ds_frame_parse(&in, &f), -1);
-    ds_bytes_free(&in);
-    ds_bytes out = {0};
+    ds_buf_free(&in);
+    ds_buf out = {0};
     static char big[DS_FRAME_MAX_PAYLOAD + 1];
     assert_int_equal(ds_frame_append(&out, DS_FRAME_STDOUT, 0, big, sizeof big), -1);
-    ds_bytes_free(&out);
+    ds_buf_free(&out);
 }
 
 int main(void) {

@@ -33,8 +33,8 @@ static void test_nesting(void **st) {
     ds_json_end(&j);
     ds_json_newline(&j);
     assert_false(j.bad);
-    assert_string_equal(j.buf, "{\"a\":1,\"b\":[-2,true,null,{},[]],\"c\":null,\"d\":false}\n");
-    free(j.buf);
+    assert_string_equal(ds_buf_str(&j.text), "{\"a\":1,\"b\":[-2,true,null,{},[]],\"c\":null,\"d\":false}\n");
+    ds_buf_free(&j.text);
 
     ds_json_init_buf(&j, 1);
     ds_json_obj(&j);
@@ -47,8 +47,8 @@ static void test_nesting(void **st) {
     ds_json_obj(&j);
     ds_json_end(&j);
     ds_json_end(&j);
-    assert_string_equal(j.buf, "{\n  \"a\": 1,\n  \"b\": [\n    2\n  ],\n  \"e\": {}\n}");
-    free(j.buf);
+    assert_string_equal(ds_buf_str(&j.text), "{\n  \"a\": 1,\n  \"b\": [\n    2\n  ],\n  \"e\": {}\n}");
+    ds_buf_free(&j.text);
 }
 
 static void test_escaping(void **st) {
@@ -63,19 +63,19 @@ static void test_escaping(void **st) {
     ds_json_str(&j, "");
     ds_json_end(&j);
     assert_false(j.bad);
-    assert_string_equal(j.buf,
+    assert_string_equal(ds_buf_str(&j.text),
         "[\"q\\\"b\\\\s/\\n\\r\\t\\b\\f\\u0001\\u001f\x7f\","
         "\"h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80\","
         "\"bad\\ufffd\\ufffd(\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\","
         "\"nul\\u0000in\",\"\"]");
-    free(j.buf);
+    ds_buf_free(&j.text);
     /* keys are escaped too */
     ds_json_init_buf(&j, 0);
     ds_json_obj(&j);
     ds_json_kint(&j, "k\"\n", 1);
     ds_json_end(&j);
-    assert_string_equal(j.buf, "{\"k\\\"\\n\":1}");
-    free(j.buf);
+    assert_string_equal(ds_buf_str(&j.text), "{\"k\\\"\\n\":1}");
+    ds_buf_free(&j.text);
     /* the stateless FILE helper */
     char *mem = NULL;
     size_t len = 0;
@@ -100,8 +100,8 @@ static void test_numbers(void **st) {
     ds_json_num(&j, 42);
     ds_json_int(&j, -9223372036854775807LL - 1);
     ds_json_end(&j);
-    assert_string_equal(j.buf, "[0.1,0.33333333333333331,1e+300,-0,null,null,42,-9223372036854775808]");
-    free(j.buf);
+    assert_string_equal(ds_buf_str(&j.text), "[0.1,0.33333333333333331,1e+300,-0,null,null,42,-9223372036854775808]");
+    ds_buf_free(&j.text);
 }
 
 static void test_misuse(void **st) {
@@ -111,20 +111,20 @@ static void test_misuse(void **st) {
     ds_json_obj(&j);
     ds_json_int(&j, 1); /* a value where a key is due */
     assert_true(j.bad);
-    free(j.buf);
+    ds_buf_free(&j.text);
     ds_json_init_buf(&j, 0);
     ds_json_end(&j); /* nothing to close */
     assert_true(j.bad);
-    free(j.buf);
+    ds_buf_free(&j.text);
     ds_json_init_buf(&j, 0);
     for (int i = 0; i < DS_JSON_MAX_DEPTH + 1; i++) ds_json_arr(&j);
     assert_true(j.bad);
-    free(j.buf);
+    ds_buf_free(&j.text);
     ds_json_init_buf(&j, 0);
     ds_json_arr(&j);
     ds_json_key(&j, "k"); /* a key inside an array */
     assert_true(j.bad);
-    free(j.buf);
+    ds_buf_free(&j.text);
 }
 
 int main(void) {

@@ -22,6 +22,7 @@
 #include "store_proto.h"
 #include "store_server.h"
 #include "store_token.h"
+#include "ds_clock.h"
 
 typedef struct fixture {
     ds_store_server *srv;
@@ -59,11 +60,11 @@ static inline ds_store_client *connect_ok(fixture *f) {
 
 /* Waits (at most 5 s) for an event of `kind`, skipping others; returns 1 when found. */
 static inline int wait_event(fixture *f, ds_store_event_kind kind, ds_store_event *ev) {
-    int64_t deadline = ds_store_now_ms() + 5000;
+    int64_t deadline = ds_now_ms() + 5000;
     for (;;) {
         while (ds_store_server_next_event(f->srv, ev))
             if (ev->kind == kind) return 1;
-        int64_t left = deadline - ds_store_now_ms();
+        int64_t left = deadline - ds_now_ms();
         if (left <= 0) return 0;
         struct pollfd p = {.fd = ds_store_server_event_fd(f->srv), .events = POLLIN};
         poll(&p, 1, (int)left);
@@ -72,9 +73,9 @@ static inline int wait_event(fixture *f, ds_store_event_kind kind, ds_store_even
 
 /* Polls cond-style: until fn(f) == want or 5 s pass. */
 static inline int wait_count(fixture *f, int (*fn)(ds_store_server *), int want) {
-    int64_t deadline = ds_store_now_ms() + 5000;
+    int64_t deadline = ds_now_ms() + 5000;
     while (fn(f->srv) != want) {
-        if (ds_store_now_ms() > deadline) return 0;
+        if (ds_now_ms() > deadline) return 0;
         poll(NULL, 0, 2);
     }
     return 1;
@@ -90,7 +91,7 @@ static inline int raw_connect(fixture *f) {
     return fd;
 }
 
-static inline void raw_send(int fd, const ds_bytebuf *b) {
+static inline void raw_send(int fd, const ds_buf *b) {
     size_t off = 0;
     while (off < b->len) {
         ssize_t n = send(fd, b->data + off, b->len - off, MSG_NOSIGNAL);
@@ -100,13 +101,13 @@ static inline void raw_send(int fd, const ds_bytebuf *b) {
 }
 
 static inline void raw_auth(int fd, const char *token) {
-    ds_bytebuf b = {0};
+    ds_buf b = {0};
     ds_frame_begin(&b, DS_STORE_OP_AUTH);
-    ds_bytebuf_put_u32(&b, DS_STORE_VERSION);
-    ds_bytebuf_put(&b, token, DS_STORE_TOKEN_LEN);
+    ds_buf_put_u32(&b, DS_STORE_VERSION);
+    ds_buf_put(&b, token, DS_STORE_TOKEN_LEN);
     ds_frame_end(&b, 0);
     raw_send(fd, &b);
-    ds_bytebuf_free(&b);
+    ds_buf_free(&b);
 }
 
 /* Reads one reply; returns its status, or -1 on EOF (the server closed us). */

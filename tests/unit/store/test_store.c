@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include "store_test_util.h"
+#include "ds_clock.h"
 
 static void test_token(void **state) {
     (void)state;
@@ -157,9 +158,9 @@ static void test_timeouts(void **state) {
     ds_err err;
     void *v;
     size_t len;
-    int64_t t0 = ds_store_now_ms();
+    int64_t t0 = ds_now_ms();
     assert_int_equal(ds_store_get(c, "nccl/uid", &v, &len, 200, &err), -1);
-    int64_t took = ds_store_now_ms() - t0;
+    int64_t took = ds_now_ms() - t0;
     assert_true(took >= 200 && took < 3000);
     char want[128];
     snprintf(want, sizeof want, "get 'nccl/uid' from 127.0.0.1:%d: timed out after 0.2 s", f->port);
@@ -323,7 +324,7 @@ static void test_wrong_token_dropped(void **state) {
 }
 
 /* Sends one authenticated frame and expects to be dropped with `reason` in the event. */
-static void expect_dropped(fixture *f, const ds_bytebuf *frame, const char *reason) {
+static void expect_dropped(fixture *f, const ds_buf *frame, const char *reason) {
     int fd = raw_connect(f);
     raw_auth(fd, f->token);
     assert_int_equal(raw_reply(fd), DS_STORE_OK);
@@ -342,42 +343,42 @@ static void test_malformed_and_oversized(void **state) {
     void *v;
     size_t len;
 
-    ds_bytebuf b = {0};
+    ds_buf b = {0};
     /* Unknown op. */
     ds_frame_begin(&b, 99);
     ds_frame_end(&b, 0);
     expect_dropped(f, &b, "unknown op 99");
     /* Zero-length frame. */
     b.len = 0;
-    ds_bytebuf_put_u32(&b, 0);
+    ds_buf_put_u32(&b, 0);
     expect_dropped(f, &b, "frame of 0 bytes");
     /* Key length pointing past the frame. */
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_SET);
-    ds_bytebuf_put_u32(&b, 100);
-    ds_bytebuf_put(&b, "short", 5);
+    ds_buf_put_u32(&b, 100);
+    ds_buf_put(&b, "short", 5);
     ds_frame_end(&b, 0);
     expect_dropped(f, &b, "truncated key");
     /* Key over 4 KiB. */
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_SET);
-    ds_bytebuf_put_u32(&b, 5000);
+    ds_buf_put_u32(&b, 5000);
     static char big_key[5000];
     memset(big_key, 'k', sizeof big_key);
-    ds_bytebuf_put(&b, big_key, sizeof big_key);
+    ds_buf_put(&b, big_key, sizeof big_key);
     ds_frame_end(&b, 0);
     expect_dropped(f, &b, "key of 5000 bytes over the 4096-byte limit");
     /* A frame announced over the limit is dropped on its header, before any body. */
     b.len = 0;
-    ds_bytebuf_put_u32(&b, DS_STORE_MAX_FRAME + 1);
-    ds_bytebuf_put_u8(&b, DS_STORE_OP_SET);
+    ds_buf_put_u32(&b, DS_STORE_MAX_FRAME + 1);
+    ds_buf_put_u8(&b, DS_STORE_OP_SET);
     expect_dropped(f, &b, "limit");
     /* A value one byte over 64 MiB in a frame under the frame limit. */
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_SET);
-    ds_bytebuf_put_u32(&b, 1);
-    ds_bytebuf_put_u8(&b, 'v');
-    ds_bytebuf_reserve(&b, DS_STORE_MAX_VALUE + 1);
+    ds_buf_put_u32(&b, 1);
+    ds_buf_put_u8(&b, 'v');
+    ds_buf_reserve(&b, DS_STORE_MAX_VALUE + 1);
     memset(b.data + b.len, 'x', DS_STORE_MAX_VALUE + 1);
     b.len += DS_STORE_MAX_VALUE + 1;
     ds_frame_end(&b, 0);
@@ -385,17 +386,17 @@ static void test_malformed_and_oversized(void **state) {
     /* NUL inside a key. */
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_DELETE);
-    ds_bytebuf_put(&b, "a\0b", 3);
+    ds_buf_put(&b, "a\0b", 3);
     ds_frame_end(&b, 0);
     expect_dropped(f, &b, "NUL");
     /* Heartbeat with trailing junk. */
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_HEARTBEAT);
-    ds_bytebuf_put_u32(&b, 1);
-    ds_bytebuf_put_u8(&b, 1);
+    ds_buf_put_u32(&b, 1);
+    ds_buf_put_u8(&b, 1);
     ds_frame_end(&b, 0);
     expect_dropped(f, &b, "malformed HEARTBEAT");
-    ds_bytebuf_free(&b);
+    ds_buf_free(&b);
 
     /* The client library refuses oversized input itself, without being dropped. */
     static char key4097[4098];
@@ -424,13 +425,13 @@ static void test_heartbeat_and_node_lost(void **state) {
     ds_err err;
     assert_int_equal(ds_store_server_last_heartbeat_ms(f->srv, 3), -1);
     ds_store_client *agent = connect_ok(f);
-    int64_t t0 = ds_store_now_ms();
+    int64_t t0 = ds_now_ms();
     assert_int_equal(ds_store_heartbeat(agent, 3, &err), 0);
     ds_store_event ev;
     assert_true(wait_event(f, DS_STORE_EV_NODE_CONNECTED, &ev));
     assert_int_equal(ev.node_rank, 3);
     int64_t hb = ds_store_server_last_heartbeat_ms(f->srv, 3);
-    assert_true(hb >= t0 && hb <= ds_store_now_ms());
+    assert_true(hb >= t0 && hb <= ds_now_ms());
     assert_int_equal(ds_store_heartbeat(agent, 3, &err), 0);
     assert_true(ds_store_server_last_heartbeat_ms(f->srv, 3) >= hb);
     /* Another node's heartbeat on the same connection is a protocol error. */
@@ -499,10 +500,10 @@ static void test_many_blocked_clients(void **state) {
     fixture *f = *state;
     enum { N = 100 };
     int fd[N];
-    ds_bytebuf get = {0};
+    ds_buf get = {0};
     ds_frame_begin(&get, DS_STORE_OP_GET);
-    ds_bytebuf_put_u32(&get, 10000);
-    ds_bytebuf_put(&get, "many", 4);
+    ds_buf_put_u32(&get, 10000);
+    ds_buf_put(&get, "many", 4);
     ds_frame_end(&get, 0);
     for (int i = 0; i < N; i++) {
         fd[i] = raw_connect(f);
@@ -510,7 +511,7 @@ static void test_many_blocked_clients(void **state) {
         assert_int_equal(raw_reply(fd[i]), DS_STORE_OK);
         raw_send(fd[i], &get);
     }
-    ds_bytebuf_free(&get);
+    ds_buf_free(&get);
     assert_true(wait_count(f, ds_store_server_nwaiting, N));
     for (int i = 0; i < N / 2; i++) close(fd[i]);
     assert_true(wait_count(f, ds_store_server_nwaiting, N / 2));
@@ -535,16 +536,16 @@ static void test_many_blocked_clients(void **state) {
 static void test_framing(void **state) {
     fixture *f = *state;
     int fd = raw_connect(f);
-    ds_bytebuf b = {0};
+    ds_buf b = {0};
     ds_frame_begin(&b, DS_STORE_OP_AUTH);
-    ds_bytebuf_put_u32(&b, DS_STORE_VERSION);
-    ds_bytebuf_put(&b, f->token, DS_STORE_TOKEN_LEN);
+    ds_buf_put_u32(&b, DS_STORE_VERSION);
+    ds_buf_put(&b, f->token, DS_STORE_TOKEN_LEN);
     ds_frame_end(&b, 0);
     size_t start = b.len;
     ds_frame_begin(&b, DS_STORE_OP_SET);
-    ds_bytebuf_put_u32(&b, 3);
-    ds_bytebuf_put(&b, "k/1", 3);
-    ds_bytebuf_put(&b, "value", 5);
+    ds_buf_put_u32(&b, 3);
+    ds_buf_put(&b, "k/1", 3);
+    ds_buf_put(&b, "value", 5);
     ds_frame_end(&b, start);
     for (size_t i = 0; i < b.len; i++) assert_int_equal(send(fd, b.data + i, 1, MSG_NOSIGNAL), 1);
     assert_int_equal(raw_reply(fd), DS_STORE_OK);
@@ -554,23 +555,23 @@ static void test_framing(void **state) {
     enum { BIG = 512 << 10, NGET = 8 };
     b.len = 0;
     ds_frame_begin(&b, DS_STORE_OP_SET);
-    ds_bytebuf_put_u32(&b, 3);
-    ds_bytebuf_put(&b, "big", 3);
-    ds_bytebuf_reserve(&b, BIG);
+    ds_buf_put_u32(&b, 3);
+    ds_buf_put(&b, "big", 3);
+    ds_buf_reserve(&b, BIG);
     memset(b.data + b.len, 'b', BIG);
     b.len += BIG;
     ds_frame_end(&b, 0);
     for (int i = 0; i < NGET; i++) {
         start = b.len;
         ds_frame_begin(&b, DS_STORE_OP_GET);
-        ds_bytebuf_put_u32(&b, 1000);
-        ds_bytebuf_put(&b, "big", 3);
+        ds_buf_put_u32(&b, 1000);
+        ds_buf_put(&b, "big", 3);
         ds_frame_end(&b, start);
     }
     raw_send(fd, &b);
     assert_int_equal(raw_reply(fd), DS_STORE_OK);
     for (int i = 0; i < NGET; i++) assert_int_equal(raw_reply(fd), DS_STORE_OK);
-    ds_bytebuf_free(&b);
+    ds_buf_free(&b);
     close(fd);
 }
 
@@ -589,7 +590,7 @@ static void test_random_frames(void **state) {
         if (frame[6] & 1) ds_store_u32(frame, (uint32_t)(n - 4)); /* mostly honest lengths */
         int fd = raw_connect(f);
         raw_auth(fd, f->token);
-        ds_bytebuf b = {frame, n, n, 0};
+        ds_buf b = {.data = frame, .len = n, .cap = n};
         raw_send(fd, &b);
         close(fd);
         if (i % 50 == 0) {

@@ -1,0 +1,56 @@
+/* The byte stream between the controller and an agent (the agent's stdin and stdout,
+ * over an SSH channel or local pipes). Everything is framed: a 9-byte header (type,
+ * rank as u32 big-endian, payload length as u32 big-endian) and the payload. Worker
+ * output travels as raw chunks tagged by rank and stream; lines are assembled by the
+ * controller, so a chunk boundary never splits or mixes a line.
+ *
+ * Controller -> agent: CONFIG ("key=value") frames, then per rank a RANK frame and its
+ * ENV ("KEY=VALUE") frames, then GO. Closing the agent's stdin means "stop the node":
+ * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
+ * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
+ * worker, STDOUT/STDERR chunks, EXIT (payload: "exit N" or "signal N") per worker, ERROR
+ * (a message) when the node cannot run, BYE just before it exits. */
+#ifndef DS_AGENT_PROTO_H
+#define DS_AGENT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ds_buf.h"
+
+enum {
+    DS_FRAME_CONFIG = 1,
+    DS_FRAME_RANK = 2,
+    DS_FRAME_ENV = 3,
+    DS_FRAME_GO = 4,
+    DS_FRAME_HELLO = 10,
+    DS_FRAME_STARTED = 11,
+    DS_FRAME_STDOUT = 12,
+    DS_FRAME_STDERR = 13,
+    DS_FRAME_EXIT = 14,
+    DS_FRAME_ERROR = 15,
+    DS_FRAME_BYE = 16,
+};
+
+#define DS_FRAME_HEADER 9
+#define DS_FRAME_MAX_PAYLOAD (1u << 20)
+
+/* Appends one frame to out. -1 when out of memory or the payload is too big. */
+int ds_frame_append(ds_buf *out, int type, uint32_t rank, const void *payload, size_t len);
+
+typedef struct ds_frame {
+    int type;
+    uint32_t rank;
+    const unsigned char *payload; /* points into the input buffer; valid until consumed */
+    size_t len;
+} ds_frame;
+
+/* Parses the frame at the start of in's unread bytes. Returns 1 and fills f (the frame takes
+ * DS_FRAME_HEADER + f->len bytes, to consume after use), 0 when more bytes are needed,
+ * -1 when the stream is malformed (unknown type or oversized payload). */
+int ds_frame_parse(const ds_buf *in, ds_frame *f);
+
+/* Writes all of buf to a blocking fd, retrying on EINTR. -1 with errno set on failure. */
+int ds_write_all(int fd, const void *buf, size_t n);
+
+#endif

@@ -1,0 +1,11 @@
+/* The project's one clock for timeouts, deadlines, heartbeats and event times:
+ * CLOCK_MONOTONIC, which never jumps when the wall clock is set. */
+#ifndef DS_CLOCK_H
+#define DS_CLOCK_H
+
+#include <stdint.h>
+
+int64_t ds_now_ms(void);
+double ds_now_s(void); /* the same clock in seconds, with nanosecond resolution */
+
+#endif

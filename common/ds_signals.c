@@ -1,0 +1,23 @@
+#include "ds_signals.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+
+int ds_signals_fd(const int *sigs, ds_err *err) {
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; sigs[i]; i++) sigaddset(&set, sigs[i]);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return ds_err_errno(err, errno, "sigprocmask");
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) return ds_err_errno(err, errno, "signalfd");
+    return fd;
+}
+
+void ds_signals_unblock(void) {
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}

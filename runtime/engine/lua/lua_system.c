@@ -1,0 +1,81 @@
+/* The process-wide knobs and readings scripts see: memory accounting, the clock, kernel
+ * threads and which BLAS runs. Separate because none of it belongs to a stage or layer. */
+#include <lauxlib.h>
+#include <time.h>
+
+#include "ds_lua.h"
+#include "kernels.h"
+#include "lua_engine.h"
+#include "ds_clock.h"
+
+static void push_pair(lua_State *L, size_t cur, size_t peak, const char *name) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)cur);
+    lua_setfield(L, -2, "current");
+    lua_pushinteger(L, (lua_Integer)peak);
+    lua_setfield(L, -2, "peak");
+    lua_setfield(L, -2, name);
+}
+
+/* core.memory() -> {params={current=,peak=}, grads=..., ..., total=...} in bytes */
+static int l_memory(lua_State *L) {
+    ds_mem_stats st;
+    ds_mem_get_stats(&st);
+    lua_createtable(L, 0, DS_MEM_NCAT + 1);
+    for (int c = 0; c < DS_MEM_NCAT; c++)
+        push_pair(L, st.current[c], st.peak[c], ds_mem_cat_name((ds_mem_cat)c));
+    push_pair(L, st.total_current, st.total_peak, "total");
+    return 1;
+}
+
+static int l_memory_reset_peaks(lua_State *L) {
+    (void)L;
+    ds_mem_reset_peaks();
+    return 0;
+}
+
+static int l_now(lua_State *L) {
+    lua_pushnumber(L, ds_now_s());
+    return 1;
+}
+
+static int l_set_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 0 || n > 1024) return ds_lua_raise(L, "set_threads(%d): expected 0..1024", (int)n);
+    ds_kernels_set_threads((int)n);
+    return 0;
+}
+
+static int l_threads(lua_State *L) {
+    lua_pushinteger(L, ds_kernels_threads());
+    return 1;
+}
+
+/* ds.blas() -> {core=, config=, coretype=, forced=}: which OpenBLAS kernels the GEMMs run,
+ * OPENBLAS_CORETYPE when set, and whether OpenBLAS took it (forced). */
+static int l_blas(lua_State *L) {
+    ds_blas_info b = ds_blas_describe();
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, b.core);
+    lua_setfield(L, -2, "core");
+    lua_pushstring(L, b.config);
+    lua_setfield(L, -2, "config");
+    if (b.coretype) {
+        lua_pushstring(L, b.coretype);
+        lua_setfield(L, -2, "coretype");
+    }
+    lua_pushboolean(L, b.forced);
+    lua_setfield(L, -2, "forced");
+    return 1;
+}
+
+void ds_lua_open_system(lua_State *L) {
+    static const luaL_Reg fns[] = {{"memory", l_memory},
+                                   {"memory_reset_peaks", l_memory_reset_peaks},
+                                   {"now", l_now},
+                                   {"set_threads", l_set_threads},
+                                   {"threads", l_threads},
+                                   {"blas", l_blas},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+}
