@@ -1,4 +1,5 @@
-/* CRC-32C (Castagnoli), the checksum of every checkpoint section. Hardware (SSE4.2)
+/* CRC-32C (Castagnoli): the checksum of every checkpoint section (and of any other
+ * format that uses it). Hardware (SSE4.2)
  * when the CPU has it, a table otherwise: both give the same value. */
 #ifndef DS_CRC32C_H
 #define DS_CRC32C_H
