@@ -30,7 +30,6 @@ typedef enum {
     K_BOOL,
     K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
     K_TEE,
-    K_CKPT,    /* none | full | every:N */
 } key_type;
 
 #define ALLOW_EMPTY 1
@@ -74,17 +73,7 @@ static const key_def KEYS[] = {
     {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
-    {"engine", "zero_stage", K_INT, F(zero_stage), 0, 3, NULL, 0},
-    {"engine", "precision", K_ENUM, F(precision), 0, 0, "fp32|bf16|fp16", 0},
-    {"engine", "checkpointing", K_CKPT, F(checkpointing), 0, 0, NULL, 0},
-    {"engine", "micro_batch", K_INT, F(micro_batch), 1, 1 << 20, NULL, 0},
-    {"engine", "grad_accum", K_INT, F(grad_accum), 1, 1 << 20, NULL, 0},
-    {"engine", "seed", K_LLONG, F(seed), 0, LLONG_MAX, NULL, 0},
-    {"engine", "initial_scale_power", K_INT, F(initial_scale_power), 0, 62, NULL, 0},
-    {"engine", "loss_scale_window", K_INT, F(loss_scale_window), 1, 1 << 30, NULL, 0},
-    {"engine", "hysteresis", K_INT, F(hysteresis), 1, 1 << 20, NULL, 0},
-    {"engine", "min_loss_scale", K_INT, F(min_loss_scale), 1, 1 << 30, NULL, 0},
-    {"engine", "reduce_bucket_size", K_INT, F(reduce_bucket_size), 1, 1 << 30, NULL, 0},
+    /* [engine] keys are common/engine_opts.h's */
 };
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -96,16 +85,16 @@ static const char *SECTIONS[] = {"job", "resources", "ssh", "env", "rendezvous",
 static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
-                                     "CUDA_VISIBLE_DEVICES", "DS_ENGINE_ZERO",
-                                     "DS_ENGINE_PRECISION", "DS_ENGINE_CHECKPOINT",
-                                     "DS_ENGINE_MICRO_BATCH", "DS_ENGINE_GRAD_ACCUM",
-                                     "DS_ENGINE_SEED", "DS_ENGINE_INITIAL_SCALE_POWER",
-                                     "DS_ENGINE_LOSS_SCALE_WINDOW", "DS_ENGINE_HYSTERESIS",
-                                     "DS_ENGINE_MIN_LOSS_SCALE", "DS_ENGINE_REDUCE_BUCKET_SIZE"};
+                                     "CUDA_VISIBLE_DEVICES"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
         if (!strcmp(name, RESERVED_ENV[i])) return 1;
+    for (int i = 0; i < DS_EO_COUNT; i++) { /* the [engine] options' DS_ENGINE_* */
+        char env[64];
+        ds_engine_opt_env_name(&DS_ENGINE_OPTS[i], env, sizeof env);
+        if (!strcmp(name, env)) return 1;
+    }
     return 0;
 }
 
@@ -431,17 +420,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->heartbeat_timeout_ms = 30000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
-    spec->zero_stage = 0;
-    spec->precision = DS_PREC_FP32;
-    spec->checkpointing = strdup("none");
-    spec->micro_batch = 1;
-    spec->grad_accum = 1;
-    spec->seed = 1234;
-    spec->initial_scale_power = 16;
-    spec->loss_scale_window = 1000;
-    spec->hysteresis = 2;
-    spec->min_loss_scale = 1;
-    spec->reduce_bucket_size = 1 << 20;
+    ds_engine_opts_init(&spec->engine);
 }
 
 void ds_jobspec_free(ds_jobspec *spec) {
@@ -449,7 +428,7 @@ void ds_jobspec_free(ds_jobspec *spec) {
     char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
                      &spec->ssh_identity, &spec->ssh_known_hosts, &spec->rdzv_addr,
-                     &spec->log_dir, &spec->tee, &spec->checkpointing};
+                     &spec->log_dir, &spec->tee};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     for (int i = 0; i < spec->nenv; i++) {
@@ -472,6 +451,7 @@ typedef struct parse_state {
     int err_line;     /* first error we found (0: none) */
     ds_err *err;
     int key_line[NKEYS];
+    int engine_line[DS_EO_COUNT];
     int *env_line;    /* line of each [env] entry */
     int job_line;     /* line of the [job] header */
 } parse_state;
@@ -510,7 +490,6 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_BOOL: return "true or false";
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
-    case K_CKPT: return "none, full or every:N (N >= 1)";
     }
     return "?";
 }
@@ -618,16 +597,29 @@ static int set_key(parse_state *st, int ki, const char *value) {
         set_str((char **)field, strdup(value));
         return 1;
     }
-    case K_CKPT:
-        if (strcmp(value, "none") && strcmp(value, "full")) {
-            if (strncmp(value, "every:", 6) || parse_llong(value + 6, &v) != 0 || v < 1 ||
-                v > 1000000)
-                return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
-        }
-        set_str((char **)field, strdup(value));
-        return 1;
     }
     return fail(st, "internal: bad key type");
+}
+
+/* An [engine] key: the option table parses and checks it. */
+static int set_engine_key(parse_state *st, const char *key, const char *value) {
+    const ds_engine_opt *o = ds_engine_opt_keyed(key);
+    if (!o) {
+        char known[600] = "";
+        size_t len = 0;
+        for (int i = 0; i < DS_EO_COUNT && len < sizeof known - 40; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "",
+                                    DS_ENGINE_OPTS[i].key);
+        return fail(st, "[engine] %s: unknown key (expected one of: %s)", key, known);
+    }
+    int i = (int)(o - DS_ENGINE_OPTS);
+    if (st->engine_line[i])
+        return fail(st, "[engine] %s: given twice (first on line %d)", key, st->engine_line[i]);
+    st->engine_line[i] = st->line;
+    char why[400];
+    if (ds_engine_opt_parse(o, value, &st->spec->engine, why, sizeof why) != 0)
+        return fail(st, "[engine] %s: %s", key, why);
+    return 1;
 }
 
 static int on_key(void *user, const char *section, const char *key, const char *value) {
@@ -635,6 +627,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
     if (st->err_line) return 1; /* already failed: only the first error is reported */
     if (!*section) return fail(st, "%s: key outside any section (start with a [section])", key);
     if (!strcmp(section, "env")) return set_env(st, key, value);
+    if (!strcmp(section, "engine")) return set_engine_key(st, key, value);
     for (int i = 0; i < NKEYS; i++) {
         if (strcmp(KEYS[i].section, section) || strcmp(KEYS[i].key, key)) continue;
         if (st->key_line[i])
@@ -717,11 +710,11 @@ static int check_whole(parse_state *st) {
         return ds_err_set(st->err, "%s:%d: [resources] num_nodes/num_gpus cannot be combined with "
                                    "include/exclude", st->name, line);
     }
-    if (spec->initial_scale_power < 31 && spec->min_loss_scale > 1 << spec->initial_scale_power) {
-        int line = later_line(st, "initial_scale_power", "min_loss_scale");
-        return ds_err_set(st->err, "%s:%d: [engine] min_loss_scale (%d) is above the initial "
-                                   "scale 2^%d", st->name, line, spec->min_loss_scale,
-                          spec->initial_scale_power);
+    const ds_engine_opt *a, *b;
+    char why[400];
+    if (ds_engine_opts_check(&spec->engine, &a, &b, why, sizeof why) != 0) {
+        int la = st->engine_line[a - DS_ENGINE_OPTS], lb = st->engine_line[b - DS_ENGINE_OPTS];
+        return ds_err_set(st->err, "%s:%d: [engine] %s", st->name, la > lb ? la : lb, why);
     }
     if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms) {
         int line = later_line(st, "heartbeat_timeout", "heartbeat_interval");

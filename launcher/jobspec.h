@@ -6,9 +6,9 @@
 #define DS_JOBSPEC_H
 
 #include "ds_err.h"
+#include "engine_opts.h"
 
 typedef enum { DS_HOSTKEY_YES, DS_HOSTKEY_ACCEPT_NEW, DS_HOSTKEY_NO } ds_hostkey_check;
-typedef enum { DS_PREC_FP32, DS_PREC_BF16, DS_PREC_FP16 } ds_precision;
 /* What a slot is: auto = GPUs when the controller's node has CUDA devices, else CPUs
  * (main.c resolves auto before planning, so a plan only ever sees cpu or cuda). */
 typedef enum { DS_DEVICE_AUTO, DS_DEVICE_CPU, DS_DEVICE_CUDA } ds_device;
@@ -69,19 +69,9 @@ typedef struct ds_jobspec {
                         on the command line is made absolute from the current directory) */
     char *tee;       /* which ranks show on the terminal: "all" (default), "none", "0,2-3" */
 
-    /* [engine] defaults the Lua script reads and may override per stage */
-    int zero_stage;          /* 0..3, default 0 */
-    ds_precision precision;  /* fp32 | bf16 | fp16, default fp32 */
-    char *checkpointing;     /* none | full | every:N, default none */
-    int micro_batch;         /* >= 1, default 1 */
-    int grad_accum;          /* >= 1, default 1 */
-    long long seed;          /* default 1234 */
-    /* fp16's dynamic loss scaler (DeepSpeed's fp16 keys and defaults) */
-    int initial_scale_power; /* first scale 2^power, 0..62, default 16 */
-    int loss_scale_window;   /* clean steps before the scale grows, default 1000 */
-    int hysteresis;          /* overflows before the scale shrinks, default 2 */
-    int min_loss_scale;      /* >= 1, default 1 */
-    int reduce_bucket_size;  /* ZeRO-2/3 gradient bucket, elements, default 2^20 */
+    /* [engine]: every rank's engine options (common/engine_opts.h has the keys, types,
+     * ranges and defaults); a script may override the stage options per stage */
+    ds_engine_opts engine;
 } ds_jobspec;
 
 /* Defaults for every key (no file). */

@@ -130,23 +130,17 @@ static int push_int(char **env, int *n, const char *key, long long v) {
     return push_env(env, n, key, b);
 }
 
-/* The job's [engine] section reaches the script as DS_ENGINE_* (read by
- * ds.engine_defaults() in lua/ds/model.lua). */
+/* The job's [engine] section reaches every rank as DS_ENGINE_<OPTION>, one variable per
+ * option of common/engine_opts.h, written as a job spec writes it (the ranks parse them
+ * with the same table). */
 static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
-    static const char *const PRECISION[] = {"fp32", "bf16", "fp16"};
     int bad = 0;
-    bad |= push_int(env, n, "DS_ENGINE_ZERO", spec->zero_stage);
-    bad |= push_env(env, n, "DS_ENGINE_PRECISION", PRECISION[spec->precision]);
-    bad |= push_env(env, n, "DS_ENGINE_CHECKPOINT",
-                    spec->checkpointing ? spec->checkpointing : "none");
-    bad |= push_int(env, n, "DS_ENGINE_MICRO_BATCH", spec->micro_batch);
-    bad |= push_int(env, n, "DS_ENGINE_GRAD_ACCUM", spec->grad_accum);
-    bad |= push_int(env, n, "DS_ENGINE_SEED", spec->seed);
-    bad |= push_int(env, n, "DS_ENGINE_INITIAL_SCALE_POWER", spec->initial_scale_power);
-    bad |= push_int(env, n, "DS_ENGINE_LOSS_SCALE_WINDOW", spec->loss_scale_window);
-    bad |= push_int(env, n, "DS_ENGINE_HYSTERESIS", spec->hysteresis);
-    bad |= push_int(env, n, "DS_ENGINE_MIN_LOSS_SCALE", spec->min_loss_scale);
-    bad |= push_int(env, n, "DS_ENGINE_REDUCE_BUCKET_SIZE", spec->reduce_bucket_size);
+    for (int i = 0; i < DS_EO_COUNT; i++) {
+        char name[64], value[64];
+        ds_engine_opt_env_name(&DS_ENGINE_OPTS[i], name, sizeof name);
+        ds_engine_opt_format(&DS_ENGINE_OPTS[i], &spec->engine, value, sizeof value);
+        bad |= push_env(env, n, name, value);
+    }
     return bad;
 }
 
@@ -156,8 +150,8 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    /* 9 job variables, CUDA_VISIBLE_DEVICES, 11 DS_ENGINE_*, the [env] entries, NULL */
-    char **env = calloc((size_t)(22 + nenv), sizeof *env);
+    /* 9 job variables, CUDA_VISIBLE_DEVICES, the DS_ENGINE_*, the [env] entries, NULL */
+    char **env = calloc((size_t)(11 + DS_EO_COUNT + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);

@@ -15,6 +15,8 @@ ds.optim = require 'ds.optim'
 ds.Stage = model.Stage
 ds.Model = model.Model
 ds.engine_defaults = model.defaults
+ds.engine_options = core.engine_options
+ds.engine_option = core.engine_option
 ds.error = util.error
 
 -- A table of current and peak bytes per allocation category, as text.

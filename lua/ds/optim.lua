@@ -2,6 +2,7 @@
 -- in C (per parameter: weight decay only where the parameter's decay flag says, i.e.
 -- not on biases and LayerNorm weights).
 local util = require 'ds.util'
+local core = require 'ds._core'
 
 local optim = {}
 
@@ -12,31 +13,36 @@ local function stages_of(model, what)
   return model.stages
 end
 
+-- The settings without the model (cfg[1]), for ds._core's check.
+local function settings(cfg)
+  local c = {}
+  for k, v in pairs(cfg) do if k ~= 1 then c[k] = v end end
+  return c
+end
+
 local AdamW = {}
 AdamW.__index = AdamW
 
--- ds.optim.AdamW{model, lr=, betas={b1, b2}, eps=, weight_decay=}
+-- ds.optim.AdamW{model, lr=, betas={b1, b2}, eps=, weight_decay=}: ds._core checks the
+-- settings (ranges, unknown keys) with the same function every step reads them with.
 function optim.AdamW(cfg)
   local w = 'ds.optim.AdamW'
-  util.check_keys(cfg, util.set {'lr', 'betas', 'eps', 'weight_decay'}, w)
-  local betas = cfg.betas or {0.9, 0.999}
-  if type(betas) ~= 'table' or type(betas[1]) ~= 'number' or type(betas[2]) ~= 'number'
-     or betas[1] < 0 or betas[1] >= 1 or betas[2] < 0 or betas[2] >= 1 then
-    util.error(w .. ': betas must be {b1, b2} with 0 <= b < 1')
-  end
-  return setmetatable({model = cfg[1], stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-3, 0),
-    beta1 = betas[1], beta2 = betas[2], eps = util.num(cfg, 'eps', w, 1e-8, 0),
-    weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, AdamW)
+  if type(cfg) ~= 'table' then util.errorf('%s: expected a table {model, options}', w) end
+  local model = cfg[1]
+  stages_of(model, w)
+  local o = core.adamw_config(settings(cfg), w)
+  o.model, o.t = model, 0
+  return setmetatable(o, AdamW)
 end
 
 -- One step with learning rate lr (default: the configured one); grad_scale (default 1)
--- multiplies the gradients first (clipping, fused: see Model:train_step). Returns the lr.
+-- multiplies the gradients first (clipping, fused: see Model:train_step). Runs on the
+-- rank's shards through the model's ZeRO object (docs/zero.md). Returns the lr.
 function AdamW:step(lr, grad_scale)
   self.t = self.t + 1
   local c = {lr = lr or self.lr, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
              weight_decay = self.weight_decay, t = self.t, grad_scale = grad_scale or 1.0}
-  if self.model.zero then self.model.zero:adamw(c) -- the rank's shards (docs/zero.md)
-  else for _, s in ipairs(self.stages) do s:adamw_step(c) end end
+  self.model.zero:adamw(c)
   return c.lr
 end
 
@@ -46,18 +52,19 @@ SGD.__index = SGD
 -- ds.optim.SGD{model, lr=, momentum=, weight_decay=}
 function optim.SGD(cfg)
   local w = 'ds.optim.SGD'
-  util.check_keys(cfg, util.set {'lr', 'momentum', 'weight_decay'}, w)
-  return setmetatable({model = cfg[1], stages = stages_of(cfg[1], w), lr = util.num(cfg, 'lr', w, 1e-2, 0),
-    momentum = util.num(cfg, 'momentum', w, 0.0, 0, 1),
-    weight_decay = util.num(cfg, 'weight_decay', w, 0.0, 0), t = 0}, SGD)
+  if type(cfg) ~= 'table' then util.errorf('%s: expected a table {model, options}', w) end
+  local model = cfg[1]
+  stages_of(model, w)
+  local o = core.sgd_config(settings(cfg), w)
+  o.model, o.t = model, 0
+  return setmetatable(o, SGD)
 end
 
 function SGD:step(lr, grad_scale)
   self.t = self.t + 1
   local c = {lr = lr or self.lr, momentum = self.momentum, weight_decay = self.weight_decay,
              grad_scale = grad_scale or 1.0}
-  if self.model.zero then self.model.zero:sgd(c)
-  else for _, s in ipairs(self.stages) do s:sgd_step(c) end end
+  self.model.zero:sgd(c)
   return c.lr
 end
 

@@ -84,32 +84,34 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
     ds_stage *s = zs->s;
     zs->zero = s->opts.zero;
-    if (zs->zero < 0 || zs->zero > 3)
-        return ds_err_set(err, "stage '%s': zero = %d (0..3)", s->name, zs->zero);
+    zs->shards_optim = zs->zero >= 1;
+    zs->shards_grads = zs->zero >= 2;
+    zs->shards_params = zs->zero >= 3;
     if (ds_partition_make((int64_t)s->numel, z->world, &zs->part, err) != 0) return -1;
     zs->lo = ds_partition_begin(&zs->part, z->rank);
     zs->hi = zs->lo + ds_partition_real(&zs->part, z->rank);
     if (add_dep(zs, k, err) != 0 || collect_deps(z, zs, s->root, err) != 0) return -1;
     int64_t padded = zs->part.padded, shard = zs->part.shard;
-    /* 1 and 2 all-gather the parameters and 1 reduce-scatters the gradients in place:
-     * those buffers need the padded length; 0 all-reduces the real length. */
-    if ((zs->zero == 1 || zs->zero == 2) && resize_keep(s->flat_params, padded, err) != 0)
+    /* A sharded optimizer all-gathers the full parameters from the shards, and one with
+     * full gradients reduce-scatters them in place: those buffers need the padded
+     * length; unsharded, the real length is all-reduced. */
+    if (zs->shards_optim && !zs->shards_params && resize_keep(s->flat_params, padded, err) != 0)
         return -1;
-    if (zs->zero <= 1) {
-        if (zs->zero == 1 && resize_keep(s->flat_grads, padded, err) != 0) return -1;
+    if (!zs->shards_grads) {
+        if (zs->shards_optim && resize_keep(s->flat_grads, padded, err) != 0) return -1;
         memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
     } else {
         if (!(zs->grad_shard = new_vec(s->opts.precision, shard, DS_MEM_GRADS, err))) return -1;
         ds_tensor_release(s->flat_grads);
     }
-    if (zs->zero == 3) {
+    if (zs->shards_params) {
         if (!(zs->param_shard = new_vec(s->opts.precision, shard, DS_MEM_PARAMS, err))) return -1;
         memcpy(zs->param_shard->data, at(s->flat_params, zs->lo),
                (size_t)(zs->hi - zs->lo) * esize(zs));
         ds_tensor_release(s->flat_params);
     }
     /* A stage the script stepped before ZeRO took over keeps no full-size moments. */
-    if (zs->zero >= 1) {
+    if (zs->shards_optim) {
         ds_tensor_free(s->adam_m);
         ds_tensor_free(s->adam_v);
         ds_tensor_free(s->momentum);
@@ -181,7 +183,7 @@ void ds_zero_free(ds_zero *z) {
 
 static int start_gather(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero != 3 || zs->gathered || zs->gather) return 0;
+    if (!zs->shards_params || zs->gathered || zs->gather) return 0;
     ds_stage *s = zs->s;
     int64_t padded = zs->part.padded;
     if (ds_tensor_resize(s->flat_params, 1, &padded, err) != 0) return -1;
@@ -193,7 +195,7 @@ static int start_gather(ds_zero *z, int k, ds_err *err) {
 
 static int ensure_gathered(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero != 3 || zs->gathered) return 0;
+    if (!zs->shards_params || zs->gathered) return 0;
     if (start_gather(z, k, err) != 0) return -1;
     ds_comm_handle *h = zs->gather;
     zs->gather = NULL;
@@ -204,7 +206,7 @@ static int ensure_gathered(ds_zero *z, int k, ds_err *err) {
 
 static void release_params(ds_zero *z, int k) {
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero != 3 || !zs->gathered) return;
+    if (!zs->shards_params || !zs->gathered) return;
     ds_tensor_release(zs->s->flat_params);
     zs->gathered = 0;
     ds_stage_bind_params(zs->s);
@@ -260,7 +262,7 @@ int ds_zero_after_forward(ds_zero *z, int k, ds_err *err) {
 static int ensure_grad_window(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
     ds_stage *s = zs->s;
-    if (zs->zero < 2 || s->flat_grads->data) return 0;
+    if (!zs->shards_grads || s->flat_grads->data) return 0;
     int64_t padded = zs->part.padded;
     if (ds_tensor_resize(s->flat_grads, 1, &padded, err) != 0) return -1; /* zeroed */
     ds_stage_bind_params(s);
@@ -376,7 +378,7 @@ done:
 int ds_zero_after_backward(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero >= 2) {
+    if (zs->shards_grads) {
         /* The window is made by before_backward and freed here: a second after_backward
          * (a script calling the hooks itself) has nothing to reduce. */
         if (zs->part.padded > 0 && !zs->s->flat_grads->data)
@@ -392,9 +394,9 @@ int ds_zero_zero_grad(ds_zero *z, ds_err *err) {
     if (finish_pending(z, err) != 0) return -1; /* it would land after the zeroing */
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        ds_tensor *g = zs->zero >= 2 ? zs->grad_shard : zs->s->flat_grads;
+        ds_tensor *g = zs->shards_grads ? zs->grad_shard : zs->s->flat_grads;
         if (g->data) memset(g->data, 0, ds_tensor_nbytes(g));
-        if (zs->zero >= 2 && zs->s->flat_grads->data) /* a window left by a failed step */
+        if (zs->shards_grads && zs->s->flat_grads->data) /* a window left by a failed step */
             memset(zs->s->flat_grads->data, 0, ds_tensor_nbytes(zs->s->flat_grads));
     }
     return 0;
@@ -419,16 +421,15 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
         ds_zero_stage *zs = &z->st[k];
         ds_tensor *g = zs->s->flat_grads;
         ds_dtype dt = zs->s->opts.precision;
-        if (zs->zero == 0) {
+        if (zs->shards_grads) continue; /* reduced in backward, bucket by bucket */
+        if (!zs->shards_optim) {
             ds_comm_reduce op = prescale(z, zs, g->data, zs->s->numel);
             h[k] = ds_comm_iallreduce(z->comm, g->data, zs->s->numel, dt, op, err);
-        } else if (zs->zero == 1) {
+        } else {
             ds_comm_reduce op = prescale(z, zs, g->data, (size_t)zs->part.padded);
             h[k] = ds_comm_ireduce_scatter(z->comm, g->data, at(g, zs->lo),
                                            (size_t)zs->part.shard, dt, op, err);
         }
-        else
-            continue;
         if (!h[k]) rc = -1;
     }
     if (wait_all(h, z->n, rc == 0 ? err : NULL) != 0) rc = -1;
@@ -438,7 +439,7 @@ int ds_zero_reduce(ds_zero *z, ds_err *err) {
 
 /* The rank's reduced gradients of stage k: [lo, hi) of the flat buffer. */
 static void *shard_grads(ds_zero_stage *zs) {
-    return zs->zero >= 2 ? zs->grad_shard->data : at(zs->s->flat_grads, zs->lo);
+    return zs->shards_grads ? zs->grad_shard->data : at(zs->s->flat_grads, zs->lo);
 }
 
 /* Every rank's doubles, gathered, summed per column in rank order. */
@@ -478,7 +479,7 @@ int ds_zero_scale_grads(ds_zero *z, float k, ds_err *err) {
     if (finish_pending(z, err) != 0) return -1;
     for (int i = 0; i < z->n; i++) {
         ds_zero_stage *zs = &z->st[i];
-        if (zs->zero == 0) ds_stage_scale_grads(zs->s, k);
+        if (!zs->shards_optim) ds_stage_scale_grads(zs->s, k);
         else ds_scale_of(zs->s->opts.precision, shard_grads(zs), k, (size_t)(zs->hi - zs->lo));
     }
     return 0;
@@ -500,7 +501,7 @@ static int ensure_state(ds_tensor **t, int64_t n, ds_err *err) {
 
 /* The rank's parameters of stage k, indexed like shard_grads. */
 static void *shard_params(ds_zero_stage *zs) {
-    return zs->zero == 3 ? zs->param_shard->data : at(zs->s->flat_params, zs->lo);
+    return zs->shards_params ? zs->param_shard->data : at(zs->s->flat_params, zs->lo);
 }
 
 /* 16-bit stages at ZeRO 1..3: the rank's fp32 master shard, made from (refresh: made
@@ -513,14 +514,15 @@ static int sync_master_shard(ds_zero_stage *zs, int refresh, ds_err *err) {
     return 0;
 }
 
-/* All-gathers the updated shards of stages 1 and 2 (in place), all started first. */
+/* All-gathers the updated shards of the stages with a sharded optimizer and full
+ * parameters (in place), all started first. */
 static int gather_updated(ds_zero *z, ds_err *err) {
     ds_comm_handle **h = calloc((size_t)z->n, sizeof *h);
     if (!h) return ds_err_set(err, "zero: out of memory");
     int rc = 0;
     for (int k = 0; k < z->n && rc == 0; k++) {
         ds_zero_stage *zs = &z->st[k];
-        if (zs->zero != 1 && zs->zero != 2) continue;
+        if (!zs->shards_optim || zs->shards_params) continue;
         ds_tensor *w = zs->s->flat_params;
         h[k] = ds_comm_iallgather(z->comm, at(w, zs->lo), w->data, (size_t)zs->part.shard,
                                   zs->s->opts.precision, err);
@@ -565,7 +567,7 @@ static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, c
  * forward keeps the last stage's) would be stale after the update: it goes. */
 static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const step_args *a,
                         ds_err *err) {
-    if (zs->zero == 3) release_params(z, (int)(zs - z->st));
+    release_params(z, (int)(zs - z->st));
     if (sync_master_shard(zs, 0, err) != 0) return -1;
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
@@ -581,7 +583,7 @@ int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *e
     if (finish_pending(z, err) != 0) return -1;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        if (zs->zero == 0) { /* the same full step on every rank, as on one rank */
+        if (!zs->shards_optim) { /* the same full step on every rank, as on one rank */
             if (ds_adamw_step_scaled(zs->s, 0, zs->s->numel, c, grad_scale, err) != 0) return -1;
             continue;
         }
@@ -598,7 +600,7 @@ int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, float grad_scale, ds_err *err) 
     if (finish_pending(z, err) != 0) return -1;
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        if (zs->zero == 0) {
+        if (!zs->shards_optim) {
             if (ds_sgd_step_scaled(zs->s, 0, zs->s->numel, c, grad_scale, err) != 0) return -1;
             continue;
         }
@@ -617,14 +619,14 @@ int ds_zero_gather_params(ds_zero *z, int k, ds_err *err) {
 int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return -1;
     ds_zero_stage *zs = &z->st[k];
-    if (zs->zero == 3) {
+    if (zs->shards_params) {
         if (!zs->gathered)
             return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
         memcpy(zs->param_shard->data, at(zs->s->flat_params, zs->lo),
                (size_t)(zs->hi - zs->lo) * esize(zs));
     }
     /* Masters made before the write would undo it at the next step. */
-    if (zs->zero == 0) return ds_stage_refresh_master(zs->s, err);
+    if (!zs->shards_optim) return ds_stage_refresh_master(zs->s, err);
     return zs->master ? sync_master_shard(zs, 1, err) : 0;
 }
 
@@ -632,8 +634,8 @@ ds_tensor *ds_zero_master(ds_zero *z, int k, ds_err *err) {
     if (check_k(z, k, err) != 0) return NULL;
     ds_zero_stage *zs = &z->st[k];
     if (!is_half(zs)) return ds_err_set(err, "stage '%s' is fp32: no master weights", zs->s->name), NULL;
-    if (zs->zero == 0) return ds_stage_ensure_master(zs->s, err) == 0 ? zs->s->master : NULL;
-    if (zs->zero == 3) release_params(z, k);
+    if (!zs->shards_optim) return ds_stage_ensure_master(zs->s, err) == 0 ? zs->s->master : NULL;
+    release_params(z, k);
     return sync_master_shard(zs, 0, err) == 0 ? zs->master : NULL;
 }
 
@@ -642,20 +644,24 @@ int ds_zero_masters_to_params(ds_zero *z, int k, ds_err *err) {
     ds_zero_stage *zs = &z->st[k];
     if (!is_half(zs)) return 0;
     ds_stage *s = zs->s;
-    if (zs->zero == 0) {
+    if (!zs->shards_optim) {
         if (!s->master) return 0;
         ds_half_from_f32(half(zs), s->flat_params->data, fdata(s->master), s->numel);
         return 0;
     }
     if (!zs->master) return 0;
-    if (zs->zero == 3) release_params(z, k);
+    release_params(z, k);
     ds_half_from_f32(half(zs), shard_params(zs), fdata(zs->master), (size_t)(zs->hi - zs->lo));
-    if (zs->zero == 3) return 0;
+    if (zs->shards_params) return 0;
     ds_tensor *w = s->flat_params;
     if (ds_comm_allgather(z->comm, at(w, zs->lo), w->data, (size_t)zs->part.shard,
                           s->opts.precision, err) != 0)
         return ds_err_prefix(err, "stage '%s': gather loaded parameters", s->name);
     return 0;
+}
+
+int ds_zero_barrier(ds_zero *z, ds_err *err) {
+    return ds_comm_barrier(z->comm, err) == 0 ? 0 : ds_err_prefix(err, "zero: barrier");
 }
 
 void ds_zero_release_params(ds_zero *z, int k) {

@@ -42,7 +42,11 @@
 
 typedef struct ds_zero_stage {
     ds_stage *s;
-    int zero;
+    int zero;                  /* the stage's ZeRO stage, as it chose it */
+    /* What the stage shards, set once from `zero`: every choice below follows these. */
+    int shards_optim;          /* 1..3: moments and master weights only for [lo, hi) */
+    int shards_grads;          /* 2, 3: gradients live as a window in backward, kept as a shard */
+    int shards_params;         /* 3: parameters kept as a shard, gathered around compute */
     ds_partition part;
     int64_t lo, hi;            /* the rank's real elements of the flat buffer: [lo, hi) */
     ds_tensor *param_shard;    /* 3: the rank's parameters (params category) */
@@ -106,6 +110,8 @@ int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *e
 int ds_zero_sgd(ds_zero *z, const ds_sgd_cfg *c, float grad_scale, ds_err *err);
 /* The mean of x over the ranks, summed in rank order. */
 int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err);
+/* Every rank arrives before any leaves (a checkpoint's commit). */
+int ds_zero_barrier(ds_zero *z, ds_err *err);
 /* Stage k's full parameters gathered (3) so they can be read; ds_zero_release_params
  * frees them again. No-ops for 0..2. */
 int ds_zero_gather_params(ds_zero *z, int k, ds_err *err);

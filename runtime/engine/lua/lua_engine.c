@@ -3,6 +3,8 @@
 #include "lua_engine.h"
 
 void ds_lua_open_engine(lua_State *L) {
+    ds_lua_open_options(L);
+    ds_lua_open_optim(L);
     ds_lua_open_tensor(L);
     ds_lua_open_stage(L);
     ds_lua_open_criterion(L);

@@ -5,6 +5,7 @@
 
 #include <lua.h>
 
+#include "engine_opts.h"
 #include "optim.h"
 #include "stage.h"
 #include "tensor.h"
@@ -34,12 +35,28 @@ void ds_lua_check_kept(lua_State *L, int ud, const char *key, const char *what);
 /* 1 if the value at idx is a tensor whose memory was freed (finalized), else 0. */
 int ds_lua_tensor_freed(lua_State *L, int idx);
 
-/* An optimizer step's settings from the table at idx ({lr=, beta1=, beta2=, eps=,
- * weight_decay=, t=, grad_scale=} / {lr=, momentum=, weight_decay=, grad_scale=}), with
- * the defaults; a bad value is a Lua error naming the key. */
-ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, float *grad_scale);
-ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, float *grad_scale);
+/* An optimizer's settings from the table at idx, checked in one place for every caller
+ * (ds.optim, stage steps, ZeRO steps): AdamW {lr=, betas = {b1, b2} or beta1=, beta2=,
+ * eps=, weight_decay=}, SGD {lr=, momentum=, weight_decay=}; absent ones take the
+ * defaults (AdamW 1e-3, 0.9, 0.999, 1e-8, 0; SGD 1e-2, 0, 0). A value out of range or a
+ * key that is neither a setting nor in extra (NULL-terminated, may be NULL) raises
+ * "what: ...". The _step forms read a step's table: the settings (other keys are let
+ * be), its t (AdamW, required, 1-based) and grad_scale (default 1). */
+ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, const char *what, const char *const *extra);
+ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, const char *what, const char *const *extra);
+ds_adamw_cfg ds_lua_adamw_step(lua_State *L, int idx, const char *what, float *grad_scale);
+ds_sgd_cfg ds_lua_sgd_step(lua_State *L, int idx, const char *what, float *grad_scale);
+void ds_lua_open_optim(lua_State *L); /* adamw_config, sgd_config */
 
+/* A script's value for engine option o (an integer, an enum name, a checkpoint choice) as
+ * ds_engine_opts stores it; raises "what: name must be ..., got ..." at the script's
+ * line when it does not fit. */
+int64_t ds_lua_engine_opt_int(lua_State *L, int idx, const ds_engine_opt *o, const char *what);
+double ds_lua_engine_opt_num(lua_State *L, int idx, const ds_engine_opt *o, const char *what);
+/* The job's engine options from DS_ENGINE_*; raises naming a variable that does not fit. */
+void ds_lua_engine_defaults(lua_State *L, ds_engine_opts *out);
+
+void ds_lua_open_options(lua_State *L); /* engine_options, engine_defaults, engine_option */
 void ds_lua_open_tensor(lua_State *L); /* ds.tensor, metatable ds.Tensor */
 void ds_lua_open_stage(lua_State *L);  /* stage_new, metatable ds.Stage */
 void ds_lua_open_criterion(lua_State *L); /* crossentropy_new, metatable ds.CrossEntropy */

@@ -33,51 +33,21 @@ static ds_stage *check_stage(lua_State *L, int idx) {
 
 ds_stage *ds_lua_check_stage(lua_State *L, int idx) { return check_stage(L, idx); }
 
-static int parse_checkpoint(lua_State *L, int idx) {
-    if (lua_isnil(L, idx)) return 0;
-    if (lua_isinteger(L, idx)) {
-        lua_Integer n = lua_tointeger(L, idx);
-        if (n < 1) ds_lua_raise(L, "stage option checkpoint = %d: a span must be >= 1 layer", (int)n);
-        return (int)n;
-    }
-    const char *s = lua_tostring(L, idx);
-    if (s && !strcmp(s, "none")) return 0;
-    if (s && !strcmp(s, "full")) return 1;
-    if (lua_istable(L, idx)) {
-        lua_getfield(L, idx, "every");
-        int ok = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1;
-        int n = ok ? (int)lua_tointeger(L, -1) : 0;
-        lua_pop(L, 1);
-        if (ok) return n;
-    }
-    return ds_lua_raise(L, "stage option checkpoint: expected 'none', 'full', N >= 1 or "
-                           "{every = N}, got %s", luaL_tolstring(L, idx, NULL));
-}
+/* precision's choices, in the option table's order, are the dtypes of the same index */
+_Static_assert(DS_F32 == 0 && DS_BF16 == 1 && DS_F16 == 2, "precision index = ds_dtype");
 
+/* The stage options of the table at idx; those not given are the job's (DS_ENGINE_*). */
 static ds_stage_opts read_opts(lua_State *L, int idx) {
-    ds_stage_opts o = {0, 0, DS_F32};
-    lua_getfield(L, idx, "zero");
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > 3)
-            ds_lua_raise(L, "stage option zero: expected 0, 1, 2 or 3, got %s",
-                         luaL_tolstring(L, -1, NULL));
-        o.zero = (int)lua_tointeger(L, -1);
+    ds_engine_opts v;
+    ds_lua_engine_defaults(L, &v);
+    for (int i = 0; i < DS_EO_COUNT; i++) {
+        const ds_engine_opt *o = &DS_ENGINE_OPTS[i];
+        if (o->scope != DS_OPT_STAGE) continue;
+        lua_getfield(L, idx, o->name);
+        if (!lua_isnil(L, -1)) *ds_engine_opt_int(o, &v) = ds_lua_engine_opt_int(L, -1, o, "stage option");
+        lua_pop(L, 1);
     }
-    lua_pop(L, 1);
-    lua_getfield(L, idx, "checkpoint");
-    o.checkpoint = parse_checkpoint(L, lua_gettop(L));
-    lua_pop(L, 1);
-    lua_getfield(L, idx, "precision");
-    if (!lua_isnil(L, -1)) {
-        const char *p = lua_tostring(L, -1);
-        if (p && !strcmp(p, "fp32")) o.precision = DS_F32;
-        else if (p && !strcmp(p, "bf16")) o.precision = DS_BF16;
-        else if (p && !strcmp(p, "fp16")) o.precision = DS_F16;
-        else ds_lua_raise(L, "stage option precision: expected 'fp32', 'bf16' or 'fp16', got %s",
-                          luaL_tolstring(L, -1, NULL));
-    }
-    lua_pop(L, 1);
-    return o;
+    return (ds_stage_opts){(int)v.zero, (int)v.checkpoint, (ds_dtype)v.precision};
 }
 
 /* core.stage_new{name=, seed=, zero=, checkpoint=, precision=, layer1, layer2, ...} */
@@ -307,25 +277,16 @@ static int l_stage_info(lua_State *L) {
     lua_setfield(L, -2, "numel");
     lua_pushinteger(L, s->opts.zero);
     lua_setfield(L, -2, "zero");
-    if (s->opts.checkpoint) lua_pushinteger(L, s->opts.checkpoint);
-    else lua_pushstring(L, "none");
+    ds_engine_opts v = {.checkpoint = s->opts.checkpoint};
+    char ckpt[32]; /* as a script writes it: 'none', 'full', 'every:N' */
+    ds_engine_opt_format(&DS_ENGINE_OPTS[DS_EO_checkpoint], &v, ckpt, sizeof ckpt);
+    lua_pushstring(L, ckpt);
     lua_setfield(L, -2, "checkpoint");
     lua_pushstring(L, ds_dtype_name(s->opts.precision));
     lua_setfield(L, -2, "precision");
     lua_pushinteger(L, (lua_Integer)s->seed);
     lua_setfield(L, -2, "seed");
     return 1;
-}
-
-static float opt_float(lua_State *L, int t, const char *key, double dflt) {
-    lua_getfield(L, t, key);
-    double v = dflt;
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1)) ds_lua_raise(L, "optimizer: '%s' must be a number", key);
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    return (float)v;
 }
 
 static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) {
@@ -340,34 +301,13 @@ static void opt_range(lua_State *L, ds_stage *s, int t, size_t *lo, size_t *hi) 
     *hi = (size_t)b;
 }
 
-ds_adamw_cfg ds_lua_adamw_cfg(lua_State *L, int idx, float *grad_scale) {
-    luaL_checktype(L, idx, LUA_TTABLE);
-    ds_adamw_cfg c = {opt_float(L, idx, "lr", 1e-3),   opt_float(L, idx, "beta1", 0.9),
-                      opt_float(L, idx, "beta2", 0.999), opt_float(L, idx, "eps", 1e-8),
-                      opt_float(L, idx, "weight_decay", 0.0), 1};
-    *grad_scale = opt_float(L, idx, "grad_scale", 1.0);
-    lua_getfield(L, idx, "t");
-    c.t = (int)luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-    if (c.t < 1) ds_lua_raise(L, "adamw: step t = %d (1-based)", c.t);
-    return c;
-}
-
-ds_sgd_cfg ds_lua_sgd_cfg(lua_State *L, int idx, float *grad_scale) {
-    luaL_checktype(L, idx, LUA_TTABLE);
-    ds_sgd_cfg c = {opt_float(L, idx, "lr", 1e-2), opt_float(L, idx, "momentum", 0.0),
-                    opt_float(L, idx, "weight_decay", 0.0)};
-    *grad_scale = opt_float(L, idx, "grad_scale", 1.0);
-    return c;
-}
-
 /* stage:adamw_step{lr=, beta1=, beta2=, eps=, weight_decay=, t=, [grad_scale=, lo=, hi=]} */
 static int l_stage_adamw(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     check_present(L, s, s->flat_grads, "gradients");
     check_present(L, s, s->flat_params, "parameters");
     float scale;
-    ds_adamw_cfg c = ds_lua_adamw_cfg(L, 2, &scale);
+    ds_adamw_cfg c = ds_lua_adamw_step(L, 2, "stage:adamw_step", &scale);
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};
@@ -381,7 +321,7 @@ static int l_stage_sgd(lua_State *L) {
     check_present(L, s, s->flat_grads, "gradients");
     check_present(L, s, s->flat_params, "parameters");
     float scale;
-    ds_sgd_cfg c = ds_lua_sgd_cfg(L, 2, &scale);
+    ds_sgd_cfg c = ds_lua_sgd_step(L, 2, "stage:sgd_step", &scale);
     size_t lo, hi;
     opt_range(L, s, 2, &lo, &hi);
     ds_err err = {{0}};

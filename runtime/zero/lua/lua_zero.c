@@ -120,6 +120,11 @@ static int l_scale_grads(lua_State *L) {
     return raise_if(L, ds_zero_scale_grads(check_zero(L, 1), (float)luaL_checknumber(L, 2), &err), &err);
 }
 
+static int l_barrier(lua_State *L) {
+    ds_err err = {{0}};
+    return raise_if(L, ds_zero_barrier(check_zero(L, 1), &err), &err);
+}
+
 static int l_mean(lua_State *L) {
     ds_err err = {{0}};
     double m = 0;
@@ -132,7 +137,7 @@ static int l_mean(lua_State *L) {
 static int l_adamw(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
     float scale;
-    ds_adamw_cfg c = ds_lua_adamw_cfg(L, 2, &scale);
+    ds_adamw_cfg c = ds_lua_adamw_step(L, 2, "zero:adamw", &scale);
     ds_err err = {{0}};
     return raise_if(L, ds_zero_adamw(z, &c, scale, &err), &err);
 }
@@ -141,7 +146,7 @@ static int l_adamw(lua_State *L) {
 static int l_sgd(lua_State *L) {
     ds_zero *z = check_zero(L, 1);
     float scale;
-    ds_sgd_cfg c = ds_lua_sgd_cfg(L, 2, &scale);
+    ds_sgd_cfg c = ds_lua_sgd_step(L, 2, "zero:sgd", &scale);
     ds_err err = {{0}};
     return raise_if(L, ds_zero_sgd(z, &c, scale, &err), &err);
 }
@@ -202,9 +207,9 @@ static int l_arrays(lua_State *L) {
     ds_err err = {{0}};
     ds_tensor *master = ds_stage_is_half(s) ? ds_zero_master(z, k, &err) : NULL;
     if (ds_stage_is_half(s) && !master) return ds_lua_raise(L, "zero:arrays: %s", err.msg);
-    if (master && zs->zero == 0) push_range(L, 1, "params", master, 0, save ? lo : 0, save ? hi : n, n);
+    if (master && !zs->shards_optim) push_range(L, 1, "params", master, 0, save ? lo : 0, save ? hi : n, n);
     else if (master) push_range(L, 1, "params", master, lo, lo, hi, n);
-    else if (zs->zero == 3) push_range(L, 1, "params", zs->param_shard, lo, lo, hi, n);
+    else if (zs->shards_params) push_range(L, 1, "params", zs->param_shard, lo, lo, hi, n);
     else if (save) push_range(L, 1, "params", s->flat_params, 0, lo, hi, n);
     else push_range(L, 1, "params", s->flat_params, 0, 0, n, n);
     /* optimizer state: full at ZeRO 0, the shard above */
@@ -213,10 +218,10 @@ static int l_arrays(lua_State *L) {
         {"adam_v", &s->adam_v, &zs->v, "adamw"},
         {"momentum", &s->momentum, &zs->mom, "sgd"}};
     for (int i = 0; i < 3; i++) {
-        ds_tensor **t = zs->zero == 0 ? st[i].full : st[i].shard;
-        if (!save && !strcmp(opt, st[i].opt)) ensure_vec(L, t, zs->zero == 0 ? n : zs->part.shard);
+        ds_tensor **t = zs->shards_optim ? st[i].shard : st[i].full;
+        if (!save && !strcmp(opt, st[i].opt)) ensure_vec(L, t, zs->shards_optim ? zs->part.shard : n);
         if (!*t) continue;
-        if (zs->zero == 0) push_range(L, 1, st[i].name, *t, 0, save ? lo : 0, save ? hi : n, n);
+        if (!zs->shards_optim) push_range(L, 1, st[i].name, *t, 0, save ? lo : 0, save ? hi : n, n);
         else push_range(L, 1, st[i].name, *t, lo, lo, hi, n);
     }
     return 1;
@@ -260,7 +265,8 @@ void ds_lua_open_zero(lua_State *L) {
         {"zero_grad", l_zero_grad},             {"reduce", l_reduce},
         {"grad_sumsq", l_grad_sumsq},           {"scale_grads", l_scale_grads},
         {"adamw", l_adamw},                     {"sgd", l_sgd},
-        {"mean", l_mean},                       {"gather_params", l_gather_params},
+        {"mean", l_mean},                       {"barrier", l_barrier},
+        {"gather_params", l_gather_params},
         {"release_params", l_release_params},   {"store_params", l_store_params},
         {"info", l_info},                       {"arrays", l_arrays},
         {"masters_to_params", l_masters_to_params},

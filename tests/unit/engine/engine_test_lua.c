@@ -13,6 +13,7 @@ static int open_core(lua_State *L) {
     lua_newtable(L);
     ds_lua_open_engine(L);
     ds_lua_open_data(L);
+    ds_lua_open_zero(L); /* every ds.Model trains through its ZeRO object */
     return 1;
 }
 

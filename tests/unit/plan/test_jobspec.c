@@ -71,17 +71,17 @@ static void test_defaults(void **st) {
     assert_int_equal(s.heartbeat_timeout_ms, 30000);
     assert_string_equal(s.log_dir, "logs");
     assert_string_equal(s.tee, "all");
-    assert_int_equal(s.zero_stage, 0);
-    assert_int_equal(s.precision, DS_PREC_FP32);
-    assert_string_equal(s.checkpointing, "none");
-    assert_int_equal(s.micro_batch, 1);
-    assert_int_equal(s.grad_accum, 1);
-    assert_int_equal(s.seed, 1234);
-    assert_int_equal(s.initial_scale_power, 16);
-    assert_int_equal(s.loss_scale_window, 1000);
-    assert_int_equal(s.hysteresis, 2);
-    assert_int_equal(s.min_loss_scale, 1);
-    assert_int_equal(s.reduce_bucket_size, 1 << 20);
+    assert_int_equal(s.engine.zero, 0);
+    assert_int_equal(s.engine.precision, 0); /* fp32 */
+    assert_int_equal(s.engine.checkpoint, 0); /* none */
+    assert_int_equal(s.engine.micro_batch, 1);
+    assert_int_equal(s.engine.grad_accum, 1);
+    assert_int_equal(s.engine.seed, 1234);
+    assert_int_equal(s.engine.initial_scale_power, 16);
+    assert_int_equal(s.engine.loss_scale_window, 1000);
+    assert_int_equal(s.engine.hysteresis, 2);
+    assert_int_equal(s.engine.min_loss_scale, 1);
+    assert_int_equal(s.engine.reduce_bucket_size, 1 << 20);
     ds_jobspec_free(&s);
 }
 
@@ -178,17 +178,17 @@ static void test_every_key(void **st) {
     assert_int_equal(s.heartbeat_timeout_ms, 10000);
     assert_string_equal(s.log_dir, "/var/log/ds");
     assert_string_equal(s.tee, "0,2-3");
-    assert_int_equal(s.zero_stage, 3);
-    assert_int_equal(s.precision, DS_PREC_BF16);
-    assert_string_equal(s.checkpointing, "every:2");
-    assert_int_equal(s.micro_batch, 4);
-    assert_int_equal(s.grad_accum, 8);
-    assert_true(s.seed == 9223372036854775807LL);
-    assert_int_equal(s.initial_scale_power, 12);
-    assert_int_equal(s.loss_scale_window, 500);
-    assert_int_equal(s.hysteresis, 1);
-    assert_int_equal(s.min_loss_scale, 4);
-    assert_int_equal(s.reduce_bucket_size, 500000);
+    assert_int_equal(s.engine.zero, 3);
+    assert_int_equal(s.engine.precision, 1); /* bf16 */
+    assert_int_equal(s.engine.checkpoint, 2); /* every:2 */
+    assert_int_equal(s.engine.micro_batch, 4);
+    assert_int_equal(s.engine.grad_accum, 8);
+    assert_true(s.engine.seed == 9223372036854775807LL);
+    assert_int_equal(s.engine.initial_scale_power, 12);
+    assert_int_equal(s.engine.loss_scale_window, 500);
+    assert_int_equal(s.engine.hysteresis, 1);
+    assert_int_equal(s.engine.min_loss_scale, 4);
+    assert_int_equal(s.engine.reduce_bucket_size, 500000);
     ds_jobspec_free(&s);
 }
 
@@ -199,7 +199,7 @@ static void test_indent_and_inline_comment(void **st) {
     assert_string_equal(parse(&s, "[job]\n  name = t\n\tscript = a.lua ; the script\n"
                                   "[engine]\n    zero_stage = 2\n"), "");
     assert_string_equal(s.script, "a.lua");
-    assert_int_equal(s.zero_stage, 2);
+    assert_int_equal(s.engine.zero, 2);
     ds_jobspec_free(&s);
 }
 
