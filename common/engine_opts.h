@@ -45,7 +45,9 @@
     X(min_loss_scale, "min_loss_scale", INT, 1, 1 << 30, NULL, "1", MODEL,                          \
       "fp16 loss scaler: the smallest scale")                                                      \
     X(reduce_bucket_size, "reduce_bucket_size", INT, 1, 1 << 30, NULL, "1048576", MODEL,            \
-      "ZeRO-2/3 gradient bucket, elements")
+      "ZeRO-2/3 gradient bucket, elements")                                                        \
+    X(gradient_clipping, "gradient_clipping", NUM, 0, 1e12, NULL, "0", JOB,                         \
+      "clip the global gradient norm to this when the script gives no clip (0: none)")
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;

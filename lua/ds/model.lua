@@ -285,7 +285,9 @@ function Model:train_step(t)
     end
     gn = gn / scale -- powers of two: exact
   end
-  local lr = t.optimizer:step(t.lr, clip_factor(gn, t.clip) / scale)
+  local clip = t.clip
+  if clip == nil then clip = M.defaults().gradient_clipping end
+  local lr = t.optimizer:step(t.lr, clip_factor(gn, clip) / scale)
   return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens, loss_scale = scale, skipped = false}
 end
 

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -198,6 +199,31 @@ static void test_optimizer_ranges_and_decay(void **state) {
 /* Accumulating two micro-batches with the loss divided by 2 gives the gradient of the
  * mean loss over both (one batch of twice the size), up to fp32 summation order. Clipping
  * brings the global norm to the limit. LR schedules have their documented shape. */
+/* [engine] gradient_clipping (DS_ENGINE_GRADIENT_CLIPPING) clips a train_step that passes
+ * no clip: the same bits as clip = 0.05 given by the script, and not those of no clip. */
+static void test_job_gradient_clipping(void **state) {
+    (void)state;
+    setenv("DS_ENGINE_GRADIENT_CLIPPING", "0.05", 1);
+    run_chunk(
+        "local cfg = {vocab=13, context=6, layers=2, heads=2, d=8, dropout=0}\n"
+        "local x, y = batch(2, 6, 13, 1)\n"
+        "local function run(clip)\n"
+        "  local m = gpt.GPT(cfg, {seed = 2})\n"
+        "  local o = ds.optim.SGD {m, lr = 0.1}\n"
+        "  local st = m:train_step {step = 1, optimizer = o, clip = clip,\n"
+        "                           next_batch = function() return x, y end}\n"
+        "  assert(st.grad_norm > 0.05, 'the norm must be above the clip for this test')\n"
+        "  return flat(m, 'params')\n"
+        "end\n"
+        "assert(ds.engine_defaults().gradient_clipping == 0.05)\n"
+        "local job, given, none = run(nil), run(0.05), run(1e9)\n"
+        "same(job, given, 'job clip vs script clip')\n"
+        "local differs = false\n"
+        "for i = 1, #job do differs = differs or job[i] ~= none[i] end\n"
+        "assert(differs, 'the job clip did not act')\n");
+    unsetenv("DS_ENGINE_GRADIENT_CLIPPING");
+}
+
 static void test_accumulation_clipping_schedules(void **state) {
     (void)state;
     run_chunk(
@@ -387,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_flat_layout_and_parameter_table),
         cmocka_unit_test(test_optimizer_ranges_and_decay),
         cmocka_unit_test(test_accumulation_clipping_schedules),
+        cmocka_unit_test(test_job_gradient_clipping),
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
         cmocka_unit_test(test_attention_dropout),
         cmocka_unit_test(test_safetensors_round_trip),

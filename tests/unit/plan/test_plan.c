@@ -12,6 +12,7 @@
 
 #include "hostfile.h"
 #include "jobspec.h"
+#include "engine_opts.h"
 #include "plan.h"
 
 static void load(ds_hostlist *hl, const char *text, const char *inc, const char *exc, int nn, int ng) {
@@ -20,6 +21,33 @@ static void load(ds_hostlist *hl, const char *text, const char *inc, const char 
         ds_hostlist_filter(hl, inc, exc, nn, ng, &err) != 0) {
         print_error("%s\n", err.msg);
         fail();
+    }
+}
+
+/* Every engine option's DS_ENGINE_<NAME>=<default>, in the table's order: what each
+ * rank's environment holds after the job's own variables (the table is the truth; a new
+ * option is in the plan without a change here). */
+static int engine_env(char out[][160]) {
+    ds_engine_opts d;
+    ds_engine_opts_init(&d);
+    for (int i = 0; i < DS_EO_COUNT; i++) {
+        char name[64], value[64];
+        ds_engine_opt_env_name(&DS_ENGINE_OPTS[i], name, sizeof name);
+        ds_engine_opt_format(&DS_ENGINE_OPTS[i], &d, value, sizeof value);
+        snprintf(out[i], 160, "%s=%s", name, value);
+    }
+    return DS_EO_COUNT;
+}
+
+/* The same as JSON members: "DS_ENGINE_ZERO":"0",... */
+static void engine_json(char *out, size_t len) {
+    char env[DS_EO_COUNT][160];
+    engine_env(env);
+    size_t n = 0;
+    for (int i = 0; i < DS_EO_COUNT; i++) {
+        char *eq = strchr(env[i], '=');
+        n += (size_t)snprintf(out + n, len - n, "%s\"%.*s\":\"%s\"", i ? "," : "", (int)(eq - env[i]),
+                              env[i], eq + 1);
     }
 }
 
@@ -79,16 +107,17 @@ static void test_env(void **st) {
     assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 29500, &err), 0);
     assert_int_equal(p.gpus, 1);
     char **env = ds_plan_rank_env(&p, &spec, 3, "job-7", 2);
-    const char *want[] = {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
-                          "NODE_RANK=1", "MASTER_ADDR=a", "MASTER_PORT=29500", "DS_JOB_ID=job-7",
-                          "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3",
-                          "DS_ENGINE_ZERO=0", "DS_ENGINE_PRECISION=fp32", "DS_ENGINE_CHECKPOINT=none",
-                          "DS_ENGINE_MICRO_BATCH=1", "DS_ENGINE_GRAD_ACCUM=1", "DS_ENGINE_SEED=1234",
-                          "DS_ENGINE_INITIAL_SCALE_POWER=16", "DS_ENGINE_LOSS_SCALE_WINDOW=1000",
-                          "DS_ENGINE_HYSTERESIS=2", "DS_ENGINE_MIN_LOSS_SCALE=1",
-                          "DS_ENGINE_REDUCE_BUCKET_SIZE=1048576", "NCCL_DEBUG=INFO", "X=", NULL};
-    for (int i = 0; want[i]; i++) assert_string_equal(env[i], want[i]);
-    assert_null(env[23]);
+    const char *job[] = {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+                         "NODE_RANK=1", "MASTER_ADDR=a", "MASTER_PORT=29500", "DS_JOB_ID=job-7",
+                         "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3"};
+    char eng[DS_EO_COUNT][160];
+    int ne = engine_env(eng), k = 0;
+    for (int i = 0; i < 10; i++) assert_string_equal(env[k++], job[i]);
+    assert_string_equal(env[k], "DS_ENGINE_ZERO=0");
+    for (int i = 0; i < ne; i++) assert_string_equal(env[k++], eng[i]);
+    assert_string_equal(env[k++], "NCCL_DEBUG=INFO");
+    assert_string_equal(env[k++], "X=");
+    assert_null(env[k]);
     ds_plan_env_free(env);
     assert_null(ds_plan_rank_env(&p, &spec, 4, "j", 0));
     assert_null(ds_plan_rank_env(&p, &spec, -1, "j", 0));
@@ -101,7 +130,7 @@ static void test_env(void **st) {
     for (char **e = env; *e; e++) assert_null(strstr(*e, "CUDA_VISIBLE_DEVICES"));
     assert_string_equal(env[8], "DS_ATTEMPT=0");
     assert_string_equal(env[9], "DS_ENGINE_ZERO=0");
-    assert_null(env[20]);
+    assert_null(env[9 + DS_EO_COUNT]);
     ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
@@ -187,7 +216,9 @@ static void test_json_with_spec(void **st) {
                    "[resources]\ndevice=cuda\n[env]\nQ=say \"hi\"\\n\n");
     assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 29500, &err), 0);
     char *js = ds_plan_json(&p, &spec, "t-1", 3, 0);
-    assert_string_equal(js,
+    char eng[2048], want[4096];
+    engine_json(eng, sizeof eng);
+    snprintf(want, sizeof want,
         "{\"job\":{\"name\":\"t\",\"id\":\"t-1\",\"attempt\":3,\"spec\":\"/j/job.ini\","
         "\"script\":\"s.lua\",\"args\":[\"a\",\"b c\"],\"workdir\":\"/j\",\"dsrun\":\"/x/dsrun\","
         "\"device\":\"cuda\",\"log_dir\":\"logs\",\"tee\":\"all\"},"
@@ -196,13 +227,10 @@ static void test_json_with_spec(void **st) {
         "\"ranks\":[{\"rank\":0,\"host\":\"h\",\"node_rank\":0,\"local_rank\":0,\"slot\":0,"
         "\"env\":{\"RANK\":\"0\",\"WORLD_SIZE\":\"1\",\"LOCAL_RANK\":\"0\",\"LOCAL_WORLD_SIZE\":\"1\","
         "\"NODE_RANK\":\"0\",\"MASTER_ADDR\":\"h\",\"MASTER_PORT\":\"29500\",\"DS_JOB_ID\":\"t-1\","
-        "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",\"DS_ENGINE_ZERO\":\"0\","
-        "\"DS_ENGINE_PRECISION\":\"fp32\",\"DS_ENGINE_CHECKPOINT\":\"none\","
-        "\"DS_ENGINE_MICRO_BATCH\":\"1\",\"DS_ENGINE_GRAD_ACCUM\":\"1\","
-        "\"DS_ENGINE_SEED\":\"1234\",\"DS_ENGINE_INITIAL_SCALE_POWER\":\"16\","
-        "\"DS_ENGINE_LOSS_SCALE_WINDOW\":\"1000\",\"DS_ENGINE_HYSTERESIS\":\"2\","
-        "\"DS_ENGINE_MIN_LOSS_SCALE\":\"1\",\"DS_ENGINE_REDUCE_BUCKET_SIZE\":\"1048576\",\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
-        "\"spares\":[]}\n");
+        "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",%s,\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
+        "\"spares\":[]}\n", eng);
+    assert_non_null(strstr(eng, "\"DS_ENGINE_ZERO\":\"0\""));
+    assert_string_equal(js, want);
     free(js);
     /* the FILE writer prints the same bytes */
     char *mem = NULL;
