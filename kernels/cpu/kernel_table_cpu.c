@@ -1,0 +1,55 @@
+/* The CPU kernels as a device's kernel table: kernels.h's functions, with one-line
+ * adapters where kernels.h returns a sum (the table writes it to a double the caller
+ * reads, which on the CPU is host memory). */
+#include "kernel_table.h"
+
+static void xent_forward(float *losses, const float *logits, const int32_t *targets, int N,
+                         int V, double *sum) {
+    *sum = ds_crossentropy_forward(losses, logits, targets, N, V);
+}
+
+static void xent_forward_backward(float *losses, float *dlogits, const float *logits,
+                                  const int32_t *targets, float dloss, int N, int V, double *sum) {
+    *sum = ds_crossentropy_forward_backward(losses, dlogits, logits, targets, dloss, N, V);
+}
+
+static void sumsq(const float *x, size_t n, double *out) { *out = ds_sumsq(x, n); }
+
+static void half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) {
+    *out = ds_half_sumsq(h, x, n);
+}
+
+const ds_kernel_table ds_cpu_kernels = {
+    .matmul_forward = ds_matmul_forward,
+    .matmul_backward = ds_matmul_backward,
+    .add_forward = ds_add_forward,
+    .accumulate = ds_accumulate,
+    .scale = ds_scale,
+    .gelu_forward = ds_gelu_forward,
+    .gelu_backward = ds_gelu_backward,
+    .layernorm_forward = ds_layernorm_forward,
+    .layernorm_backward = ds_layernorm_backward,
+    .embedding_forward = ds_embedding_forward,
+    .embedding_backward = ds_embedding_backward,
+    .attention_forward = ds_attention_forward,
+    .attention_backward = ds_attention_backward,
+    .attention_forward_dropout = ds_attention_forward_dropout,
+    .attention_backward_dropout = ds_attention_backward_dropout,
+    .crossentropy_forward = xent_forward,
+    .crossentropy_backward = ds_crossentropy_backward,
+    .crossentropy_forward_backward = xent_forward_backward,
+    .dropout_forward = ds_dropout_forward,
+    .dropout_backward = ds_dropout_backward,
+    .adamw_update = ds_adamw_update,
+    .adamw_update_scaled = ds_adamw_update_scaled,
+    .sgd_update = ds_sgd_update,
+    .sumsq = sumsq,
+    .half_from_f32 = ds_half_from_f32,
+    .half_to_f32 = ds_half_to_f32,
+    .half_acc_f32 = ds_half_acc_f32,
+    .half_add = ds_half_add,
+    .half_scale = ds_half_scale,
+    .half_sumsq = half_sumsq,
+    .adamw_update_half = ds_adamw_update_half,
+    .sgd_update_half = ds_sgd_update_half,
+};

@@ -1,0 +1,86 @@
+/* The kernels as one table per device (kernels/device.h): what layers, the criterion,
+ * the optimizers, the loss scaler and ZeRO call, never naming a backend. Every entry has
+ * the semantics of its twin in kernels.h (row-major, Linear weights [OC, C], backward
+ * passes accumulate +=, reductions in a fixed order), with pointers into the device's
+ * memory, queued on its compute stream. Where kernels.h returns a sum, the entry writes
+ * it to a device double instead (one number the caller copies to the host when it needs
+ * it: the loss, the gradient norm, the fp16 overflow). */
+#ifndef DS_KERNEL_TABLE_H
+#define DS_KERNEL_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h" /* ds_rng_key, ds_half */
+
+typedef struct ds_kernel_table {
+    /* dense */
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+    /* elementwise */
+    void (*add_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*accumulate)(float *dst, const float *src, size_t n);
+    void (*scale)(float *x, float s, size_t n);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* normalisation */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    /* embedding */
+    void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C);
+    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
+    /* attention */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    void (*attention_forward_dropout)(float *out, float *att, const float *qkv, int B, int T,
+                                      int C, int NH, float p, ds_rng_key key);
+    void (*attention_backward_dropout)(float *dqkv, float *scratch, const float *dout,
+                                       const float *qkv, const float *att, int B, int T, int C,
+                                       int NH, float p, ds_rng_key key);
+    /* loss: *sum (a device double) = the sum of the losses, in row order */
+    void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,
+                                 int N, int V, double *sum);
+    void (*crossentropy_backward)(float *dlogits, const float *logits, const int32_t *targets,
+                                  float dloss, int N, int V);
+    void (*crossentropy_forward_backward)(float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, float dloss, int N, int V,
+                                          double *sum);
+    /* dropout */
+    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, ds_rng_key key);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);
+    /* optimizer; sums of squares to a device double */
+    void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t);
+    void (*adamw_update_scaled)(float *param, const float *grad, float grad_scale, float *m,
+                                float *v, size_t n, float lr, float beta1, float beta2,
+                                float eps, float weight_decay, int t);
+    void (*sgd_update)(float *param, const float *grad, float *buf, size_t n, float lr,
+                       float momentum, float weight_decay);
+    void (*sumsq)(const float *x, size_t n, double *out);
+    /* 16-bit working copies (bf16 / fp16 as raw bits) */
+    void (*half_from_f32)(ds_half h, uint16_t *dst, const float *src, size_t n);
+    void (*half_to_f32)(ds_half h, float *dst, const uint16_t *src, size_t n);
+    void (*half_acc_f32)(ds_half h, uint16_t *acc, const float *x, size_t n);
+    void (*half_add)(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+    void (*half_scale)(ds_half h, uint16_t *x, float k, size_t n);
+    void (*half_sumsq)(ds_half h, const uint16_t *x, size_t n, double *out);
+    void (*adamw_update_half)(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                              float *master, float *m, float *v, size_t n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, int t);
+    void (*sgd_update_half)(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                            float *master, float *buf, size_t n, float lr, float momentum,
+                            float weight_decay);
+} ds_kernel_table;
+
+/* The CPU kernels as a table (kernels/cpu): the entries are kernels.h's functions, or
+ * one-line adapters where kernels.h returns a sum. The simulator runs these. */
+extern const ds_kernel_table ds_cpu_kernels;
+
+#endif
