@@ -47,7 +47,9 @@
     X(reduce_bucket_size, "reduce_bucket_size", INT, 1, 1 << 30, NULL, "1048576", MODEL,            \
       "ZeRO-2/3 gradient bucket, elements")                                                        \
     X(gradient_clipping, "gradient_clipping", NUM, 0, 1e12, NULL, "0", JOB,                         \
-      "clip the global gradient norm to this when the script gives no clip (0: none)")
+      "clip the global gradient norm to this when the script gives no clip (0: none)")           \
+    X(device, "device", ENUM, 0, 0, "auto|cpu|cuda|sim", "auto", JOB,                               \
+      "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;

@@ -6,6 +6,7 @@
 
 #include "ds_gpu.h"
 #include "kernels.h"
+#include "rank_device.h"
 #include "subcommands.h"
 #ifdef DS_HAVE_CUDA
 #include "kernels_cuda.h"
@@ -21,17 +22,14 @@ static const char *USAGE =
     "  --blas                       OpenBLAS's build and the kernels it runs (its core)\n"
     "  --version | --help\n";
 
-static int list_devices(void) {
+static int list_gpus(void) {
 #ifdef DS_HAVE_CUDA
     char why[256] = "";
     int cudart, cublas, nccl;
     ds_cuda_versions(&cudart, &cublas, &nccl);
     printf("built with CUDA runtime %d, cuBLAS %d, NCCL %d\n", cudart, cublas, nccl);
     int n = ds_gpu_count(why, sizeof why);
-    if (n == 0) {
-        printf("no CUDA devices: %s\n", why[0] ? why : "none visible");
-        return 0;
-    }
+    if (n == 0) printf("no CUDA devices: %s\n", why[0] ? why : "none visible");
     for (int i = 0; i < n; i++) {
         ds_gpu d;
         if (ds_gpu_info(i, &d, why, sizeof why) != 0) {
@@ -41,11 +39,27 @@ static int list_devices(void) {
         printf("%d: %s, %.1f GiB, sm_%d%d, %d SMs\n", d.index, d.name,
                (double)d.total_mem / (1 << 30), d.cc_major, d.cc_minor, d.multiprocessors);
     }
-    return 0;
 #else
     printf("built without CUDA: no CUDA devices\n");
-    return 0;
 #endif
+    return 0;
+}
+
+/* The GPUs, then the device a rank started here would compute on (docs/devices.md). */
+static int list_devices(void) {
+    if (list_gpus() != 0) return 1;
+    ds_context ctx;
+    ds_context_single(&ctx);
+    const char *lr = getenv("LOCAL_RANK");
+    if (lr) ctx.local_rank = atoi(lr);
+    ds_rank_device c;
+    ds_err err = {{0}};
+    if (ds_rank_device_choice(&ctx, &c, &err) != 0) {
+        fprintf(stderr, "dsrun: %s\n", err.msg);
+        return 1;
+    }
+    printf("engine device: %s (DS_ENGINE_DEVICE / [engine] device = %s)\n", c.kind, c.asked);
+    return 0;
 }
 
 static int describe_blas(void) {

@@ -29,6 +29,9 @@ function ds.memory_report()
                                         util.human_bytes(m[cat].peak))
     end
   end
+  if m.reserved_unused and m.reserved_unused > 0 then -- a device's caching allocator
+    lines[#lines + 1] = string.format('%-12s %14s', 'reserved', util.human_bytes(m.reserved_unused))
+  end
   return table.concat(lines, '\n')
 end
 

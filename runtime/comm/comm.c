@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm_backend.h"
+#include "device.h"
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -206,6 +207,9 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
             goto fail;
         }
         c->be = ds_comm_self_open(&c->vt, err);
+        if (!ds_device_is_host(ds_device_get()))
+            c->be = ds_comm_on_device(c->vt, c->be, c->world, &c->vt, err);
+        if (!c->be) goto fail;
         return c;
     }
     if (!ctx->store) {
@@ -229,6 +233,8 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
     } else {
         ds_err_set(err, "unknown backend %d", (int)o.backend);
     }
+    if (c->be && o.backend == DS_COMM_GLOO && !ds_device_is_host(ds_device_get()))
+        c->be = ds_comm_on_device(c->vt, c->be, c->world, &c->vt, err);
     if (!c->be) goto fail_ctx;
     if (c->vt->threaded && start_thread(c, err) != 0) {
         c->vt->close(c->be);
@@ -277,18 +283,21 @@ static const char *op_name(ds_comm_kind k) {
     return "?";
 }
 
-/* After a successful sum, DS_COMM_AVG divides by the world size: fp32 exactly, 16-bit
- * as round16(x * (1/world)), exact for a power-of-two world unless it underflows. */
+void ds_comm_average(void *out, size_t count, ds_dtype dt, int world) {
+    if (dt == DS_BF16 || dt == DS_F16) {
+        ds_half_scale(ds_half_of(dt), out, 1.0f / (float)world, count);
+        return;
+    }
+    float *p = out;
+    for (size_t i = 0; i < count; i++) p[i] /= (float)world;
+}
+
+/* After a successful sum, DS_COMM_AVG divides by the world size, unless the backend
+ * does it itself. */
 static void finish_avg(ds_comm_handle *h) {
     ds_comm *c = h->comm;
     if (h->op != DS_COMM_AVG || c->vt->native_avg) return;
-    if (h->dtype == DS_BF16 || h->dtype == DS_F16) {
-        ds_half_scale(ds_half_of(h->dtype), h->out,
-                      1.0f / (float)c->world, h->count);
-        return;
-    }
-    float *p = h->out;
-    for (size_t i = 0; i < h->count; i++) p[i] /= (float)c->world;
+    ds_comm_average(h->out, h->count, h->dtype, c->world);
 }
 
 /* Runs one op: to completion (threaded backends, on the thread; self), or until it is

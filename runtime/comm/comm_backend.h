@@ -57,6 +57,18 @@ typedef struct ds_comm_join {
     int timeout_ms;
 } ds_comm_join;
 
+/* DS_COMM_AVG after a sum, for backends without a native average: fp32 divided exactly,
+ * 16-bit as round16(x * (1/world)), exact for a power-of-two world unless it underflows.
+ * out must be host-addressable (on a device: inside a host function on its stream). */
+void ds_comm_average(void *out, size_t count, ds_dtype dt, int world);
+
+/* A host backend (self, Gloo) made to work on the rank's device memory: its ops run in
+ * order on a stream of the device, after the work queued on the compute stream, on
+ * device memory made addressable there (ds_device_ops.launch_host). Takes over inner;
+ * NULL with err (inner closed) when the device cannot. */
+void *ds_comm_on_device(const ds_comm_vtable *inner_vt, void *inner, int world,
+                        const ds_comm_vtable **vt, ds_err *err);
+
 /* Each returns the backend's state (passed back as `be`) and its vtable, or NULL. */
 void *ds_comm_self_open(const ds_comm_vtable **vt, ds_err *err);
 void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);

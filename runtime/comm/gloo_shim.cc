@@ -139,7 +139,7 @@ extern "C" void ds_gloo_close(ds_gloo* g) {
   } catch (...) {
     // Closing a mesh with dead peers must not take the process down.
   }
-  ds_free(g->scratch, kRingDepth * kRingSegmentBytes, DS_MEM_COMM);
+  ds_free_host(g->scratch, kRingDepth * kRingSegmentBytes, DS_MEM_COMM);
   delete g;
 }
 
@@ -180,8 +180,9 @@ extern "C" int ds_gloo_reduce_scatter(ds_gloo* g, void* in, void* out, size_t co
     const size_t esize = esize_of(t), bytes = count * esize, seg = kRingSegmentBytes;
     char* base = static_cast<char*>(in);
     if (!g->scratch) {
-      g->scratch = static_cast<char*>(ds_alloc(kRingDepth * seg, DS_MEM_COMM));
-      if (!g->scratch) throw std::runtime_error("out of memory for the scratch ring");
+      ds_err e;  // Gloo's staging ring is host memory whatever the rank's device
+      g->scratch = static_cast<char*>(ds_alloc_host(kRingDepth * seg, DS_MEM_COMM, &e));
+      if (!g->scratch) throw std::runtime_error(e.msg);
     }
     auto inbuf = g->ctx->createUnboundBuffer(in, bytes * world);
     auto ring = g->ctx->createUnboundBuffer(g->scratch, kRingDepth * seg);

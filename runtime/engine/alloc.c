@@ -1,8 +1,11 @@
 #include "alloc.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "device.h"
 
 /* Atomic counters: kernels may allocate scratch from OpenMP threads. */
 static _Atomic size_t g_current[DS_MEM_NCAT], g_peak[DS_MEM_NCAT];
@@ -21,21 +24,67 @@ static void raise_peak(_Atomic size_t *peak, size_t now) {
     }
 }
 
-void *ds_alloc(size_t bytes, ds_mem_cat cat) {
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) return NULL;
-    memset(p, 0, rounded ? rounded : 64);
+static void count(size_t bytes, ds_mem_cat cat) {
     raise_peak(&g_peak[cat], atomic_fetch_add(&g_current[cat], bytes) + bytes);
     raise_peak(&g_total_peak, atomic_fetch_add(&g_total, bytes) + bytes);
+}
+
+static void uncount(size_t bytes, ds_mem_cat cat) {
+    atomic_fetch_sub(&g_current[cat], bytes);
+    atomic_fetch_sub(&g_total, bytes);
+}
+
+/* err after the device refused: its own words, then what this rank holds. */
+static void explain(ds_device *d, size_t bytes, ds_mem_cat cat, ds_err *err) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err ? err->msg : "");
+    char held[600];
+    size_t n = 0;
+    for (int c = 0; c < DS_MEM_NCAT && n < sizeof held; c++)
+        n += (size_t)snprintf(held + n, sizeof held - n, "%s%s %.1f MiB", c ? ", " : "", NAMES[c],
+                              (double)atomic_load(&g_current[c]) / (1 << 20));
+    ds_device_mem m;
+    d->ops->mem_info(d, &m);
+    ds_err_set(err, "out of %s memory: %zu bytes of %s asked, %.1f MiB free (%s); this rank "
+                    "holds %s; reserved but unused %.1f MiB", d->name, bytes, NAMES[cat],
+               (double)m.free / (1 << 20), why[0] ? why : "the device refused",
+               held, (double)(m.reserved > m.in_use ? m.reserved - m.in_use : 0) / (1 << 20));
+}
+
+void *ds_alloc(size_t bytes, ds_mem_cat cat, ds_err *err) {
+    ds_device *d = ds_device_get();
+    void *p = d->ops->alloc(d, bytes, err);
+    if (!p) {
+        explain(d, bytes, cat, err);
+        return NULL;
+    }
+    count(bytes, cat);
     return p;
 }
 
 void ds_free(void *p, size_t bytes, ds_mem_cat cat) {
     if (!p) return;
-    free(p);
-    atomic_fetch_sub(&g_current[cat], bytes);
-    atomic_fetch_sub(&g_total, bytes);
+    ds_device *d = ds_device_get();
+    d->ops->free(d, p, bytes);
+    uncount(bytes, cat);
+}
+
+void *ds_alloc_host(size_t bytes, ds_mem_cat cat, ds_err *err) {
+    ds_device *h = ds_device_cpu();
+    void *p = h->ops->alloc(h, bytes, err);
+    if (!p) {
+        explain(h, bytes, cat, err);
+        return NULL;
+    }
+    count(bytes, cat);
+    return p;
+}
+
+void ds_free_host(void *p, size_t bytes, ds_mem_cat cat) {
+    if (!p) return;
+    ds_device *h = ds_device_cpu();
+    h->ops->free(h, p, bytes);
+    uncount(bytes, cat);
 }
 
 void ds_mem_get_stats(ds_mem_stats *out) {
@@ -45,6 +94,10 @@ void ds_mem_get_stats(ds_mem_stats *out) {
     }
     out->total_current = atomic_load(&g_total);
     out->total_peak = atomic_load(&g_total_peak);
+    ds_device *d = ds_device_get();
+    ds_device_mem m;
+    d->ops->mem_info(d, &m);
+    out->reserved_unused = d->kind != DS_DEV_CPU && m.reserved > m.in_use ? m.reserved - m.in_use : 0;
 }
 
 void ds_mem_reset_peaks(void) {

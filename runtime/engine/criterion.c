@@ -16,6 +16,7 @@ void ds_xent_free(ds_xent *x) {
     if (!x) return;
     ds_tensor_free(x->losses);
     ds_tensor_free(x->dlogits);
+    ds_tensor_free(x->targets_staged);
     free(x);
 }
 
@@ -23,6 +24,7 @@ void ds_xent_release(ds_xent *x) {
     x->logits = x->targets = NULL;
     ds_tensor_release(x->losses);
     ds_tensor_release(x->dlogits);
+    ds_tensor_release(x->targets_staged);
 }
 
 int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *targets, double *loss,
@@ -36,7 +38,10 @@ int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *target
     if (targets->numel != N)
         return ds_err_set(err, "CrossEntropy: %lld targets for %lld rows of logits",
                           (long long)targets->numel, (long long)N);
-    const int32_t *t = targets->data;
+    /* Checked and counted on the host, where the script's targets are. */
+    const ds_tensor *h = ds_tensor_host_view(targets);
+    if (!h) return ds_err_set(err, "CrossEntropy: targets must be a host tensor (a script's)");
+    const int32_t *t = h->data;
     int64_t count = 0;
     for (int64_t i = 0; i < N; i++) {
         if (t[i] >= V)
@@ -44,10 +49,15 @@ int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *target
                               (int)t[i], (long long)i, (long long)(V - 1));
         count += t[i] >= 0;
     }
-    if (ds_tensor_ensure(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0) return -1;
-    double sum = ds_crossentropy_forward(x->losses->data, logits->data, t, (int)N, (int)V);
+    const ds_tensor *td = ds_tensor_stage(&x->targets_staged, targets, DS_MEM_DATA, err);
+    if (!td || ds_tensor_ensure(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0)
+        return ds_err_prefix(err, "CrossEntropy");
+    double *dsum = ds_device_scalars(1, err), sum = 0;
+    if (!dsum) return -1;
+    DS_K->crossentropy_forward(x->losses->data, logits->data, td->data, (int)N, (int)V, dsum);
+    if (ds_scalars_read(dsum, 1, &sum, err) != 0) return ds_err_prefix(err, "CrossEntropy");
     x->logits = logits;
-    x->targets = targets;
+    x->targets = td;
     x->count = count;
     *loss = count ? sum / (double)count : 0.0;
     return 0;
@@ -59,9 +69,9 @@ int ds_xent_backward(ds_xent *x, float scale, ds_err *err) {
     if (!lg->data || lg->dtype != DS_F32 || x->targets->numel != ds_rows(lg))
         return ds_err_set(err, "CrossEntropy: the logits changed since forward (run forward again)");
     if (ds_tensor_ensure(&x->dlogits, DS_F32, DS_MEM_ACTIVATIONS, lg->ndim, lg->shape, err) != 0) return -1;
-    memset(x->dlogits->data, 0, ds_tensor_nbytes(x->dlogits));
+    ds_tensor_zero(x->dlogits);
     if (x->count)
-        ds_crossentropy_backward(x->dlogits->data, lg->data, x->targets->data,
-                                 scale / (float)x->count, (int)ds_rows(lg), (int)ds_last(lg));
+        DS_K->crossentropy_backward(x->dlogits->data, lg->data, x->targets->data,
+                                    scale / (float)x->count, (int)ds_rows(lg), (int)ds_last(lg));
     return 0;
 }

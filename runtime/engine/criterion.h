@@ -7,7 +7,8 @@
 
 typedef struct ds_xent {
     ds_tensor *losses, *dlogits;
-    const ds_tensor *logits, *targets; /* of the last forward */
+    const ds_tensor *logits, *targets; /* of the last forward; targets as the script gave them */
+    ds_tensor *targets_staged;         /* the targets on the rank's device */
     int64_t count;                     /* rows that count */
 } ds_xent;
 

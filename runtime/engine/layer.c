@@ -113,8 +113,8 @@ void ds_layer_images_free(void) {
 static int reserve_images(size_t floats, ds_err *err) {
     if (floats <= g_images.cap) return 0;
     ds_layer_images_free();
-    if (!(g_images.buf = ds_alloc(floats * sizeof(float), DS_MEM_WORKSPACE)))
-        return ds_err_set(err, "out of memory for %zu MB of fp32 parameter images", floats * 4 >> 20);
+    if (!(g_images.buf = ds_alloc(floats * sizeof(float), DS_MEM_WORKSPACE, err)))
+        return ds_err_prefix(err, "%zu MB of fp32 parameter images", floats * 4 >> 20);
     g_images.cap = floats;
     return 0;
 }
@@ -123,7 +123,7 @@ static void drop_images(ds_layer *l, int fold_grads) {
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
         if (p->dtype == DS_F32) continue;
-        if (p->grad && fold_grads) ds_half_acc_f32(ds_half_of(p->dtype), p->half_grad, p->grad, p->numel);
+        if (p->grad && fold_grads) DS_K->half_acc_f32(ds_half_of(p->dtype), p->half_grad, p->grad, p->numel);
         p->data = p->grad = NULL;
     }
 }
@@ -145,11 +145,12 @@ static int make_images(ds_layer *l, int grads, ds_err *err) {
         if (p->dtype == DS_F32) continue;
         p->data = at;
         at += p->numel;
-        ds_half_to_f32(ds_half_of(p->dtype), p->data, p->half, p->numel);
+        DS_K->half_to_f32(ds_half_of(p->dtype), p->data, p->half, p->numel);
         if (!grads) continue;
         p->grad = at;
         at += p->numel;
-        memset(p->grad, 0, p->numel * sizeof(float)); /* the kernels accumulate */
+        ds_device *d = ds_device_get();
+        d->ops->memset0(d, p->grad, p->numel * sizeof(float)); /* the kernels accumulate */
     }
     return 0;
 }
@@ -198,7 +199,7 @@ ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat) {
     ds_tensor *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->dtype = dtype;
-    t->device = DS_CPU;
+    t->dev = ds_device_get();
     t->cat = cat;
     return t;
 }

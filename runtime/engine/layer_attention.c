@@ -28,10 +28,10 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
         return -1;
     float p = drop_p(l, r);
     if (p > 0.0f)
-        ds_attention_forward_dropout(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
+        DS_K->attention_forward_dropout(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
                                      (int)(C3 / 3), l->heads, p, key_of(l, r, T));
     else
-        ds_attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
+        DS_K->attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
                              (int)(C3 / 3), l->heads);
     return 0;
 }
@@ -44,11 +44,11 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     if (ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
     float p = drop_p(l, r);
     if (p > 0.0f)
-        ds_attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
                                       l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads, p,
                                       key_of(l, r, T));
     else
-        ds_attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+        DS_K->attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
                               l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads);
     return 0;
 }

@@ -31,7 +31,7 @@ static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     const ds_tensor *o = l->child[i]->out;
     if (o->dtype != DS_F32) return 0;
     if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
-    memset(l->gbuf[i]->data, 0, ds_tensor_nbytes(l->gbuf[i]));
+    ds_tensor_zero(l->gbuf[i]);
     *dx = l->gbuf[i];
     return 0;
 }
@@ -61,14 +61,14 @@ static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, d
     if (!ds_tensor_same_shape(f->out, in))
         return ds_err_set(err, "the residual branch changes the shape of its input");
     if (ds_out_like(l, in, ds_last(in), err) != 0) return -1;
-    ds_add_forward(l->out->data, in->data, f->out->data, (size_t)in->numel);
+    DS_K->add_forward(l->out->data, in->data, f->out->data, (size_t)in->numel);
     return 0;
 }
 
 static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     if (!din) return ds_err_set(err, "a residual needs its input gradient buffer");
-    ds_accumulate(din->data, dout->data, (size_t)dout->numel);
+    DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
     return ds_layer_backward(l->child[0], r, in, dout, din, err);
 }
 
@@ -91,7 +91,8 @@ static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
     const ds_tensor *o = f->out;
     if (ds_tensor_ensure(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
-    memcpy(l->out->data, o->data, ds_tensor_nbytes(o));
+    ds_device *d = ds_tensor_device(l->out);
+    d->ops->copy(d, l->out->data, o->data, ds_tensor_nbytes(o));
     ds_layer_release(f);
     return 0;
 }

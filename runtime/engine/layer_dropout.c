@@ -26,7 +26,7 @@ static int dropout_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds
     }
     if (ds_tensor_ensure(&l->buf[MASKED], DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0) return -1;
     l->out = l->buf[MASKED];
-    ds_dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r, in));
+    DS_K->dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r, in));
     return 0;
 }
 
@@ -34,8 +34,8 @@ static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                             const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)err;
     if (!din) return 0;
-    if (!active(l, r)) ds_accumulate(din->data, dout->data, (size_t)in->numel);
-    else ds_dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r, in));
+    if (!active(l, r)) DS_K->accumulate(din->data, dout->data, (size_t)in->numel);
+    else DS_K->dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r, in));
     return 0;
 }
 

@@ -9,23 +9,27 @@ static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     if (in->ndim < 1 || in->ndim >= DS_MAX_DIMS)
         return ds_err_set(err, "token ids have %d dimensions (1..%d allowed)", in->ndim,
                           DS_MAX_DIMS - 1);
-    const int32_t *ids = in->data;
-    for (int64_t i = 0; i < in->numel; i++)
-        if (ids[i] < 0 || ids[i] >= l->in_dim)
+    /* Checked on the host (the ids a script gave, staged to the device as in->mirror): a
+     * kernel reading past the table would not say which id was wrong. */
+    const ds_tensor *h = ds_tensor_host_view(in);
+    const int32_t *hid = h ? h->data : NULL;
+    for (int64_t i = 0; hid && i < in->numel; i++)
+        if (hid[i] < 0 || hid[i] >= l->in_dim)
             return ds_err_set(err, "token id %d at position %lld is outside the vocabulary 0..%d",
-                              (int)ids[i], (long long)i, l->in_dim - 1);
+                              (int)hid[i], (long long)i, l->in_dim - 1);
+    const int32_t *ids = in->data;
     int64_t shape[DS_MAX_DIMS];
     for (int i = 0; i < in->ndim; i++) shape[i] = in->shape[i];
     shape[in->ndim] = l->out_dim;
     if (ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
-    ds_embedding_forward(l->out->data, ids, l->param[0]->data, (int)in->numel, l->out_dim);
+    DS_K->embedding_forward(l->out->data, ids, l->param[0]->data, (int)in->numel, l->out_dim);
     return 0;
 }
 
 static int embedding_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)r; (void)din; (void)err;
-    ds_embedding_backward(l->param[0]->grad, dout->data, in->data, (int)in->numel, l->out_dim);
+    DS_K->embedding_backward(l->param[0]->grad, dout->data, in->data, (int)in->numel, l->out_dim);
     return 0;
 }
 

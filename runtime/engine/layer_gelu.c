@@ -6,14 +6,14 @@ static int gelu_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_er
     (void)r;
     if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
     if (ds_out_like(l, in, ds_last(in), err) != 0) return -1;
-    ds_gelu_forward(l->out->data, in->data, (size_t)in->numel);
+    DS_K->gelu_forward(l->out->data, in->data, (size_t)in->numel);
     return 0;
 }
 
 static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                          ds_tensor *din, ds_err *err) {
     (void)l; (void)r; (void)err;
-    if (din) ds_gelu_backward(din->data, in->data, dout->data, (size_t)in->numel);
+    if (din) DS_K->gelu_backward(din->data, in->data, dout->data, (size_t)in->numel);
     return 0;
 }
 

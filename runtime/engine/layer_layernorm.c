@@ -12,7 +12,7 @@ static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
         ds_tensor_ensure(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
         ds_tensor_ensure(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
         return -1;
-    ds_layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
+    DS_K->layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
                          l->param[0]->data, l->param[1]->data, (int)rows, l->in_dim, l->eps);
     return 0;
 }
@@ -21,7 +21,7 @@ static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)r;
     if (!din) return ds_err_set(err, "LayerNorm needs its input gradient buffer");
-    ds_layernorm_backward(din->data, l->param[0]->grad, l->param[1]->grad, dout->data, in->data,
+    DS_K->layernorm_backward(din->data, l->param[0]->grad, l->param[1]->grad, dout->data, in->data,
                           l->param[0]->data, l->buf[MEAN]->data, l->buf[RSTD]->data,
                           (int)ds_rows(in), l->in_dim);
     return 0;

@@ -7,7 +7,7 @@ static int linear_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
     if (ds_check_f32_last(l, in, l->in_dim, err) != 0) return -1;
     if (ds_out_like(l, in, l->out_dim, err) != 0) return -1;
     const ds_param *b = l->has_bias ? l->param[1] : NULL;
-    ds_matmul_forward(l->out->data, in->data, l->param[0]->data, b ? b->data : NULL,
+    DS_K->matmul_forward(l->out->data, in->data, l->param[0]->data, b ? b->data : NULL,
                       (int)ds_rows(in), l->in_dim, l->out_dim);
     return 0;
 }
@@ -16,7 +16,7 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                            const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)r; (void)err;
     const ds_param *b = l->has_bias ? l->param[1] : NULL;
-    ds_matmul_backward(din ? din->data : NULL, l->param[0]->grad, b ? b->grad : NULL,
+    DS_K->matmul_backward(din ? din->data : NULL, l->param[0]->grad, b ? b->grad : NULL,
                        dout->data, in->data, l->param[0]->data, (int)ds_rows(in), l->in_dim,
                        l->out_dim);
     return 0;

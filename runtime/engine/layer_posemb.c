@@ -15,7 +15,7 @@ static int posemb_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
                           l->in_dim);
     if (ds_out_like(l, in, C, err) != 0) return -1;
     for (int64_t b = 0; b < B; b++)
-        ds_add_forward((float *)l->out->data + b * T * C, (const float *)in->data + b * T * C,
+        DS_K->add_forward((float *)l->out->data + b * T * C, (const float *)in->data + b * T * C,
                        l->param[0]->data, (size_t)(T * C));
     return 0;
 }
@@ -24,9 +24,9 @@ static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                            const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)r; (void)err;
     int64_t B = in->shape[0], T = in->shape[1], C = l->out_dim;
-    if (din) ds_accumulate(din->data, dout->data, (size_t)dout->numel);
+    if (din) DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
     for (int64_t b = 0; b < B; b++) /* batch order: fixed */
-        ds_accumulate(l->param[0]->grad, (const float *)dout->data + b * T * C, (size_t)(T * C));
+        DS_K->accumulate(l->param[0]->grad, (const float *)dout->data + b * T * C, (size_t)(T * C));
     return 0;
 }
 

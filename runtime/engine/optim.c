@@ -1,5 +1,7 @@
 #include "optim.h"
 
+#include <math.h>
+
 #include "kernels.h"
 
 static int ensure_state(ds_tensor **t, size_t n, ds_err *err) {
@@ -33,26 +35,26 @@ static void overlap(const ds_param *p, size_t lo, size_t hi, size_t *a, size_t *
 void ds_adamw_elems(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
                     float *m, float *v, size_t n, const ds_adamw_cfg *c, float weight_decay) {
     if (dt == DS_F32)
-        ds_adamw_update_scaled(w, g, grad_scale, m, v, n, c->lr, c->beta1, c->beta2, c->eps,
-                               weight_decay, c->t);
+        DS_K->adamw_update_scaled(w, g, grad_scale, m, v, n, c->lr, c->beta1, c->beta2, c->eps,
+                                  weight_decay, c->t);
     else
-        ds_adamw_update_half(ds_half_of(dt), w, g, grad_scale, master, m, v, n, c->lr, c->beta1,
-                             c->beta2, c->eps, weight_decay, c->t);
+        DS_K->adamw_update_half(ds_half_of(dt), w, g, grad_scale, master, m, v, n, c->lr,
+                                c->beta1, c->beta2, c->eps, weight_decay, c->t);
 }
 
 void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master, float *buf,
                   size_t n, const ds_sgd_cfg *c, float weight_decay) {
     if (dt != DS_F32) {
-        ds_sgd_update_half(ds_half_of(dt), w, g, grad_scale, master, buf, n, c->lr, c->momentum,
-                           weight_decay);
+        DS_K->sgd_update_half(ds_half_of(dt), w, g, grad_scale, master, buf, n, c->lr,
+                              c->momentum, weight_decay);
         return;
     }
     float *fw = w, *fg = g;
     int scaled = grad_scale != 1.0f;
     for (size_t x = 0; x < n; x += scaled ? SCALE_CHUNK : n) {
         size_t k = n - x < SCALE_CHUNK || !scaled ? n - x : SCALE_CHUNK;
-        if (scaled) ds_scale(fg + x, grad_scale, k);
-        ds_sgd_update(fw + x, fg + x, buf + x, k, c->lr, c->momentum, weight_decay);
+        if (scaled) DS_K->scale(fg + x, grad_scale, k);
+        DS_K->sgd_update(fw + x, fg + x, buf + x, k, c->lr, c->momentum, weight_decay);
     }
 }
 
@@ -99,19 +101,24 @@ int ds_sgd_step(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, ds_err *
     return ds_sgd_step_scaled(s, lo, hi, c, 1.0f, err);
 }
 
-double ds_sumsq_of(ds_dtype dt, const void *x, size_t n) {
-    return dt == DS_F32 ? ds_sumsq(x, n) : ds_half_sumsq(ds_half_of(dt), x, n);
+void ds_sumsq_of(ds_dtype dt, const void *x, size_t n, double *out) {
+    if (dt == DS_F32) DS_K->sumsq(x, n, out);
+    else DS_K->half_sumsq(ds_half_of(dt), x, n, out);
 }
 
 void ds_scale_of(ds_dtype dt, void *x, float k, size_t n) {
-    if (dt == DS_F32) ds_scale(x, k, n);
-    else ds_half_scale(ds_half_of(dt), x, k, n);
+    if (dt == DS_F32) DS_K->scale(x, k, n);
+    else DS_K->half_scale(ds_half_of(dt), x, k, n);
 }
 
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
     if (hi > s->numel) hi = s->numel;
     if (lo >= hi || !s->flat_grads->data) return 0;
-    return ds_sumsq_of(s->opts.precision, ds_tensor_at(s->flat_grads, lo), hi - lo);
+    ds_err err;
+    double *d = ds_device_scalars(1, &err), out = NAN;
+    if (!d) return NAN;
+    ds_sumsq_of(s->opts.precision, ds_tensor_at(s->flat_grads, lo), hi - lo, d);
+    return ds_scalars_read(d, 1, &out, &err) == 0 ? out : NAN;
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {

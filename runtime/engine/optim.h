@@ -38,12 +38,14 @@ int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *
 int ds_sgd_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_sgd_cfg *c, float grad_scale,
                        ds_err *err);
 
-/* Sum of squares (in double, fixed order) and in-place scaling of n elements in dtype dt
- * (fp32 or 16-bit): a stage's gradients, or a ZeRO shard of them. */
-double ds_sumsq_of(ds_dtype dt, const void *x, size_t n);
+/* Sum of squares (in double, fixed order; to a device double) and in-place scaling of n
+ * elements in dtype dt (fp32 or 16-bit) on the rank's device: a stage's gradients, or a
+ * ZeRO shard of them. */
+void ds_sumsq_of(ds_dtype dt, const void *x, size_t n, double *out);
 void ds_scale_of(ds_dtype dt, void *x, float k, size_t n);
 
-/* Sum of squares of the gradients in [lo, hi), in double, fixed order. */
+/* Sum of squares of the gradients in [lo, hi), in double, fixed order, read back to the
+ * host (NaN when the device failed: its error surfaces at the next sync). */
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi);
 void ds_stage_scale_grads(ds_stage *s, float k);
 

@@ -63,11 +63,11 @@ static int check_unique_names(const ds_stage *s, ds_err *err) {
     return 0;
 }
 
-void ds_param_init(ds_param *p, uint64_t seed) {
+void ds_param_init(const ds_param *p, uint64_t seed, float *out) {
     switch (p->init) {
-    case DS_INIT_ZEROS: memset(p->data, 0, p->numel * sizeof(float)); return;
+    case DS_INIT_ZEROS: memset(out, 0, p->numel * sizeof(float)); return;
     case DS_INIT_ONES:
-        for (size_t i = 0; i < p->numel; i++) p->data[i] = 1.0f;
+        for (size_t i = 0; i < p->numel; i++) out[i] = 1.0f;
         return;
     case DS_INIT_NORMAL: break;
     }
@@ -83,8 +83,8 @@ void ds_param_init(ds_param *p, uint64_t seed) {
         ds_philox4x32(r, ctr, key);
         double u1 = ((double)r[0] + 0.5) / 4294967296.0, u2 = ((double)r[1] + 0.5) / 4294967296.0;
         double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-        p->data[i] = (float)(p->std * rad * cos(th));
-        if (i + 1 < p->numel) p->data[i + 1] = (float)(p->std * rad * sin(th));
+        out[i] = (float)(p->std * rad * cos(th));
+        if (i + 1 < p->numel) out[i + 1] = (float)(p->std * rad * sin(th));
     }
 }
 
@@ -106,22 +106,28 @@ void ds_stage_bind_params(ds_stage *s) {
     }
 }
 
-/* A 16-bit stage initialises each parameter in fp32, then rounds it: the working copy
- * is the fp32 model rounded, whatever the precision. */
+/* Each parameter is drawn on the host in fp32 (a 16-bit stage then rounds it there: the
+ * working copy is the fp32 model rounded, whatever the precision) and copied into its
+ * slice of the flat buffer on the rank's device. */
 static int init_params(ds_stage *s, ds_err *err) {
     for (int i = 0; i < s->nparams; i++) {
         ds_param *p = s->params[i];
-        if (p->dtype == DS_F32) {
-            ds_param_init(p, s->seed);
-            continue;
-        }
         size_t bytes = p->numel * sizeof(float);
-        if (!(p->data = ds_alloc(bytes, DS_MEM_WORKSPACE)))
-            return ds_err_set(err, "out of memory initialising '%s'", p->name);
-        ds_param_init(p, s->seed);
-        ds_half_from_f32(ds_half_of(p->dtype), p->half, p->data, p->numel);
-        ds_free(p->data, bytes, DS_MEM_WORKSPACE);
-        p->data = NULL;
+        float *host = ds_alloc_host(bytes, DS_MEM_WORKSPACE, err);
+        if (!host) return ds_err_prefix(err, "initialising '%s'", p->name);
+        ds_param_init(p, s->seed, host);
+        void *values = host;
+        if (p->dtype != DS_F32) { /* the rounded copy: host staging, not model memory */
+            if (!(values = malloc(p->numel * sizeof(uint16_t)))) {
+                ds_free_host(host, bytes, DS_MEM_WORKSPACE);
+                return ds_err_set(err, "out of memory initialising '%s'", p->name);
+            }
+            ds_half_from_f32(ds_half_of(p->dtype), values, host, p->numel);
+        }
+        int rc = ds_tensor_from_host(s->flat_params, p->offset, p->numel, values, err);
+        if (values != host) free(values);
+        ds_free_host(host, bytes, DS_MEM_WORKSPACE);
+        if (rc != 0) return ds_err_prefix(err, "initialising '%s'", p->name);
     }
     return 0;
 }
@@ -149,8 +155,8 @@ static int master_from_params(ds_stage *s, ds_err *err) {
     int64_t n = (int64_t)s->numel;
     if (!s->master && !(s->master = ds_tensor_new(DS_F32, DS_MEM_OPTIMIZER, 1, &n, err)))
         return ds_err_prefix(err, "stage '%s': master weights", s->name);
-    ds_half_to_f32(ds_half_of(s->opts.precision), s->master->data,
-                   s->flat_params->data, s->numel);
+    DS_K->half_to_f32(ds_half_of(s->opts.precision), s->master->data, s->flat_params->data,
+                      s->numel);
     return 0;
 }
 
@@ -245,12 +251,15 @@ void ds_stage_free(ds_stage *s) {
     ds_tensor_free(s->momentum);
     ds_tensor_free(s->master);
     ds_tensor_free(s->grad_in);
+    ds_tensor_free(s->in_staged);
     free(s);
 }
 
 int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err) {
     s->last_in = NULL;
     s->run = *r;
+    if (!(in = ds_tensor_stage(&s->in_staged, in, DS_MEM_DATA, err)))
+        return ds_err_prefix(err, "stage '%s' forward: input", s->name);
     if (ds_layer_forward(s->root, r, in, err) != 0)
         return ds_err_prefix(err, "stage '%s' forward", s->name);
     s->last_in = in;
@@ -265,7 +274,7 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
     if (in->dtype == DS_F32) {
         if (ds_tensor_ensure(&s->grad_in, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0)
             return ds_err_prefix(err, "stage '%s' backward", s->name);
-        memset(s->grad_in->data, 0, ds_tensor_nbytes(s->grad_in));
+        ds_tensor_zero(s->grad_in);
         din = s->grad_in;
     }
     if (ds_layer_backward(s->root, &s->run, in, dout, din, err) != 0)
@@ -274,8 +283,7 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
 }
 
 void ds_stage_zero_grad(ds_stage *s) {
-    if (s->flat_grads->data) /* ZeRO may have released it */
-        memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
+    ds_tensor_zero(s->flat_grads); /* nothing when ZeRO released it */
 }
 
 void ds_stage_release(ds_stage *s) {
@@ -283,4 +291,5 @@ void ds_stage_release(ds_stage *s) {
     ds_layer_release(s->root);
     ds_layer_images_free();
     ds_tensor_release(s->grad_in);
+    ds_tensor_release(s->in_staged);
 }

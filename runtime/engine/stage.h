@@ -28,7 +28,8 @@ typedef struct ds_stage {
      * by the first optimizer step; the step updates them and rounds them into the copy. */
     ds_tensor *master;
     ds_tensor *grad_in;        /* d(input) of the last backward */
-    const ds_tensor *last_in;  /* input of the last forward */
+    const ds_tensor *last_in;  /* input of the last forward, on the rank's device */
+    ds_tensor *in_staged;      /* a host input copied to the device (token ids) */
     ds_run run;                /* keys of the last forward */
 } ds_stage;
 
@@ -62,7 +63,7 @@ void ds_stage_zero_grad(ds_stage *s);
 /* Frees every activation buffer (they come back with the next forward). */
 void ds_stage_release(ds_stage *s);
 
-/* Initialises p's values as ds_stage_new does. */
-void ds_param_init(ds_param *p, uint64_t seed);
+/* p's initial values, as ds_stage_new draws them, into out (host, p->numel floats). */
+void ds_param_init(const ds_param *p, uint64_t seed, float *out);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "ds_context.h"
 #include "ds_dtype.h"
+#include "ds_err.h"
 
 /* Registers the metatable `name` for a userdata class once: `methods` become its
  * __index table, `meta` its metamethods (__gc, __close, __tostring, ...); either may be
@@ -39,11 +40,15 @@ int ds_lua_raise(lua_State *L, const char *fmt, ...) __attribute__((format(print
 /* An array of numbers in memory that one part owns and another reads or writes (a
  * checkpoint saves and loads the engine's tensors through it without knowing the tensor
  * type). A class offers its objects as arrays by ds_lua_class_array; host is NULL for
- * memory the host cannot address (a device): such an array must be copied first. */
+ * memory the host cannot address (a device): read and write then copy elements
+ * [first, first + n) to and from host memory. */
 typedef struct ds_lua_array {
     ds_dtype dtype;
     size_t numel;
     void *host;
+    void *obj;
+    int (*read)(void *obj, size_t first, size_t n, void *dst, ds_err *err);
+    int (*write)(void *obj, size_t first, size_t n, const void *src, ds_err *err);
 } ds_lua_array;
 typedef struct ds_lua_array_class {
     /* Fills out for the object at idx; raises a Lua error when it has no elements to

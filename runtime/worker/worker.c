@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ds_context.h"
+#include "rank_device.h"
 #include "kernels.h"
 #include "lifeline.h"
 #include "comm.h"
@@ -104,11 +105,15 @@ int dsrun_worker_main(int argc, char **argv) {
         return 1;
     }
     share_cores(&ctx);
-    if (connect_store(&ctx, &err) != 0) {
+    if (connect_store(&ctx, &err) != 0 || ds_rank_open_device(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         return 1;
     }
     int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);
+    if (ds_rank_close_device(&err) != 0) {
+        fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
+        rc = 1;
+    }
     ds_comm_close(ctx.comm); /* opened lazily by the script's first collective */
     if (ctx.store) ds_store_close(ctx.store);
     return rc;

@@ -22,19 +22,23 @@ static char *at(const ds_tensor *t, int64_t i) { return t && t->data ? ds_tensor
  * exact (short of fp16's subnormal range); other world sizes round once more. */
 static ds_comm_reduce prescale(ds_zero *z, ds_zero_stage *zs, void *buf, size_t n) {
     if (!is_half(zs)) return DS_COMM_AVG;
-    if (z->world > 1) ds_half_scale(half(zs), buf, 1.0f / (float)z->world, n);
+    if (z->world > 1) DS_K->half_scale(half(zs), buf, 1.0f / (float)z->world, n);
     return DS_COMM_SUM;
+}
+
+/* Device-to-device copy on the rank's device, in stream order. */
+static void dcopy(void *dst, const void *src, size_t bytes) {
+    ds_device *d = ds_device_get();
+    d->ops->copy(d, dst, src, bytes);
 }
 
 /* Grows an owning 1-D buffer to n elements keeping its values (padding: zero). */
 static int resize_keep(ds_tensor *t, int64_t n, ds_err *err) {
     if (t->numel == n && t->data) return 0;
     size_t es = ds_dtype_size(t->dtype);
-    void *p = ds_alloc((size_t)n * es, t->cat);
-    if (!p)
-        return ds_err_set(err, "out of memory for %lld elements of %s", (long long)n,
-                          ds_mem_cat_name(t->cat));
-    if (t->data) memcpy(p, t->data, (size_t)(t->numel < n ? t->numel : n) * es);
+    void *p = ds_alloc((size_t)n * es, t->cat, err);
+    if (!p) return ds_err_prefix(err, "%lld elements", (long long)n);
+    if (t->data) dcopy(p, t->data, (size_t)(t->numel < n ? t->numel : n) * es);
     if (t->owns) ds_free(t->data, ds_tensor_nbytes(t), t->cat);
     t->data = p;
     t->numel = n;
@@ -99,15 +103,14 @@ static int setup_stage(ds_zero *z, int k, ds_err *err) {
         return -1;
     if (!zs->shards_grads) {
         if (zs->shards_optim && resize_keep(s->flat_grads, padded, err) != 0) return -1;
-        memset(s->flat_grads->data, 0, ds_tensor_nbytes(s->flat_grads));
+        ds_tensor_zero(s->flat_grads);
     } else {
         if (!(zs->grad_shard = new_vec(s->opts.precision, shard, DS_MEM_GRADS, err))) return -1;
         ds_tensor_release(s->flat_grads);
     }
     if (zs->shards_params) {
         if (!(zs->param_shard = new_vec(s->opts.precision, shard, DS_MEM_PARAMS, err))) return -1;
-        memcpy(zs->param_shard->data, at(s->flat_params, zs->lo),
-               (size_t)(zs->hi - zs->lo) * esize(zs));
+        dcopy(zs->param_shard->data, at(s->flat_params, zs->lo), (size_t)(zs->hi - zs->lo) * esize(zs));
         ds_tensor_release(s->flat_params);
     }
     /* A stage the script stepped before ZeRO took over keeps no full-size moments. */
@@ -293,8 +296,8 @@ static ds_comm_handle *start_bucket(ds_zero *z, ds_zero_stage *zs, int b, int64_
     size_t es = esize(zs);
     char *buf = z->bucket[b]->data;
     for (int r = 0; r < z->world; r++)
-        memcpy(buf + (size_t)(r * cc) * es, at(zs->s->flat_grads, r * zs->part.shard + j0),
-               (size_t)cc * es);
+        dcopy(buf + (size_t)(r * cc) * es, at(zs->s->flat_grads, r * zs->part.shard + j0),
+              (size_t)cc * es);
     ds_comm_reduce op = prescale(z, zs, buf, (size_t)(cc * z->world));
     return ds_comm_ireduce_scatter(z->comm, buf, buf + (size_t)(z->rank * cc) * es, (size_t)cc,
                                    zs->s->opts.precision, op, err);
@@ -305,8 +308,8 @@ static void add_piece(ds_zero *z, ds_zero_stage *zs, int b, int64_t j, int64_t c
     char *acc = at(zs->grad_shard, j);
     /* buckets are sized in fp32 and shared by stages of every precision */
     const char *piece = (const char *)z->bucket[b]->data + (size_t)(z->rank * c) * esize(zs);
-    if (is_half(zs)) ds_half_add(half(zs), (uint16_t *)acc, (uint16_t *)acc, (const uint16_t *)piece, (size_t)c);
-    else ds_add_forward((float *)acc, (float *)acc, (const float *)piece, (size_t)c);
+    if (is_half(zs)) DS_K->half_add(half(zs), (uint16_t *)acc, (uint16_t *)acc, (const uint16_t *)piece, (size_t)c);
+    else DS_K->add_forward((float *)acc, (float *)acc, (const float *)piece, (size_t)c);
 }
 
 /* Completes the buckets left on the wire by the last reduce_window, in start order. */
@@ -394,10 +397,8 @@ int ds_zero_zero_grad(ds_zero *z, ds_err *err) {
     if (finish_pending(z, err) != 0) return -1; /* it would land after the zeroing */
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        ds_tensor *g = zs->shards_grads ? zs->grad_shard : zs->s->flat_grads;
-        if (g->data) memset(g->data, 0, ds_tensor_nbytes(g));
-        if (zs->shards_grads && zs->s->flat_grads->data) /* a window left by a failed step */
-            memset(zs->s->flat_grads->data, 0, ds_tensor_nbytes(zs->s->flat_grads));
+        ds_tensor_zero(zs->shards_grads ? zs->grad_shard : zs->s->flat_grads);
+        if (zs->shards_grads) ds_tensor_zero(zs->s->flat_grads); /* a window left by a failed step */
     }
     return 0;
 }
@@ -442,35 +443,45 @@ static void *shard_grads(ds_zero_stage *zs) {
     return zs->shards_grads ? zs->grad_shard->data : at(zs->s->flat_grads, zs->lo);
 }
 
-/* Every rank's doubles, gathered, summed per column in rank order. */
-static int sum_over_ranks(ds_zero *z, const double *mine, int n, double *out, ds_err *err) {
-    double *all = calloc((size_t)n * (size_t)z->world, sizeof *all);
-    if (!all) return ds_err_set(err, "zero: out of memory");
+/* Every rank's n doubles (mine: on the device, at the start of the device's scalars),
+ * gathered and summed per column in rank order on the host into out. */
+static int sum_over_ranks(ds_zero *z, double *mine, int n, double *out, ds_err *err) {
+    double *all = mine + n, *host = calloc((size_t)n * (size_t)z->world, sizeof *host);
+    if (!host) return ds_err_set(err, "zero: out of memory");
     /* Raw payload: an all-gather moves bytes, two fp32 words per double. */
     int rc = ds_comm_allgather(z->comm, mine, all, (size_t)n * 2, DS_F32, err);
+    if (rc == 0) rc = ds_scalars_read(all, (size_t)n * (size_t)z->world, host, err);
     if (rc == 0)
         for (int i = 0; i < n; i++) {
             double s = 0;
-            for (int r = 0; r < z->world; r++) s += all[(size_t)r * (size_t)n + (size_t)i];
+            for (int r = 0; r < z->world; r++) s += host[(size_t)r * (size_t)n + (size_t)i];
             out[i] = s;
         }
-    free(all);
+    free(host);
     return rc;
+}
+
+/* Room for n of this rank's doubles and every rank's, on the device. */
+static double *scalars(ds_zero *z, int n, ds_err *err) {
+    return ds_device_scalars((size_t)n * (size_t)(z->world + 1), err);
 }
 
 int ds_zero_grad_sumsq(ds_zero *z, double *out, ds_err *err) {
     if (finish_pending(z, err) != 0) return -1;
-    double *mine = calloc((size_t)z->n * 2, sizeof *mine);
-    if (!mine) return ds_err_set(err, "zero: out of memory");
-    double *sum = mine + z->n;
+    double *mine = scalars(z, z->n, err);
+    double *sum = calloc((size_t)z->n, sizeof *sum);
+    if (!mine || !sum) {
+        free(sum);
+        return mine ? ds_err_set(err, "zero: out of memory") : -1;
+    }
     for (int k = 0; k < z->n; k++) {
         ds_zero_stage *zs = &z->st[k];
-        mine[k] = ds_sumsq_of(zs->s->opts.precision, shard_grads(zs), (size_t)(zs->hi - zs->lo));
+        ds_sumsq_of(zs->s->opts.precision, shard_grads(zs), (size_t)(zs->hi - zs->lo), &mine[k]);
     }
     int rc = sum_over_ranks(z, mine, z->n, sum, err);
     double total = 0;
     for (int k = 0; k < z->n; k++) total += sum[k]; /* stage order, as one rank sums */
-    free(mine);
+    free(sum);
     *out = total;
     return rc == 0 ? 0 : ds_err_prefix(err, "zero: gradient norm");
 }
@@ -486,8 +497,11 @@ int ds_zero_scale_grads(ds_zero *z, float k, ds_err *err) {
 }
 
 int ds_zero_mean(ds_zero *z, double x, double *out, ds_err *err) {
-    double s = 0;
-    if (sum_over_ranks(z, &x, 1, &s, err) != 0) return ds_err_prefix(err, "zero: mean");
+    double s = 0, *mine = scalars(z, 1, err);
+    ds_device *d = ds_device_get();
+    if (!mine || d->ops->from_host(d, mine, &x, sizeof x, err) != 0 ||
+        sum_over_ranks(z, mine, 1, &s, err) != 0)
+        return ds_err_prefix(err, "zero: mean");
     *out = z->world == 1 ? x : s / z->world;
     return 0;
 }
@@ -510,7 +524,7 @@ static int sync_master_shard(ds_zero_stage *zs, int refresh, ds_err *err) {
     if (!is_half(zs) || (zs->master && !refresh)) return 0;
     if (ensure_state(&zs->master, zs->part.shard, err) != 0)
         return ds_err_prefix(err, "stage '%s': master weights", zs->s->name);
-    ds_half_to_f32(half(zs), fdata(zs->master), shard_params(zs), (size_t)(zs->hi - zs->lo));
+    DS_K->half_to_f32(half(zs), fdata(zs->master), shard_params(zs), (size_t)(zs->hi - zs->lo));
     return 0;
 }
 
@@ -622,8 +636,7 @@ int ds_zero_store_params(ds_zero *z, int k, ds_err *err) {
     if (zs->shards_params) {
         if (!zs->gathered)
             return ds_err_set(err, "stage '%s': no gathered parameters to store", zs->s->name);
-        memcpy(zs->param_shard->data, at(zs->s->flat_params, zs->lo),
-               (size_t)(zs->hi - zs->lo) * esize(zs));
+        dcopy(zs->param_shard->data, at(zs->s->flat_params, zs->lo), (size_t)(zs->hi - zs->lo) * esize(zs));
     }
     /* Masters made before the write would undo it at the next step. */
     if (!zs->shards_optim) return ds_stage_refresh_master(zs->s, err);
@@ -646,12 +659,12 @@ int ds_zero_masters_to_params(ds_zero *z, int k, ds_err *err) {
     ds_stage *s = zs->s;
     if (!zs->shards_optim) {
         if (!s->master) return 0;
-        ds_half_from_f32(half(zs), s->flat_params->data, fdata(s->master), s->numel);
+        DS_K->half_from_f32(half(zs), s->flat_params->data, fdata(s->master), s->numel);
         return 0;
     }
     if (!zs->master) return 0;
     release_params(z, k);
-    ds_half_from_f32(half(zs), shard_params(zs), fdata(zs->master), (size_t)(zs->hi - zs->lo));
+    DS_K->half_from_f32(half(zs), shard_params(zs), fdata(zs->master), (size_t)(zs->hi - zs->lo));
     if (zs->shards_params) return 0;
     ds_tensor *w = s->flat_params;
     if (ds_comm_allgather(z->comm, at(w, zs->lo), w->data, (size_t)zs->part.shard,

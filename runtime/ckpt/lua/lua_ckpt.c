@@ -31,9 +31,14 @@ static int fail(lua_State *L, const ds_err *err) {
     return 2;
 }
 
-static ds_lua_array check_host_array(lua_State *L, int idx) {
+/* The array at idx with its elements in host memory: its own, or a host copy in a
+ * userdata pushed here (read from the device when fill is set; *copy says which). */
+static ds_lua_array host_array(lua_State *L, int idx, int fill, int *copy) {
     ds_lua_array a = ds_lua_check_array(L, idx);
-    if (!a.host) luaL_argerror(L, idx, "checkpoints take arrays in host memory");
+    if ((*copy = !a.host) == 0) return a;
+    a.host = lua_newuserdatauv(L, a.numel * ds_dtype_size(a.dtype) + 1, 0);
+    ds_err err = {""};
+    if (fill && a.read(a.obj, 0, a.numel, a.host, &err) != 0) ds_lua_raise(L, "checkpoint: %s", err.msg);
     return a;
 }
 
@@ -171,7 +176,8 @@ static int l_writer_new(lua_State *L) {
 static int l_writer_add(lua_State *L) {
     lua_writer *u = check_writer(L);
     const char *name = luaL_checkstring(L, 2);
-    ds_lua_array t = check_host_array(L, 3);
+    int copy;
+    ds_lua_array t = host_array(L, 3, 1, &copy);
     uint64_t total = check_offset(L, 4), begin = check_offset(L, 5);
     ds_err err = {""};
     if (ds_ckpt_writer_add(u->w, name, t.dtype, total, begin, begin + (uint64_t)t.numel, t.host,
@@ -329,7 +335,8 @@ static int l_read(lua_State *L) {
     ds_ckpt *ck = check_ckpt(L)->ck;
     const char *name = luaL_checkstring(L, 2);
     uint64_t begin = check_offset(L, 3);
-    ds_lua_array t = check_host_array(L, 4);
+    int copy;
+    ds_lua_array t = host_array(L, 4, 0, &copy);
     ds_err err = {""};
     ds_ckpt_array a;
     if (ds_ckpt_array_info(ck, name, &a, &err)) return fail(L, &err);
@@ -339,6 +346,8 @@ static int l_read(lua_State *L) {
         return fail(L, &err);
     }
     if (ds_ckpt_read_range(ck, name, begin, begin + (uint64_t)t.numel, t.host, &err))
+        return fail(L, &err);
+    if (copy && t.write(t.obj, 0, t.numel, t.host, &err) != 0)
         return fail(L, &err);
     lua_pushboolean(L, 1);
     return 1;

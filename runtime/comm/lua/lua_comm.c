@@ -30,13 +30,34 @@ static ds_comm_reduce check_reduce(lua_State *L, int idx) {
     return (ds_comm_reduce)luaL_checkoption(L, idx, "sum", names);
 }
 
-/* Host tensors for self/Gloo, device tensors for NCCL. */
-static ds_tensor *check_comm_tensor(lua_State *L, ds_comm *c, int idx) {
-    ds_tensor *t = ds_lua_check_tensor(L, idx);
-    ds_device want = ds_comm_backend_of(c) == DS_COMM_NCCL ? DS_CUDA : DS_CPU;
-    if (t->device != want)
-        luaL_argerror(L, idx, want == DS_CPU ? "expected a CPU tensor" : "expected a CUDA tensor");
-    return t;
+/* The communicator works on the rank's device memory. A script's tensor in host memory
+ * on a rank whose device is not the host goes through a device copy (pushed as a tensor
+ * userdata, so the GC frees it whatever happens); copy_back writes the result back. */
+typedef struct comm_arg {
+    ds_tensor *t;   /* what the script gave */
+    ds_tensor *dev; /* what the communicator sees: t, or its device copy */
+} comm_arg;
+
+static comm_arg check_comm_tensor(lua_State *L, ds_comm *c, int idx) {
+    (void)c;
+    comm_arg a = {ds_lua_check_tensor(L, idx), NULL};
+    a.dev = a.t;
+    ds_device *d = ds_device_get();
+    if (ds_tensor_device(a.t) == d || (ds_device_is_host(d) && ds_tensor_on_host(a.t))) return a;
+    if (!ds_tensor_on_host(a.t)) luaL_argerror(L, idx, "a tensor of another device");
+    ds_err err = {{0}};
+    if (!(a.dev = ds_tensor_new(a.t->dtype, DS_MEM_COMM, a.t->ndim, a.t->shape, &err)))
+        ds_lua_raise(L, "comm: %s", err.msg);
+    ds_lua_push_tensor(L, a.dev);
+    if (ds_tensor_from_host(a.dev, 0, (size_t)a.t->numel, a.t->data, &err) != 0)
+        ds_lua_raise(L, "comm: %s", err.msg);
+    return a;
+}
+
+static void copy_back(lua_State *L, const comm_arg *a) {
+    ds_err err = {{0}};
+    if (a->dev != a->t && ds_tensor_to_host(a->dev, 0, (size_t)a->t->numel, a->t->data, &err) != 0)
+        ds_lua_raise(L, "comm: %s", err.msg);
 }
 
 static int raise_if(lua_State *L, int rc, const ds_err *err) {
@@ -46,9 +67,10 @@ static int raise_if(lua_State *L, int rc, const ds_err *err) {
 
 static int l_all_reduce(lua_State *L) {
     ds_comm *c = comm_of(L);
-    ds_tensor *t = check_comm_tensor(L, c, 1);
+    comm_arg t = check_comm_tensor(L, c, 1);
     ds_err err;
-    raise_if(L, ds_comm_allreduce(c, t->data, (size_t)t->numel, t->dtype, check_reduce(L, 2), &err), &err);
+    raise_if(L, ds_comm_allreduce(c, t.dev->data, (size_t)t.t->numel, t.t->dtype, check_reduce(L, 2), &err), &err);
+    copy_back(L, &t);
     return 0;
 }
 
@@ -63,30 +85,34 @@ static void check_split(lua_State *L, ds_comm *c, const ds_tensor *full, const d
 
 static int l_reduce_scatter(lua_State *L) {
     ds_comm *c = comm_of(L);
-    ds_tensor *full = check_comm_tensor(L, c, 1), *shard = check_comm_tensor(L, c, 2);
-    check_split(L, c, full, shard);
+    comm_arg full = check_comm_tensor(L, c, 1), shard = check_comm_tensor(L, c, 2);
+    check_split(L, c, full.t, shard.t);
     ds_err err;
-    raise_if(L, ds_comm_reduce_scatter(c, full->data, shard->data, (size_t)shard->numel,
-                                       shard->dtype, check_reduce(L, 3), &err), &err);
+    raise_if(L, ds_comm_reduce_scatter(c, full.dev->data, shard.dev->data, (size_t)shard.t->numel,
+                                       shard.t->dtype, check_reduce(L, 3), &err), &err);
+    copy_back(L, &full); /* a reduce-scatter may use its input as scratch */
+    copy_back(L, &shard);
     return 0;
 }
 
 static int l_all_gather(lua_State *L) {
     ds_comm *c = comm_of(L);
-    ds_tensor *shard = check_comm_tensor(L, c, 1), *full = check_comm_tensor(L, c, 2);
-    check_split(L, c, full, shard);
+    comm_arg shard = check_comm_tensor(L, c, 1), full = check_comm_tensor(L, c, 2);
+    check_split(L, c, full.t, shard.t);
     ds_err err;
-    raise_if(L, ds_comm_allgather(c, shard->data, full->data, (size_t)shard->numel,
-                                  shard->dtype, &err), &err);
+    raise_if(L, ds_comm_allgather(c, shard.dev->data, full.dev->data, (size_t)shard.t->numel,
+                                  shard.t->dtype, &err), &err);
+    copy_back(L, &full);
     return 0;
 }
 
 static int l_broadcast(lua_State *L) {
     ds_comm *c = comm_of(L);
-    ds_tensor *t = check_comm_tensor(L, c, 1);
+    comm_arg t = check_comm_tensor(L, c, 1);
     int root = (int)luaL_checkinteger(L, 2);
     ds_err err;
-    raise_if(L, ds_comm_broadcast(c, t->data, (size_t)t->numel, t->dtype, root, &err), &err);
+    raise_if(L, ds_comm_broadcast(c, t.dev->data, (size_t)t.t->numel, t.t->dtype, root, &err), &err);
+    copy_back(L, &t);
     return 0;
 }
 

@@ -84,7 +84,7 @@ static int l_open(lua_State *L) {
 
 static ds_tensor *new_i32(lua_State *L, int ndim, const int64_t *shape) {
     ds_err err = {{0}};
-    ds_tensor *t = ds_tensor_new(DS_I32, DS_MEM_DATA, ndim, shape, &err);
+    ds_tensor *t = ds_tensor_new_host(DS_I32, DS_MEM_DATA, ndim, shape, &err);
     if (!t) ds_lua_raise(L, "%s", err.msg);
     return t;
 }
@@ -186,8 +186,8 @@ static uint32_t *tokens_arg(lua_State *L, int idx, size_t *n) {
         return t;
     }
     ds_tensor *x = ds_lua_check_tensor(L, idx);
-    if (x->dtype != DS_I32 || x->device != DS_CPU)
-        luaL_argerror(L, idx, "an int32 CPU tensor or a table of integers expected");
+    if (x->dtype != DS_I32 || !ds_tensor_on_host(x))
+        luaL_argerror(L, idx, "an int32 host tensor or a table of integers expected");
     uint32_t *t = lua_newuserdatauv(L, ((size_t)x->numel + 1) * sizeof *t, 0);
     const int32_t *d = x->data;
     for (int64_t i = 0; i < x->numel; i++) {

@@ -36,6 +36,8 @@ static int l_save(lua_State *L) {
      * tensors alive. */
     ds_st_tensor *ts = lua_newuserdatauv(L, (n + 1) * sizeof *ts, 0);
     ds_st_kv *kv = lua_newuserdatauv(L, (nmeta + 1) * sizeof *kv, 0);
+    lua_newtable(L); /* host copies of device tensors, alive until the file is written */
+    int copies = lua_gettop(L);
     size_t i = 0;
     lua_pushnil(L);
     while (lua_next(L, 2)) {
@@ -44,14 +46,20 @@ static int l_save(lua_State *L) {
         ds_st_tensor *e = &ts[i++];
         memset(e, 0, sizeof *e);
         e->name = name;
-        if (t->device != DS_CPU)
-            return ds_lua_raise(L, "ds.safetensors.save: tensor '%s' is not on the CPU", name);
         if (ds_st_dtype_of(t->dtype, &e->dtype) != 0)
             return ds_lua_raise(L, "ds.safetensors.save: tensor '%s' has an unsupported dtype", name);
         e->ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
         e->data = t->data;
         e->nbytes = ds_tensor_nbytes(t);
+        if (!ds_tensor_on_host(t)) { /* a device tensor: written from a host copy */
+            void *h = lua_newuserdatauv(L, e->nbytes ? e->nbytes : 1, 0);
+            ds_err err = {{0}};
+            if (ds_tensor_to_host(t, 0, (size_t)t->numel, h, &err) != 0)
+                return ds_lua_raise(L, "ds.safetensors.save: tensor '%s': %s", name, err.msg);
+            e->data = h;
+            lua_rawseti(L, copies, (lua_Integer)i);
+        }
         lua_pop(L, 1);
     }
     i = 0;
@@ -123,7 +131,7 @@ static int l_load(lua_State *L) {
             return ds_lua_raise(L, "%s: %s: tensor '%s' has %d dimensions (at most %d supported)",
                               fn, path, e->name, e->ndim, DS_MAX_DIMS);
         ds_err err = {{0}};
-        ds_tensor *t = ds_tensor_new(dt, DS_MEM_DATA, e->ndim, e->shape, &err);
+        ds_tensor *t = ds_tensor_new_host(dt, DS_MEM_DATA, e->ndim, e->shape, &err);
         if (!t) return ds_lua_raise(L, "%s: %s: tensor '%s': %s", fn, path, e->name, err.msg);
         if (e->nbytes) memcpy(t->data, e->data, e->nbytes); /* the mapping may be unaligned */
         ds_lua_push_tensor(L, t);

@@ -193,7 +193,7 @@ static void push_flat_view(lua_State *L, ds_tensor *flat, size_t off, int ndim,
     if (!flat->data)
         ds_lua_raise(L, "the stage's %s are not resident (released by ZeRO)", ds_mem_cat_name(flat->cat));
     ds_err err = {{0}};
-    ds_tensor *v = ds_tensor_view(flat->dtype, flat->cat, ndim, shape, ds_tensor_at(flat, off), &err);
+    ds_tensor *v = ds_tensor_view(flat->dev, flat->dtype, flat->cat, ndim, shape, ds_tensor_at(flat, off), &err);
     if (!v) ds_lua_raise(L, "%s", err.msg);
     ds_lua_push_tensor_view(L, v, 1);
 }

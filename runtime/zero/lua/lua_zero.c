@@ -157,7 +157,7 @@ static void push_range(lua_State *L, int zidx, const char *name, ds_tensor *buf,
                        int64_t begin, int64_t end, int64_t total) {
     ds_err err = {{0}};
     int64_t len = end - begin;
-    ds_tensor *v = ds_tensor_view(DS_F32, buf->cat, 1, &len,
+    ds_tensor *v = ds_tensor_view(buf->dev, DS_F32, buf->cat, 1, &len,
                                   (float *)buf->data + (begin - buf_first), &err);
     if (!v) ds_lua_raise(L, "%s", err.msg);
     lua_createtable(L, 0, 4);
