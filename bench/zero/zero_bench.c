@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "comm_test_util.h"
+#include "rank_device.h"
 #include "script.h"
 
 typedef struct bench_args {
@@ -31,7 +32,16 @@ typedef struct bench_args {
 
 static int run_rank(rank_env *env) {
     bench_args *a = env->arg;
+    ds_err err = {{0}};
+    if (ds_rank_open_device(&env->ctx, &err) != 0) { /* DS_ENGINE_DEVICE, as a worker */
+        fprintf(stderr, "rank %d: %s\n", env->ctx.rank, err.msg);
+        return 1;
+    }
     int rc = ds_script_run(&env->ctx, (char *)a->script, a->nargs, a->args);
+    if (ds_rank_close_device(&err) != 0) {
+        fprintf(stderr, "rank %d: %s\n", env->ctx.rank, err.msg);
+        rc = 1;
+    }
     if (env->ctx.comm) ds_comm_close(env->ctx.comm);
     return rc;
 }

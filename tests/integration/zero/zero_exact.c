@@ -10,6 +10,11 @@
  *
  *   zero_exact SCRIPT OUTDIR [FILTER]   FILTER: run only cases whose name contains it
  *
+ * Each rank opens the device DS_ENGINE_DEVICE names (as a worker does). With
+ * ZERO_EXACT_AGAINST=DIR every case's output must also equal DIR's output of the same
+ * case byte for byte: how CI proves the simulated GPU gives the cpu's bits (run on sim
+ * against the cpu run's directory).
+ *
  * Prints one line per case with the largest absolute and relative differences seen. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,9 +27,10 @@
 #include <sys/stat.h>
 
 #include "../../unit/comm/comm_test_util.h"
+#include "rank_device.h"
 #include "script.h"
 
-static const char *g_script, *g_outdir, *g_filter;
+static const char *g_script, *g_outdir, *g_filter, *g_against;
 
 typedef struct script_args {
     int nargs;
@@ -33,7 +39,16 @@ typedef struct script_args {
 
 static int run_script_rank(rank_env *env) {
     script_args *a = env->arg;
+    ds_err err = {{0}};
+    if (ds_rank_open_device(&env->ctx, &err) != 0) {
+        fprintf(stderr, "rank %d: %s\n", env->ctx.rank, err.msg);
+        return 1;
+    }
     int rc = ds_script_run(&env->ctx, (char *)g_script, a->nargs, a->args);
+    if (ds_rank_close_device(&err) != 0) {
+        fprintf(stderr, "rank %d: %s\n", env->ctx.rank, err.msg);
+        rc = 1;
+    }
     if (env->ctx.comm) ds_comm_close(env->ctx.comm);
     return rc;
 }
@@ -199,9 +214,27 @@ __attribute__((noinline)) static int add_case(const char *name, int world, const
     return g_ncases++;
 }
 
+/* The same case's output in the ZERO_EXACT_AGAINST directory, byte for byte. */
+static void compare_against(const exact_case *c) {
+    char other[700];
+    snprintf(other, sizeof other, "%s/%s.txt", g_against, c->name);
+    FILE *a = fopen(other, "rb"), *b = fopen(c->out, "rb");
+    if (!a || !b) fail_msg("%s: cannot open %s or %s", c->name, other, c->out);
+    long line = 1;
+    int ca, cb;
+    do {
+        ca = fgetc(a), cb = fgetc(b);
+        if (ca != cb) fail_msg("%s: differs from %s at line %ld", c->name, other, line);
+        line += ca == '\n';
+    } while (ca != EOF);
+    fclose(a);
+    fclose(b);
+}
+
 static void run_exact_case(void **state) {
     exact_case *c = *state;
     run_case(c->name, c->world, c->kv, c->out, sizeof c->out);
+    if (g_against) compare_against(c);
     if (c->mode == CMP_REF) return;
     const exact_case *r = &g_cases[c->ref];
     compare(c->name, r->out, c->out, c->mode);
@@ -377,6 +410,7 @@ int main(int argc, char **argv) {
     g_script = argv[1];
     g_outdir = argv[2];
     g_filter = argc > 3 && argv[3][0] ? argv[3] : NULL;
+    g_against = getenv("ZERO_EXACT_AGAINST");
     if (mkdir(g_outdir, 0755) != 0 && errno != EEXIST) {
         perror(g_outdir);
         return 2;

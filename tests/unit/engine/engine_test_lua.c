@@ -25,6 +25,14 @@ static int msgh(lua_State *L) {
 lua_State *eng_lua_new(void) {
     static ds_context ctx;
     ds_context_single(&ctx);
+    /* DS_ENGINE_DEVICE=sim runs the same tests on the simulated GPU (a worker opens its
+     * device the same way; ds_device_open keeps the first one). */
+    const char *dev = getenv("DS_ENGINE_DEVICE");
+    ds_err err = {{0}};
+    if (dev && *dev && strcmp(dev, "auto") && ds_device_open(dev, 0, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
     lua_State *L = luaL_newstate();
     if (!L) return NULL;
     luaL_openlibs(L);
