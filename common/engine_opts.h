@@ -49,7 +49,9 @@
     X(gradient_clipping, "gradient_clipping", NUM, 0, 1e12, NULL, "0", JOB,                         \
       "clip the global gradient norm to this when the script gives no clip (0: none)")           \
     X(device, "device", ENUM, 0, 0, "auto|cpu|cuda|sim", "auto", JOB,                               \
-      "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")
+      "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")    \
+    X(memory_limit, "memory_limit", BYTES, 0, INT64_MAX, NULL, "0", JOB,                            \
+      "bytes a rank may hold (every category together); 0: what its device has")
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "engine_opts.h"
 
 /* Atomic counters: kernels may allocate scratch from OpenMP threads. */
 static _Atomic size_t g_current[DS_MEM_NCAT], g_peak[DS_MEM_NCAT];
@@ -34,8 +35,25 @@ static void uncount(size_t bytes, ds_mem_cat cat) {
     atomic_fetch_sub(&g_total, bytes);
 }
 
-/* err after the device refused: its own words, then what this rank holds. */
-static void explain(ds_device *d, size_t bytes, ds_mem_cat cat, ds_err *err) {
+/* The limit: SIZE_MAX until read from the job (once), 0 for none. */
+static _Atomic size_t g_limit = SIZE_MAX;
+
+void ds_mem_set_limit(size_t bytes) { atomic_store(&g_limit, bytes); }
+
+size_t ds_mem_limit(void) {
+    size_t l = atomic_load(&g_limit);
+    if (l != SIZE_MAX) return l;
+    ds_engine_opts o;
+    char why[400];
+    /* A bad variable is reported where the options are read (ds.engine_defaults). */
+    size_t v = ds_engine_opts_from_env(&o, why, sizeof why) == 0 ? (size_t)o.memory_limit : 0;
+    atomic_store(&g_limit, v);
+    return v;
+}
+
+/* err after a refusal (over the limit, or the device's own words): what was asked, then
+ * what this rank holds. */
+static void explain(ds_device *d, size_t bytes, ds_mem_cat cat, int over_limit, ds_err *err) {
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err ? err->msg : "");
     char held[600];
@@ -45,17 +63,30 @@ static void explain(ds_device *d, size_t bytes, ds_mem_cat cat, ds_err *err) {
                               (double)atomic_load(&g_current[c]) / (1 << 20));
     ds_device_mem m;
     d->ops->mem_info(d, &m);
-    ds_err_set(err, "out of %s memory: %zu bytes of %s asked, %.1f MiB free (%s); this rank "
-                    "holds %s; reserved but unused %.1f MiB", d->name, bytes, NAMES[cat],
-               (double)m.free / (1 << 20), why[0] ? why : "the device refused",
-               held, (double)(m.reserved > m.in_use ? m.reserved - m.in_use : 0) / (1 << 20));
+    double unused = (double)(m.reserved > m.in_use ? m.reserved - m.in_use : 0) / (1 << 20);
+    if (over_limit)
+        ds_err_set(err, "%zu bytes of %s asked, %s (%.1f MiB held); this rank holds %s", bytes,
+                   NAMES[cat], why, (double)atomic_load(&g_total) / (1 << 20), held);
+    else
+        ds_err_set(err, "out of %s memory: %zu bytes of %s asked, %.1f MiB free (%s); this rank "
+                        "holds %s; reserved but unused %.1f MiB", d->name, bytes, NAMES[cat],
+                   (double)m.free / (1 << 20), why[0] ? why : "the device refused", held, unused);
+}
+
+/* 0 when bytes more stay within the limit; else -1 with err (in the device's words,
+ * for explain() to complete). */
+static int within_limit(size_t bytes, ds_err *err) {
+    size_t limit = ds_mem_limit();
+    if (!limit || atomic_load(&g_total) + bytes <= limit) return 0;
+    return ds_err_set(err, "beyond this rank's memory_limit of %.1f MiB", (double)limit / (1 << 20));
 }
 
 void *ds_alloc(size_t bytes, ds_mem_cat cat, ds_err *err) {
     ds_device *d = ds_device_get();
-    void *p = d->ops->alloc(d, bytes, err);
+    int over = within_limit(bytes, err) != 0;
+    void *p = over ? NULL : d->ops->alloc(d, bytes, err);
     if (!p) {
-        explain(d, bytes, cat, err);
+        explain(d, bytes, cat, over, err);
         return NULL;
     }
     count(bytes, cat);
@@ -71,9 +102,10 @@ void ds_free(void *p, size_t bytes, ds_mem_cat cat) {
 
 void *ds_alloc_host(size_t bytes, ds_mem_cat cat, ds_err *err) {
     ds_device *h = ds_device_cpu();
-    void *p = h->ops->alloc(h, bytes, err);
+    int over = within_limit(bytes, err) != 0;
+    void *p = over ? NULL : h->ops->alloc(h, bytes, err);
     if (!p) {
-        explain(h, bytes, cat, err);
+        explain(h, bytes, cat, over, err);
         return NULL;
     }
     count(bytes, cat);

@@ -45,4 +45,11 @@ typedef struct ds_mem_stats {
 void ds_mem_get_stats(ds_mem_stats *out);
 void ds_mem_reset_peaks(void);
 
+/* The most this rank may hold, every category together (0: no limit but the device's).
+ * The job's [engine] memory_limit (DS_ENGINE_MEMORY_LIMIT) is read on the first
+ * allocation; this sets it from code (tests, the planner). An allocation that would pass
+ * it fails like an out-of-memory one, naming the limit. */
+void ds_mem_set_limit(size_t bytes);
+size_t ds_mem_limit(void);
+
 #endif

@@ -141,9 +141,9 @@ static int layout(ds_stage *s, ds_err *err) {
     }
     s->numel = off;
     int64_t n = (int64_t)(off ? off : DS_PARAM_ALIGN);
-    s->flat_params = ds_tensor_new(s->opts.precision, DS_MEM_PARAMS, 1, &n, err);
-    s->flat_grads = ds_tensor_new(s->opts.precision, DS_MEM_GRADS, 1, &n, err);
-    if (!s->flat_params || !s->flat_grads) return -1;
+    if (!(s->flat_params = ds_tensor_new(s->opts.precision, DS_MEM_PARAMS, 1, &n, err)) ||
+        !(s->flat_grads = ds_tensor_new(s->opts.precision, DS_MEM_GRADS, 1, &n, err)))
+        return -1;
     ds_stage_bind_params(s);
     return init_params(s, err);
 }

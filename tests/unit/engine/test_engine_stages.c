@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "engine_test_lua.h"
 
 /* Shared helpers for the chunks. */
@@ -224,6 +225,27 @@ static void test_job_gradient_clipping(void **state) {
     unsetenv("DS_ENGINE_GRADIENT_CLIPPING");
 }
 
+/* [engine] memory_limit: an allocation that would take the rank past it fails, naming
+ * what was asked, the limit and what the rank holds per category; below it, training is
+ * untouched (the same model trains under a limit above its peak). */
+static void test_memory_limit(void **state) {
+    (void)state;
+    ds_mem_set_limit(256 << 10);
+    run_chunk(
+        "local ok, err = pcall(gpt.GPT, {vocab=4096, context=8, layers=1, heads=2, d=64})\n"
+        "assert(not ok, 'a 1 MiB embedding fit a 256 KiB limit')\n"
+        "assert(err:find('beyond this rank.s memory_limit of 0.2 MiB'), err)\n"
+        "assert(err:find('bytes of params asked') and err:find('this rank holds params'), err)\n");
+    ds_mem_set_limit(64 << 20);
+    run_chunk(
+        "local m = gpt.GPT(CFG, {seed = 1})\n"
+        "local x, y = batch(2, 6, 13, 1)\n"
+        "local st = m:train_step {step = 1, optimizer = ds.optim.SGD {m, lr = 0.1},\n"
+        "                         next_batch = function() return x, y end}\n"
+        "assert(st.loss > 0 and ds.memory().total.peak < 64 * 2^20)\n");
+    ds_mem_set_limit(0);
+}
+
 static void test_accumulation_clipping_schedules(void **state) {
     (void)state;
     run_chunk(
@@ -414,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_optimizer_ranges_and_decay),
         cmocka_unit_test(test_accumulation_clipping_schedules),
         cmocka_unit_test(test_job_gradient_clipping),
+        cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
         cmocka_unit_test(test_attention_dropout),
         cmocka_unit_test(test_safetensors_round_trip),
