@@ -252,6 +252,7 @@ void ds_stage_free(ds_stage *s) {
     ds_tensor_free(s->master);
     ds_tensor_free(s->grad_in);
     ds_tensor_free(s->in_staged);
+    ds_tensor_free(s->dout_staged);
     free(s);
 }
 
@@ -269,6 +270,8 @@ int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *
 int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
     if (!s->last_in)
         return ds_err_set(err, "stage '%s' backward: no forward to go back through", s->name);
+    if (!(dout = ds_tensor_stage(&s->dout_staged, dout, DS_MEM_ACTIVATIONS, err)))
+        return ds_err_prefix(err, "stage '%s' backward: gradient", s->name);
     const ds_tensor *in = s->last_in;
     ds_tensor *din = NULL;
     if (in->dtype == DS_F32) {
@@ -292,4 +295,5 @@ void ds_stage_release(ds_stage *s) {
     ds_layer_images_free();
     ds_tensor_release(s->grad_in);
     ds_tensor_release(s->in_staged);
+    ds_tensor_release(s->dout_staged);
 }

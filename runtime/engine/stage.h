@@ -30,6 +30,7 @@ typedef struct ds_stage {
     ds_tensor *grad_in;        /* d(input) of the last backward */
     const ds_tensor *last_in;  /* input of the last forward, on the rank's device */
     ds_tensor *in_staged;      /* a host input copied to the device (token ids) */
+    ds_tensor *dout_staged;    /* a host gradient given to backward, copied to the device */
     ds_run run;                /* keys of the last forward */
 } ds_stage;
 

@@ -65,6 +65,17 @@ ds_tensor *eng_lua_tensor(lua_State *L, const char *expr) {
     snprintf(code, sizeof code, "return %s", expr);
     if (eng_lua_run(L, code, 1) != 0) return NULL;
     ds_tensor *t = ds_lua_check_tensor(L, -1);
+    if (!ds_tensor_on_host(t)) {
+        ds_err err = {{0}};
+        ds_tensor *h = ds_tensor_new_host(t->dtype, DS_MEM_DATA, t->ndim, t->shape, &err);
+        if (!h || ds_tensor_to_host(t, 0, (size_t)t->numel, h->data, &err) != 0) {
+            fprintf(stderr, "%s: %s\n", expr, err.msg);
+            ds_tensor_free(h);
+            return NULL;
+        }
+        lua_pop(L, 1);
+        ds_lua_push_tensor(L, t = h); /* freed with the Lua state */
+    }
     luaL_ref(L, LUA_REGISTRYINDEX); /* keep it alive */
     return t;
 }

@@ -13,7 +13,8 @@ lua_State *eng_lua_new(void);
  * the stack (nresults of them). */
 int eng_lua_run(lua_State *L, const char *code, int nresults);
 /* The tensor global `expr` evaluates to (e.g. "m:param('wte.weight')"); the userdata is
- * kept alive in the registry until eng_lua_close. */
+ * kept alive in the registry until eng_lua_close. A tensor on a device the host cannot
+ * read (DS_ENGINE_DEVICE=sim) comes back as a host copy of its values now. */
 ds_tensor *eng_lua_tensor(lua_State *L, const char *expr);
 double eng_lua_number(lua_State *L, const char *expr);
 void eng_lua_close(lua_State *L);
