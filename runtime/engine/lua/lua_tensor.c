@@ -282,9 +282,11 @@ static int l_transposed(lua_State *L) {
     ds_tensor *o = ds_tensor_new_host(t->dtype, DS_MEM_DATA, 2, shape, &err);
     if (!o) return ds_lua_raise(L, "tensor:transposed: %s", err.msg);
     ds_lua_push_tensor(L, o); /* freed by the GC if what follows raises */
+    int result = lua_gettop(L);
     void *h = image_of(L, t);
     ds_transpose2d(o->data, h, r, c, ds_dtype_size(t->dtype));
     image_done(L, t, h, 0);
+    lua_pushvalue(L, result); /* above the image, if one was pushed */
     return 1;
 }
 
