@@ -65,7 +65,9 @@ static int raise_if(lua_State *L, int rc, const ds_err *err) {
     return 0;
 }
 
+/* Each function fixes its arguments' slots first: a device copy is pushed above them. */
 static int l_all_reduce(lua_State *L) {
+    lua_settop(L, 2);
     ds_comm *c = comm_of(L);
     comm_arg t = check_comm_tensor(L, c, 1);
     ds_err err;
@@ -84,6 +86,7 @@ static void check_split(lua_State *L, ds_comm *c, const ds_tensor *full, const d
 }
 
 static int l_reduce_scatter(lua_State *L) {
+    lua_settop(L, 3);
     ds_comm *c = comm_of(L);
     comm_arg full = check_comm_tensor(L, c, 1), shard = check_comm_tensor(L, c, 2);
     check_split(L, c, full.t, shard.t);
@@ -96,6 +99,7 @@ static int l_reduce_scatter(lua_State *L) {
 }
 
 static int l_all_gather(lua_State *L) {
+    lua_settop(L, 2);
     ds_comm *c = comm_of(L);
     comm_arg shard = check_comm_tensor(L, c, 1), full = check_comm_tensor(L, c, 2);
     check_split(L, c, full.t, shard.t);
@@ -107,6 +111,7 @@ static int l_all_gather(lua_State *L) {
 }
 
 static int l_broadcast(lua_State *L) {
+    lua_settop(L, 2);
     ds_comm *c = comm_of(L);
     comm_arg t = check_comm_tensor(L, c, 1);
     int root = (int)luaL_checkinteger(L, 2);
