@@ -5,6 +5,7 @@
 #include <string.h>
 #include <lualib.h>
 
+#include "comm.h"
 #include "ds_context.h"
 #include "ds_lua.h"
 #include "lua_engine.h"
@@ -22,9 +23,10 @@ static int msgh(lua_State *L) {
     return 1;
 }
 
+static ds_context g_ctx; /* one rank: the Lua state's context */
+
 lua_State *eng_lua_new(void) {
-    static ds_context ctx;
-    ds_context_single(&ctx);
+    ds_context_single(&g_ctx);
     /* DS_ENGINE_DEVICE=sim runs the same tests on the simulated GPU (a worker opens its
      * device the same way; ds_device_open keeps the first one). */
     const char *dev = getenv("DS_ENGINE_DEVICE");
@@ -36,7 +38,7 @@ lua_State *eng_lua_new(void) {
     lua_State *L = luaL_newstate();
     if (!L) return NULL;
     luaL_openlibs(L);
-    ds_context_attach(L, &ctx);
+    ds_context_attach(L, &g_ctx);
     lua_getglobal(L, "package");
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", DS_LUA_DIR, DS_LUA_DIR);
     lua_setfield(L, -2, "path");
@@ -91,4 +93,6 @@ double eng_lua_number(lua_State *L, const char *expr) {
 
 void eng_lua_close(lua_State *L) {
     if (L) lua_close(L);
+    ds_comm_close(g_ctx.comm); /* the world-of-one communicator a model's ZeRO opened */
+    g_ctx.comm = NULL;
 }
