@@ -8,6 +8,7 @@ PACKAGES=(
   libssh2-1-dev libcurl4-openssl-dev libinih-dev liblua5.4-dev lua5.4
   libcmocka-dev libopenblas-dev libgloo-dev
   openssh-server openssh-client iproute2 procps psmisc
+  slurmctld slurmd slurm-client  # a private Slurm cluster for the Slurm tests (docs/slurm.md)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(python3-torch python3-numpy)   # the PyTorch peer in bench/, not needed by tests
