@@ -56,6 +56,8 @@ static const key_def KEYS[] = {
     {"resources", "num_nodes", K_INT, F(num_nodes), 1, 100000, NULL, 0},
     {"resources", "num_gpus", K_INT, F(num_gpus), 1, 4096, NULL, 0},
     {"resources", "device", K_ENUM, F(device), 0, 0, "auto|cpu|cuda", 0},
+    {"resources", "source", K_ENUM, F(host_source), 0, 0, "auto|hostfile|slurm|local", 0},
+    {"launch", "method", K_ENUM, F(launch_method), 0, 0, "auto|ssh|srun|local", 0},
     {"ssh", "user", K_STR, F(ssh_user), 0, 0, NULL, 0},
     {"ssh", "port", K_INT, F(ssh_port), 1, 65535, NULL, 0},
     {"ssh", "identity", K_PATH, F(ssh_identity), 0, 0, NULL, 0},
@@ -78,7 +80,7 @@ static const key_def KEYS[] = {
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
-static const char *SECTIONS[] = {"job", "resources", "ssh", "env", "rendezvous",
+static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "rendezvous",
                                  "restart", "logs", "engine"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -669,8 +671,8 @@ static char *read_line(char *str, int num, void *stream) {
             size_t n = (size_t)(close - str - 1);
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
-                fail(st, "[%.*s]: unknown section (expected one of: job, resources, ssh, env, "
-                         "rendezvous, restart, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
+                fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
+                         "env, rendezvous, restart, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;

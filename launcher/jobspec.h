@@ -12,6 +12,10 @@ typedef enum { DS_HOSTKEY_YES, DS_HOSTKEY_ACCEPT_NEW, DS_HOSTKEY_NO } ds_hostkey
 /* What a slot is: auto = GPUs when the controller's node has CUDA devices, else CPUs
  * (main.c resolves auto before planning, so a plan only ever sees cpu or cuda). */
 typedef enum { DS_DEVICE_AUTO, DS_DEVICE_CPU, DS_DEVICE_CUDA } ds_device;
+/* Where the hosts come from, and how each node's agent is started (docs/slurm.md). main.c
+ * resolves auto before planning: a plan only ever sees the others. */
+typedef enum { DS_HOSTS_AUTO, DS_HOSTS_HOSTFILE, DS_HOSTS_SLURM, DS_HOSTS_LOCAL } ds_host_source;
+typedef enum { DS_LAUNCH_AUTO, DS_LAUNCH_SSH, DS_LAUNCH_SRUN, DS_LAUNCH_LOCAL } ds_launch_method;
 
 typedef struct ds_env_var {
     char *key, *value;
@@ -36,6 +40,10 @@ typedef struct ds_jobspec {
     int num_nodes; /* -1: all */
     int num_gpus;  /* -1: all slots */
     ds_device device; /* key `device`: auto | cpu | cuda; default auto */
+    ds_host_source host_source; /* key `source`: auto | hostfile | slurm | local; default auto */
+
+    /* [launch] */
+    ds_launch_method launch_method; /* key `method`: auto | ssh | srun | local; default auto */
 
     /* [ssh] */
     char *ssh_user;            /* default: $USER */

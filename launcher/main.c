@@ -9,15 +9,21 @@
 #include "controller.h"
 #include "hostfile.h"
 #include "jobspec.h"
+#include "launch_method.h"
 #include "plan.h"
+#include "slurm.h"
 #include "ds_gpu.h"
 
 #define EXIT_USAGE 2
 
 static int local_gpu_count(void) { return ds_gpu_count(NULL, 0); }
 
-/* The hosts to plan on: the hostfile's, or this node's slots (GPUs when slots are GPUs). */
-static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, ds_err *err) {
+/* The hosts to plan on: the Slurm allocation's, the hostfile's, or this node's slots (GPUs
+ * when slots are GPUs). *from says which, in words. */
+static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, char **from, ds_err *err) {
+    if (ds_hosts_source_resolve(spec, err) != 0) return -1;
+    if (spec->host_source == DS_HOSTS_SLURM) return ds_slurm_hosts(hl, spec, from, err);
+    if (asprintf(from, spec->hostfile ? "hostfile %s" : "this node", spec->hostfile) < 0) *from = NULL;
     int ngpus = spec->hostfile && spec->device != DS_DEVICE_AUTO ? 0 : local_gpu_count();
     if (spec->device == DS_DEVICE_AUTO) spec->device = ngpus > 0 ? DS_DEVICE_CUDA : DS_DEVICE_CPU;
     if (spec->hostfile) return ds_hostfile_load(hl, spec->hostfile, err);
@@ -29,17 +35,32 @@ static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, ds_err *err) {
 
 static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
     ds_hostlist hl = {0};
-    if (load_hosts(&hl, spec, err) != 0) return -1;
-    if (ds_hostlist_filter(&hl, spec->include, spec->exclude, spec->num_nodes, spec->num_gpus,
+    char *from = NULL;
+    if (load_hosts(&hl, spec, &from, err) != 0 ||
+        ds_hostlist_filter(&hl, spec->include, spec->exclude, spec->num_nodes, spec->num_gpus,
                            err) != 0) {
         ds_hostlist_free(&hl);
+        free(from);
         return -1;
     }
-    /* one node and no address given: loopback, as DeepSpeed does */
-    const char *addr = spec->rdzv_addr ? spec->rdzv_addr : spec->hostfile ? NULL : "127.0.0.1";
+    /* one node and no address given: loopback, as DeepSpeed does; in an allocation, the
+     * controller's own node (it may run on a login node, outside the allocation) */
+    const char *addr = spec->rdzv_addr               ? spec->rdzv_addr
+                       : spec->host_source == DS_HOSTS_SLURM ? ds_slurm_store_addr()
+                       : spec->hostfile              ? NULL
+                                                     : "127.0.0.1";
     int rc = ds_plan_build(plan, &hl, spec, addr, spec->master_port, err);
     ds_hostlist_free(&hl);
-    return rc;
+    if (rc != 0) {
+        free(from);
+        return -1;
+    }
+    plan->hosts_from = from;
+    if (ds_launch_resolve(spec, plan, err) != 0) {
+        ds_plan_free(plan);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ds_json.h"
+#include "launch_method.h"
 
 int ds_host_is_local(const char *host) {
     if (!strcmp(host, "localhost") || !strcmp(host, "127.0.0.1") || !strcmp(host, "::1"))
@@ -40,6 +41,7 @@ void ds_plan_free(ds_plan *plan) {
     free(plan->nodes);
     free(plan->ranks);
     free(plan->master_addr);
+    free(plan->hosts_from);
     ds_hostlist_free(&plan->spares);
     memset(plan, 0, sizeof *plan);
 }
@@ -189,7 +191,8 @@ static void json_slots(ds_json *j, const int *slots, int n) {
     ds_json_end(j);
 }
 
-static void json_job(ds_json *j, const ds_jobspec *spec, const char *job_id, int attempt) {
+static void json_job(ds_json *j, const ds_plan *plan, const ds_jobspec *spec, const char *job_id,
+                     int attempt) {
     static const char *DEVICES[] = {"auto", "cpu", "cuda"};
     ds_json_key(j, "job");
     ds_json_obj(j);
@@ -207,6 +210,8 @@ static void json_job(ds_json *j, const ds_jobspec *spec, const char *job_id, int
     ds_json_kstr(j, "device", DEVICES[spec->device]);
     ds_json_kstr(j, "log_dir", spec->log_dir);
     ds_json_kstr(j, "tee", spec->tee);
+    ds_json_kstr(j, "launch", ds_launch_name(spec->launch_method));
+    if (plan->hosts_from) ds_json_kstr(j, "hosts_from", plan->hosts_from);
     ds_json_end(j);
 }
 
@@ -231,7 +236,7 @@ static void json_env(ds_json *j, const ds_plan *plan, const ds_jobspec *spec, in
 static void write_plan(ds_json *j, const ds_plan *plan, const ds_jobspec *spec,
                        const char *job_id, int attempt) {
     ds_json_obj(j);
-    if (spec) json_job(j, spec, job_id, attempt);
+    if (spec) json_job(j, plan, spec, job_id, attempt);
     ds_json_kint(j, "world_size", plan->world_size);
     ds_json_kstr(j, "master_addr", plan->master_addr);
     ds_json_kint(j, "master_port", plan->master_port);

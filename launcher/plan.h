@@ -31,6 +31,8 @@ typedef struct ds_plan {
     int nnodes;
     ds_plan_rank *ranks;  /* by global rank */
     ds_hostlist spares;   /* hosts marked spare, not in the world */
+    char *hosts_from;     /* where the hosts came from, in words (dslaunch sets it; NULL:
+                             not printed); freed with the plan */
 } ds_plan;
 
 /* master_addr NULL: the first node's host. Takes no ownership of hl or spec. Hosts

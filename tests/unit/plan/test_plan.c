@@ -221,7 +221,7 @@ static void test_json_with_spec(void **st) {
     snprintf(want, sizeof want,
         "{\"job\":{\"name\":\"t\",\"id\":\"t-1\",\"attempt\":3,\"spec\":\"/j/job.ini\","
         "\"script\":\"s.lua\",\"args\":[\"a\",\"b c\"],\"workdir\":\"/j\",\"dsrun\":\"/x/dsrun\","
-        "\"device\":\"cuda\",\"log_dir\":\"logs\",\"tee\":\"all\"},"
+        "\"device\":\"cuda\",\"log_dir\":\"logs\",\"tee\":\"all\",\"launch\":\"auto\"},"
         "\"world_size\":1,\"master_addr\":\"h\",\"master_port\":29500,\"gpus\":true,"
         "\"nodes\":[{\"host\":\"h\",\"node_rank\":0,\"slots\":[0],\"first_rank\":0,\"local\":false}],"
         "\"ranks\":[{\"rank\":0,\"host\":\"h\",\"node_rank\":0,\"local_rank\":0,\"slot\":0,"
