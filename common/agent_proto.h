@@ -9,7 +9,14 @@
  * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
  * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
  * worker, STDOUT/STDERR chunks, EXIT (payload: "exit N" or "signal N") per worker, ERROR
- * (a message) when the node cannot run, BYE just before it exits. */
+ * (a message) when the node cannot run, BYE just before it exits.
+ *
+ * Started by srun (docs/slurm.md), an agent shares its stdin with every agent of the
+ * step: there stdin carries only CONFIG link= and token= frames and GO; the agent
+ * connects to the link, sends JOIN ("TOKEN NODE PROCID JOBID.STEPID") and the exchange
+ * above then runs over that connection. Such an agent also reports the signals it gets
+ * (SIGNAL, payload: the number), which is how the scheduler's warnings reach the
+ * controller. */
 #ifndef DS_AGENT_PROTO_H
 #define DS_AGENT_PROTO_H
 
@@ -30,6 +37,8 @@ enum {
     DS_FRAME_EXIT = 14,
     DS_FRAME_ERROR = 15,
     DS_FRAME_BYE = 16,
+    DS_FRAME_SIGNAL = 17,
+    DS_FRAME_JOIN = 18,
 };
 
 #define DS_FRAME_HEADER 9

@@ -27,9 +27,9 @@
 /* Everything the agent says goes out as frames on stdout; a failed write means the
  * controller is gone, which stops the node like a closed stdin. */
 static void send_frame(ds_agent *a, int type, int rank, const void *p, size_t n) {
-    if (a->controller_gone) return;
+    if (a->controller_gone || a->out_fd < 0) return; /* srun's agent before it joined: stderr only */
     ds_buf b = {0};
-    if (ds_frame_append(&b, type, (uint32_t)rank, p, n) != 0 || ds_write_all(1, ds_buf_head(&b), ds_buf_unread(&b)) != 0)
+    if (ds_frame_append(&b, type, (uint32_t)rank, p, n) != 0 || ds_write_all(a->out_fd, ds_buf_head(&b), ds_buf_unread(&b)) != 0)
         a->controller_gone = 1;
     ds_buf_free(&b);
 }
@@ -110,8 +110,13 @@ static int nrunning(const ds_agent *a) {
 static int handle_signals(ds_agent *a) {
     struct signalfd_siginfo si;
     while (read(a->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGCHLD) continue;
-        begin_stop(a, strsignal((int)si.ssi_signo));
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) continue;
+        /* Under srun the scheduler signals every process of the step: the controller
+         * hears of it from here (a warning such as USR1 asks it for a drain). */
+        if (a->link) send_text(a, DS_FRAME_SIGNAL, -1, "%d", sig);
+        if (sig == SIGUSR1 || sig == SIGUSR2) continue; /* the controller decides */
+        begin_stop(a, strsignal(sig));
     }
     reap(a);
     return 0;
@@ -119,7 +124,7 @@ static int handle_signals(ds_agent *a) {
 
 static void handle_stdin(ds_agent *a) {
     char buf[4096];
-    ssize_t n = read(0, buf, sizeof buf);
+    ssize_t n = read(a->in_fd, buf, sizeof buf);
     if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) begin_stop(a, "controller closed the channel");
 }
 
@@ -162,7 +167,7 @@ static int run_loop(ds_agent *a) {
         if (a->stopping && now >= a->kill_at_ms) signal_workers(a, SIGKILL);
         int n = 0;
         pf[n++] = (struct pollfd){.fd = a->sigfd, .events = POLLIN};
-        pf[n++] = (struct pollfd){.fd = stdin_open ? 0 : -1, .events = POLLIN};
+        pf[n++] = (struct pollfd){.fd = stdin_open ? a->in_fd : -1, .events = POLLIN};
         pf[n++] = (struct pollfd){.fd = a->store ? ds_store_fd(a->store) : -1, .events = POLLIN};
         for (int i = 0; i < a->nworkers; i++) {
             ds_agent_worker *w = &a->workers[i];
@@ -202,7 +207,7 @@ static void own_process_group(void) {
 }
 
 static int setup(ds_agent *a, ds_err *err) {
-    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, 0};
+    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, 0};
     if ((a->sigfd = ds_signals_fd(sigs, err)) < 0) return -1;
     int life[2];
     if (pipe2(life, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
@@ -255,14 +260,18 @@ static void kill_descendants(void) {
 }
 
 int dsrun_agent_main(int argc, char **argv) {
-    (void)argc;
-    (void)argv; /* --job/--node only mark the process in the process table */
+    /* --job/--node only mark the process in the process table; --srun says stdout is
+     * srun's, shared by the step: frames go to the link once it is up (agent_link.c). */
+    int srun = 0;
+    for (int i = 1; i < argc; i++) srun |= !strcmp(argv[i], "--srun");
     ds_agent a = {0};
     a.sigfd = a.lifeline_r = a.lifeline_w = -1;
+    a.in_fd = 0;
+    a.out_fd = srun ? -1 : 1;
     ds_err err = {{0}};
     int rc = 0;
     if (setup(&a, &err) != 0 || ds_agent_read_config(&a, 0, &err) != 0 ||
-        connect_store(&a, &err) != 0) {
+        (a.link && ds_agent_join(&a, &err) != 0) || connect_store(&a, &err) != 0) {
         send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
         fprintf(stderr, "dsrun agent: %s\n", err.msg);
         rc = 1;

@@ -24,6 +24,7 @@ typedef struct ds_agent_worker {
 typedef struct ds_agent {
     /* from CONFIG frames */
     char *job, *host, *rdzv, *token, *workdir, *script;
+    char *link; /* started by srun: the controller's link address (agent_link.c) */
     char **args;
     int nargs;
     int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
@@ -31,6 +32,7 @@ typedef struct ds_agent {
     ds_agent_worker *workers;
     int nworkers;
 
+    int in_fd, out_fd; /* where frames come from and go to: stdin and stdout, or the link */
     struct ds_store_client *store;
     int sigfd;        /* signalfd: SIGCHLD, SIGTERM, SIGINT, SIGHUP */
     int lifeline_w;   /* write end only the agent holds: workers die when it closes */
@@ -43,6 +45,10 @@ typedef struct ds_agent {
 /* Reads CONFIG/RANK/ENV frames from fd until GO (agent_config.c). */
 int ds_agent_read_config(ds_agent *a, int fd, ds_err *err);
 void ds_agent_free(ds_agent *a);
+
+/* Started by srun (a->link set): connects to the controller's link, says which node this
+ * is, reads this node's plan from it, and makes it in_fd and out_fd (agent_link.c). */
+int ds_agent_join(ds_agent *a, ds_err *err);
 
 /* Starts worker w (spawn.c): its own process group, stdout/stderr pipes, the lifeline as
  * fd 3, death signal tied to the agent, the plan's environment over the agent's. */

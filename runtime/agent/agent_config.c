@@ -46,6 +46,7 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
     else if (KEY("token")) slot = &a->token;
     else if (KEY("workdir")) slot = &a->workdir;
     else if (KEY("script")) slot = &a->script;
+    else if (KEY("link")) slot = &a->link;
     else if (KEY("node")) num = &a->node;
     else if (KEY("heartbeat_ms")) num = &a->heartbeat_ms;
     else if (KEY("grace_ms")) num = &a->grace_ms;
@@ -150,6 +151,7 @@ void ds_agent_free(ds_agent *a) {
     free(a->token);
     free(a->workdir);
     free(a->script);
+    free(a->link);
     for (int i = 0; i < a->nargs; i++) free(a->args[i]);
     free(a->args);
     for (int i = 0; i < a->nworkers; i++) {

@@ -80,6 +80,13 @@ static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w,
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
     ds_signals_unblock(); /* what a process started by hand would have */
+    if (a->link) {
+        /* Under srun the scheduler's warning (sbatch --signal=USR1@T) reaches every
+         * process of the step; the agent passes it on to the controller, which decides. */
+        struct sigaction ignore = {.sa_handler = SIG_IGN};
+        sigaction(SIGUSR1, &ignore, NULL);
+        sigaction(SIGUSR2, &ignore, NULL);
+    }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
         dup2(a->lifeline_r, 3) < 0)

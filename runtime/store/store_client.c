@@ -21,6 +21,7 @@
 #include "store_proto.h"
 #include "store_token.h"
 #include "ds_clock.h"
+#include "ds_tcp.h"
 
 /* Server-side waits end on the server's clock; the client waits this much longer for
  * the answer before deciding the server is gone. */
@@ -48,60 +49,6 @@ static int64_t deadline_after(int timeout_ms) {
 }
 
 static void seconds(char *out, size_t cap, int ms) { snprintf(out, cap, "%g s", ms / 1000.0); }
-
-/* ---- connecting -------------------------------------------------------------------- */
-
-/* One non-blocking connect attempt to a, bounded by deadline. Returns fd or -1 (errno). */
-static int connect_one(const struct addrinfo *a, int64_t deadline) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) return -1;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) goto fail;
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    int rc;
-    while ((rc = poll(&p, 1, (int)remaining(deadline))) < 0 && errno == EINTR) {}
-    if (rc == 0) {
-        errno = ETIMEDOUT;
-        goto fail;
-    }
-    int soerr = 0;
-    socklen_t len = sizeof soerr;
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
-    if (soerr) {
-        errno = soerr;
-        goto fail;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-fail:;
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-}
-
-/* The store may not listen yet when a node starts first: refused connections are
- * retried until the deadline. */
-static int connect_retry(const char *host, int port, int64_t deadline, ds_err *err) {
-    char serv[16];
-    snprintf(serv, sizeof serv, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res;
-    int rc = getaddrinfo(host, serv, &hints, &res);
-    if (rc != 0) return ds_err_set(err, "store %s:%d: cannot resolve host: %s", host, port, gai_strerror(rc));
-    int fd = -1, e = 0;
-    for (;;) {
-        for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-            fd = connect_one(a, deadline);
-            if (fd < 0) e = errno;
-        }
-        if (fd >= 0 || e != ECONNREFUSED || remaining(deadline) == 0) break;
-        poll(NULL, 0, remaining(deadline) < 100 ? (int)remaining(deadline) : 100);
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return ds_err_errno(err, e, "store %s:%d: cannot connect", host, port);
-    return fd;
-}
 
 /* ---- one request ------------------------------------------------------------------- */
 
@@ -217,7 +164,7 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
     }
     snprintf(c->where, sizeof c->where, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     int64_t deadline = deadline_after(timeout_ms);
-    c->fd = connect_retry(host, port, deadline, err);
+    c->fd = ds_tcp_connect("store", host, port, deadline, err);
     if (c->fd < 0) {
         free(c);
         return NULL;
