@@ -1,5 +1,6 @@
 #include "ds_tcp.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -64,5 +65,41 @@ int ds_tcp_connect(const char *what, const char *host, int port, int64_t deadlin
     }
     freeaddrinfo(res);
     if (fd < 0) return ds_err_errno(err, e, "%s %s:%d: cannot connect", what, host, port);
+    return fd;
+}
+
+int ds_tcp_listen(const char *what, const char *addr, int port, int *bound_port, ds_err *err) {
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res;
+    int rc = getaddrinfo(addr && *addr ? addr : NULL, serv, &hints, &res);
+    if (rc != 0) return ds_err_set(err, "%s: cannot resolve '%s': %s", what, addr, gai_strerror(rc));
+    int fd = -1, last = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+            last = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return ds_err_errno(err, last, "%s: cannot listen on %s:%d", what, addr, port);
+    struct sockaddr_storage sa = {0};
+    socklen_t salen = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &salen) != 0) {
+        int e = errno;
+        close(fd);
+        return ds_err_errno(err, e, "%s: reading the bound port", what);
+    }
+    *bound_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
     return fd;
 }

@@ -7,6 +7,7 @@
 #include "store_server.h"
 #include "store_map.h"
 #include "ds_clock.h"
+#include "ds_tcp.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -621,30 +622,6 @@ static void *server_main(void *arg) {
 
 /* ---- public API -------------------------------------------------------------------- */
 
-static int listen_on(const char *addr, int port, ds_err *err) {
-    char serv[16];
-    snprintf(serv, sizeof serv, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *res;
-    int rc = getaddrinfo(addr && *addr ? addr : NULL, serv, &hints, &res);
-    if (rc != 0) return ds_err_set(err, "store: cannot resolve '%s': %s", addr, gai_strerror(rc));
-    int fd = -1, last = 0;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) { last = errno; continue; }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-            last = errno;
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return ds_err_errno(err, last, "store: cannot listen on %s:%d", addr, port);
-    return fd;
-}
-
 int ds_store_server_start(const char *addr, int port, const char *token,
                           ds_store_server **out, ds_err *err) {
     *out = NULL;
@@ -672,16 +649,8 @@ int ds_store_server_start(const char *addr, int port, const char *token,
         ds_err_errno(err, errno, "store: setting up");
         goto fail;
     }
-    s->listen_fd = listen_on(addr, port, err);
+    s->listen_fd = ds_tcp_listen("store", addr, port, &s->port, err);
     if (s->listen_fd < 0) goto fail;
-    struct sockaddr_storage sa = {0};
-    socklen_t salen = sizeof sa;
-    if (getsockname(s->listen_fd, (struct sockaddr *)&sa, &salen) != 0) {
-        ds_err_errno(err, errno, "store: reading the bound port");
-        goto fail;
-    }
-    s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                             : ((struct sockaddr_in *)&sa)->sin_port);
     /* The controller handles signals in its own loop (signalfd or handlers): the server
      * thread must never be the one a process-directed signal lands on. */
     sigset_t all, old;
