@@ -14,6 +14,7 @@
 
 #include "controller.h"
 #include "job.h"
+#include "srun.h"
 #include "ds_clock.h"
 #include "ds_signals.h"
 
@@ -116,6 +117,7 @@ static int start_node(ds_job *job, ds_node *n, ds_err *err) {
     const ds_jobspec *s = job->spec;
     char node[16];
     snprintf(node, sizeof node, "%d", n->plan->node_rank);
+    if (s->launch_method == DS_LAUNCH_SRUN) return ds_srun_attach(job, n, err);
     if (n->plan->local && !s->ssh_force) {
         char *argv[] = {s->dsrun, "agent", "--job", job->id, "--node", node, NULL};
         if (ds_node_start_local(n, argv, err) != 0) return -1;
@@ -149,7 +151,7 @@ static int setup_signals(ds_err *err) {
     /* A shell starts background jobs with SIGINT ignored; dslaunch handles it itself. */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, 0};
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, 0};
     return ds_signals_fd(sigs, err);
 }
 
@@ -293,6 +295,7 @@ static void raise_fd_limit(void) {
 }
 
 static void job_free(ds_job *job) {
+    ds_srun_free(job);
     if (job->nodes)
         for (int i = 0; i < job->plan->nnodes; i++) ds_node_free(&job->nodes[i]);
     free(job->nodes);
@@ -336,6 +339,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
             ds_job_stop(&job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
     }
+    ds_srun_launch(&job);
     run_loop(&job, sigfd);
     int status = ds_job_summary(&job);
     job_free(&job);

@@ -52,6 +52,7 @@ typedef struct ds_job {
     int first_failed_rank; /* -1 when the job did not fail because of a rank */
     char failure[1024];    /* why the job stops; empty while all is well */
     int interrupted;       /* the signal that asked us to stop, 0 if none */
+    struct ds_srun_step *srun; /* [launch] method = srun: the step every agent runs in (srun.h) */
 } ds_job;
 
 /* Begins stopping every node (once); the first reason given is the one reported. */

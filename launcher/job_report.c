@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "srun.h"
 #include "ds_clock.h"
 
 static int node_index(const ds_job *job, const ds_node *n) { return (int)(n - job->nodes); }
@@ -92,6 +93,9 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
         break;
     case DS_FRAME_BYE:
         n->bye = 1;
+        break;
+    case DS_FRAME_SIGNAL:
+        ds_srun_on_signal(job, n, f);
         break;
     default:
         ds_job_stop(job, "node %d (%s): unexpected frame type %d from the agent", node_index(job, n),

@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+# The Slurm tests make their own allocations in a private cluster; an allocation around
+# the suite would make every other test's job (no hostfile) a Slurm job.
+unset SLURM_JOB_ID SLURM_JOBID
 
 ./scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 (cd build && ctest --output-on-failure --timeout 600)
