@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slurm.h"
+
 const char *ds_launch_name(ds_launch_method m) {
     static const char *const NAMES[] = {"auto", "ssh", "srun", "local"};
     return m >= DS_LAUNCH_AUTO && m <= DS_LAUNCH_LOCAL ? NAMES[m] : "?";
@@ -18,13 +20,9 @@ static int is_this_machine(const char *host) {
 int ds_launch_resolve(ds_jobspec *spec, ds_plan *plan, ds_err *err) {
     if (spec->launch_method == DS_LAUNCH_AUTO)
         spec->launch_method = spec->host_source == DS_HOSTS_SLURM ? DS_LAUNCH_SRUN : DS_LAUNCH_SSH;
-    const char *job = getenv("SLURM_JOB_ID");
     switch (spec->launch_method) {
     case DS_LAUNCH_SRUN:
-        if (!job || !*job)
-            return ds_err_set(err, "[launch] method = srun, but this is not inside a Slurm allocation "
-                                   "(SLURM_JOB_ID is not set): run dslaunch under salloc or in an sbatch script");
-        return 0;
+        return ds_slurm_require_allocation("[launch] method = srun", err);
     case DS_LAUNCH_LOCAL:
         if (spec->ssh_force)
             return ds_err_set(err, "[launch] method = local and [ssh] force = true contradict each other");

@@ -18,6 +18,12 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
+int ds_slurm_require_allocation(const char *what, ds_err *err) {
+    if (env("SLURM_JOB_ID")) return 0;
+    return ds_err_set(err, "%s, but this is not inside a Slurm allocation (SLURM_JOB_ID is not set): run "
+                           "dslaunch under salloc or in an sbatch script", what);
+}
+
 int ds_hosts_source_resolve(ds_jobspec *spec, ds_err *err) {
     switch (spec->host_source) {
     case DS_HOSTS_AUTO:
@@ -29,10 +35,7 @@ int ds_hosts_source_resolve(ds_jobspec *spec, ds_err *err) {
     case DS_HOSTS_SLURM:
         if (spec->hostfile)
             return ds_err_set(err, "[resources] source = slurm, but a hostfile is given too: give one of them");
-        if (!env("SLURM_JOB_ID"))
-            return ds_err_set(err, "[resources] source = slurm, but this is not inside a Slurm allocation "
-                                   "(SLURM_JOB_ID is not set): run dslaunch under salloc or in an sbatch script");
-        return 0;
+        return ds_slurm_require_allocation("[resources] source = slurm", err);
     case DS_HOSTS_LOCAL:
         if (spec->hostfile)
             return ds_err_set(err, "[resources] source = local, but a hostfile is given too: give one of them");

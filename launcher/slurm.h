@@ -14,6 +14,10 @@
  * hostfile needs a hostfile, slurm an allocation and no hostfile, local no hostfile. */
 int ds_hosts_source_resolve(ds_jobspec *spec, ds_err *err);
 
+/* 0 inside a Slurm allocation (SLURM_JOB_ID set); else -1 with err "WHAT, but this is
+ * not inside a Slurm allocation ...", saying what to do. */
+int ds_slurm_require_allocation(const char *what, ds_err *err);
+
 /* The allocation's nodes, in SLURM_JOB_NODELIST's order, with their slots: GPUs when
  * Slurm gave GPUs (or spec->device is cuda), else [resources] num_gpus when the spec
  * gives it, else SLURM_TASKS_PER_NODE. Resolves spec->device from auto. *from gets a

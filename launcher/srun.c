@@ -10,14 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "job.h"
+#include "local.h"
 #include "srun_step.h"
 #include "ds_clock.h"
-#include "ds_signals.h"
 #include "ds_tcp.h"
 
 /* How long srun may take to end after its agents were told to stop, and again after
@@ -144,47 +143,34 @@ static void free_argv(char **argv) {
     free(argv);
 }
 
-/* Forks srun with pipes for its stdin, stdout and stderr. It leads its own session (a
- * Ctrl-C at the terminal is the controller's to handle) and gets SIGTERM if the
- * controller dies, which makes it cancel the step. */
+/* srun as PATH finds it, into path. */
+static int find_srun(char *path, size_t cap, ds_err *err) {
+    const char *dirs = getenv("PATH");
+    for (const char *p = dirs ? dirs : "/usr/bin:/bin"; *p;) {
+        size_t len = strcspn(p, ":");
+        snprintf(path, cap, "%.*s/srun", (int)len, p);
+        if (len && access(path, X_OK) == 0) return 0;
+        p += len + (p[len] == ':');
+    }
+    return ds_err_set(err, "srun is not in PATH (is Slurm's client installed here?)");
+}
+
+/* Starts srun as a local agent is started (local.h): its own session, so a Ctrl-C at
+ * the terminal is the controller's to handle; pipes for its stdin, stdout, stderr. */
 static int start_srun(ds_srun_step *st, char **argv, ds_err *err) {
-    int in[2], out[2], er[2];
-    if (pipe2(in, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0) {
-        int e = errno;
-        close(in[0]), close(in[1]);
-        return ds_err_errno(err, e, "pipe");
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(127);
-        ds_signals_unblock();
-        if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0) _exit(127);
-        close_range(3, ~0U, 0);
-        execvp(argv[0], argv);
-        dprintf(2, "srun: error: dslaunch cannot run srun: %s (is Slurm's client installed, srun in PATH?)\n",
-                strerror(errno));
-        _exit(127);
-    }
-    int e = errno;
-    close(in[0]);
-    close(out[1]);
-    close(er[1]);
-    if (pid < 0) {
-        close(in[1]), close(out[0]), close(er[0]);
-        return ds_err_errno(err, e, "fork");
-    }
-    st->pid = pid;
-    st->in_w = in[1];
-    st->out_r = out[0];
-    st->err_r = er[0];
-    fcntl(st->in_w, F_SETFL, O_NONBLOCK);
-    fcntl(st->out_r, F_SETFL, O_NONBLOCK);
-    fcntl(st->err_r, F_SETFL, O_NONBLOCK);
-    st->pidfd = pidfd_open(pid, 0); /* -1 on old kernels: the thread then looks every 100 ms */
+    char path[4096];
+    if (find_srun(path, sizeof path, err) != 0) return -1;
+    char *name = argv[0];
+    argv[0] = path;
+    ds_local l;
+    int rc = ds_local_start(&l, argv, err);
+    argv[0] = name;
+    if (rc != 0) return -1;
+    st->pid = l.pid;
+    st->in_w = l.in_fd;
+    st->out_r = l.out_fd;
+    st->err_r = l.err_fd;
+    st->pidfd = pidfd_open(l.pid, 0); /* -1 on old kernels: the thread then looks every 100 ms */
     return 0;
 }
 

@@ -8,6 +8,7 @@ set -uo pipefail
 
 case_name=${1:?usage: cases.sh CASE}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/job.sh"
 name="sl-${case_name//_/-}-$$"
 job="$WORK/$name"
 rm -rf "$job"
@@ -32,26 +33,8 @@ fail() {
     exit 1
 }
 
-# Processes of this job: agents and workers carry "--job NAME-..." or DS_JOB_ID=NAME-...
-job_pids() {
-    {
-        grep -lsazx -- "$name-[0-9a-f]\{8\}" /proc/[0-9]*/cmdline
-        grep -lsaz -- "^DS_JOB_ID=$name-" /proc/[0-9]*/environ
-    } | sed -n 's#^/proc/\([0-9]*\)/.*#\1#p' | sort -u | grep -vx "$$"
-}
-
 # slurmstepd processes of Slurm job $1 (their title is "slurmstepd: [JOB.STEP]").
 stepd_pids() { pgrep -f "^slurmstepd: \[$1\." || true; }
-
-wait_for() {
-    local secs=$1 msg=$2
-    shift 2
-    local end=$((SECONDS + secs))
-    until "$@"; do
-        ((SECONDS >= end)) && fail "timed out after ${secs}s waiting for: $msg"
-        sleep 0.05
-    done
-}
 
 has() { grep -aq -- "$2" "$1" 2>/dev/null; }
 logs="$job/logs/$name/attempt-0"
@@ -104,6 +87,13 @@ sbatch_job() {
     slurm_jobs+=("$slurm_id")
 }
 slurm_job_gone() { [[ -z $(squeue -h -j "$slurm_id" 2>/dev/null) ]]; }
+
+# The pid of the agent srun started on Slurm node $1.
+agent_on() {
+    pgrep -f "agent --job $name-[0-9a-f]* --srun" | while read -r p; do
+        tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "SLURMD_NODENAME=$1" && echo "$p"
+    done
+}
 
 all_ready() { for r in $(seq 0 $(($1 - 1))); do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
 
@@ -250,8 +240,7 @@ case_agent_killed() {
     write_job spin.lua
     salloc_bg -N3
     wait_for 30 "every rank to be running" all_ready 3
-    agent=$(pgrep -f "agent --job $name-[0-9a-f]* --srun" | while read -r p; do
-        tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx SLURMD_NODENAME=n2 && echo "$p"; done)
+    agent=$(agent_on n2)
     [[ -n $agent ]] || fail "cannot find n2's agent"
     kill -KILL $agent
     wait_bg 30
