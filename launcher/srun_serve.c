@@ -385,7 +385,7 @@ void *ds_srun_serve(void *arg) {
         if (!npf || !nslots) break;
 #define ADD(fd_, ev_, role_, i_) (pf[n] = (struct pollfd){.fd = (fd_), .events = (ev_)}, slots[n++] = (slot){(role_), (i_)})
         ADD(st->wake[0], POLLIN, R_WAKE, 0);
-        if (st->listen_fd >= 0 && any_unjoined(st)) ADD(st->listen_fd, POLLIN, R_LISTEN, 0);
+        if (st->listen_fd >= 0) ADD(st->listen_fd, POLLIN, R_LISTEN, 0); /* late strangers are refused */
         if (st->pid > 0 && st->pidfd >= 0) ADD(st->pidfd, POLLIN, R_PIDFD, 0);
         if (st->out_r >= 0) ADD(st->out_r, POLLIN, R_OUT, 0);
         if (st->err_r >= 0) ADD(st->err_r, POLLIN, R_ERR, 0);

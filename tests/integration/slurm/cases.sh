@@ -204,6 +204,37 @@ LUA
     assert_nothing_left
 }
 
+# ---- the link ----
+
+# A connection to the link without the job's token, or that does not speak the
+# protocol, is dropped and reported; the job goes on.
+case_bad_join() {
+    write_job token.lua "[env]" "FLAG_FILE = $job/flag"
+    salloc_bg -N2
+    waiting() { for r in 0 1; do has "$logs/rank-$r.out" "waiting $r" || return 1; done; }
+    wait_for 30 "every rank to be waiting" waiting
+    link=$(sed -n 's/.*agents join at \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/launcher.log")
+    [[ -n $link ]] || fail "launcher.log does not say where agents join"
+    set -- $link
+    # a JOIN frame (type 18, rank 0, payload length) with a wrong token; then no frame at all
+    payload="$(printf 'f%.0s' $(seq 64)) n1 0 1.0"
+    join=$(printf '\\x12\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x%02x%s' ${#payload} "$payload")
+    for bytes in "$join" "GET / HTTP/1.0\r\n\r\n"; do
+        exec {fd}<>/dev/tcp/$1/$2 || fail "cannot reach the link at $1:$2"
+        printf "$bytes" >&$fd
+        timeout 5 cat <&$fd > /dev/null || fail "the link kept a connection that sent: $bytes"
+        exec {fd}>&-
+    done
+    touch "$job/flag"
+    wait_bg 30
+    [[ $rc == 0 ]] || fail "exit status $rc: the job must be unaffected"
+    has "$logs/srun.log" "refused a link from 127.0.0.1:[0-9]*: wrong token" || fail "srun.log lacks the wrong token"
+    has "$logs/srun.log" "refused a link from 127.0.0.1:[0-9]*: not a JOIN" || fail "srun.log lacks the stranger"
+    has "$job/err" "srun link: refused a connection from" || fail "the refusal is not on the terminal"
+    for r in 0 1; do has "$logs/rank-$r.out" "done $r" || fail "rank $r did not finish"; done
+    assert_nothing_left
+}
+
 # ---- stopping ----
 
 # scancel of a batch job: Slurm signals every process of the job; the controller says
