@@ -151,15 +151,34 @@ void ds_kernels_set_threads(int n);
 int ds_kernels_threads(void);
 
 /* The process environment the kernels want (cpu_env.c): OMP_WAIT_POLICY=PASSIVE unless
- * the user set a policy. Call first thing in main: when it sets the policy the program
- * starts itself again (execv of /proc/self/exe) and this call does not return. */
+ * the user set a policy, and OPENBLAS_CORETYPE set to the best core the CPU supports when
+ * OpenBLAS picked a lower one and the user set none. Call first thing in main: when it
+ * changes either, the program starts itself again (execv of /proc/self/exe, once) and
+ * this call does not return. A core it chose is checked at start with a small GEMM
+ * against a reference; if that fails it warns on stderr and starts the program once more
+ * without it. */
 void ds_cpu_env_prepare(char **argv, const char *prog);
+
+/* Why OpenBLAS runs the core it runs. */
+typedef enum ds_blas_reason {
+    DS_BLAS_OPENBLAS, /* OpenBLAS's own choice for this CPU */
+    DS_BLAS_USER,     /* forced by the user's OPENBLAS_CORETYPE */
+    DS_BLAS_IGNORED,  /* OpenBLAS's own choice: it did not take the user's OPENBLAS_CORETYPE */
+    DS_BLAS_DSRUN,    /* chosen by dsrun: OpenBLAS picked a core below the CPU's best */
+    DS_BLAS_FALLBACK, /* OpenBLAS's own choice after dsrun's failed the check at start */
+} ds_blas_reason;
 
 typedef struct ds_blas_info {
     const char *core;     /* the kernels OpenBLAS runs, e.g. Haswell, SkylakeX */
     const char *config;   /* openblas_get_config() */
-    const char *coretype; /* OPENBLAS_CORETYPE when set, else NULL */
+    const char *coretype; /* OPENBLAS_CORETYPE when set (the user's or dsrun's), else NULL */
     int forced;           /* OpenBLAS took OPENBLAS_CORETYPE: the core is the one it names */
+    ds_blas_reason reason;
+    const char *reason_name; /* "openblas", "user", "ignored", "dsrun" or "fallback" */
+    const char *cpu_core;    /* the best core the CPU's flags support; NULL: none known */
+    char openblas_core[32];  /* dsrun, fallback: the core OpenBLAS picked itself */
+    char tried[32];          /* fallback: dsrun's core that failed the check */
+    char why[192];           /* the reason in words, e.g. "forced by the user's ..." */
 } ds_blas_info;
 ds_blas_info ds_blas_describe(void);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas_core.h"
 #include "ds_gpu.h"
 #include "kernels.h"
 #include "rank_device.h"
@@ -19,7 +20,7 @@ static const char *USAGE =
     "  ckpt export|inspect ...      state checkpoints\n"
     "  agent | worker               started by dslaunch, not by hand\n"
     "  --devices                    list CUDA devices\n"
-    "  --blas                       OpenBLAS's build and the kernels it runs (its core)\n"
+    "  --blas                       OpenBLAS's build, the kernels it runs (its core) and why\n"
     "  --version | --help\n";
 
 static int list_gpus(void) {
@@ -62,12 +63,13 @@ static int list_devices(void) {
     return 0;
 }
 
+/* OpenBLAS's build, the core it runs and why, and the best core this CPU supports. */
 static int describe_blas(void) {
     ds_blas_info b = ds_blas_describe();
-    printf("%s\ncore %s", b.config, b.core);
-    if (!b.coretype) printf(" (OpenBLAS's choice for this CPU)\n");
-    else if (b.forced) printf(" (forced by OPENBLAS_CORETYPE)\n");
-    else printf(" (OpenBLAS's choice: it did not take OPENBLAS_CORETYPE=%s)\n", b.coretype);
+    char flags[160];
+    ds_cpu_flags_names(ds_cpu_flags(), flags, sizeof flags);
+    printf("%s\ncore %s (%s)\n", b.config, b.core, b.why);
+    printf("cpu %s (flags: %s)\n", b.cpu_core ? b.cpu_core : "-", flags[0] ? flags : "-");
     return 0;
 }
 

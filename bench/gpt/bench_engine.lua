@@ -90,8 +90,8 @@ local rows = {}
 for _, n in ipairs(names) do rows[#rows + 1] = bench(n) end
 
 local blas = ds.blas()
-print(string.format('dslaunch engine, %d threads, B=%d T=%d, %d steps after %d warm-up; OpenBLAS kernels %s%s',
-  ds.threads(), S.B, S.T, S.steps, S.warmup, blas.core, blas.forced and ' (OPENBLAS_CORETYPE)' or ''))
+print(string.format('dslaunch engine, %d threads, B=%d T=%d, %d steps after %d warm-up; OpenBLAS kernels %s (%s)',
+  ds.threads(), S.B, S.T, S.steps, S.warmup, blas.core, blas.why))
 print(string.format('%-10s %11s %9s %9s %8s %8s %8s %9s %8s %10s', 'model', 'params', 'step ms', 'median',
   'fwd ms', 'bwd ms', 'opt ms', 'tokens/s', 'GFLOP/s', 'peak MiB'))
 for _, r in ipairs(rows) do

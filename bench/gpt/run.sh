@@ -17,10 +17,17 @@ ROUNDS=${ROUNDS:-3}
 # dsrun and bench_kernels set PASSIVE themselves (kernels/cpu/cpu_env.c); the export keeps
 # PyTorch's libgomp under the same policy, unless one is set already.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-# OpenBLAS's kernels (its core) set the GEMM speed of all three peers; they share this
-# environment, so they run the same core. It is printed, not changed: a site may pin one.
-blas_core=$("$build/runtime/dsrun" --blas | sed -n 's/^core //p')
-echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, OpenBLAS core $blas_core, load $(cut -d' ' -f1-3 /proc/loadavg)"
+# OpenBLAS's kernels (its core) set the GEMM speed of all three peers. dsrun and
+# bench_kernels decide the same way which core runs (OpenBLAS's choice, the user's
+# OPENBLAS_CORETYPE, or their own when OpenBLAS picked one below the CPU's:
+# kernels/cpu/cpu_env.c), and the comparison stops if their figures name different cores;
+# PyTorch loads OpenBLAS without that decision, so it is given dsrun's core (and reports the
+# one it ran).
+blas=$("$build/runtime/dsrun" --blas)
+blas_core=$(printf '%s\n' "$blas" | sed -n 's/^core \([A-Za-z0-9_]*\) (.*)$/\1/p')
+blas_why=$(printf '%s\n' "$blas" | sed -n 's/^core [A-Za-z0-9_]* (\(.*\))$/\1/p')
+[ -n "$blas_core" ] || { echo "no core line in dsrun --blas: $blas" >&2; exit 1; }
+echo "threads $THREADS, B=$B, T=$T, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, OpenBLAS core $blas_core ($blas_why), load $(cut -d' ' -f1-3 /proc/loadavg)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 have_torch=0
@@ -40,8 +47,9 @@ for r in $(seq 1 "$ROUNDS"); do
         steps="$STEPS" warmup="$WARMUP" threads="$THREADS" | tee "$d/engine.txt" | grep -v '^{'
     echo "== round $r: PyTorch (bench/gpt/torch_gpt.py)"
     if [ "$have_torch" = 1 ]; then
-        /usr/bin/python3 "$here/torch_gpt.py" --model "$MODEL" --threads "$THREADS" --B "$B" \
-            --T "$T" --steps "$STEPS" --warmup "$WARMUP" | tee "$d/torch.txt" | grep -v '^{'
+        OPENBLAS_CORETYPE="$blas_core" /usr/bin/python3 "$here/torch_gpt.py" --model "$MODEL" \
+            --threads "$THREADS" --B "$B" --T "$T" --steps "$STEPS" --warmup "$WARMUP" |
+            tee "$d/torch.txt" | grep -v '^{'
     else
         echo "python3-torch is not installed: no PyTorch figures" | tee "$d/torch.txt"
     fi
@@ -74,6 +82,11 @@ for r, rows in enumerate(loaded, 1):
         e, s, t = x.get("engine"), x.get("sgemm_step"), x.get("torch_gpt")
         if not e:
             continue
+        for peer, p in (("sgemm", s), ("PyTorch", t)):
+            core = p and p.get("blas_core")  # None: a PyTorch without OpenBLAS
+            if core and core != e["blas_core"]:
+                sys.exit(f"round {r}, {model}: {peer} ran OpenBLAS core {core}, "
+                         f"the engine {e['blas_core']}: not comparable")
         c = {"bench": "gpt_compare_round", "round": r, "model": model, "B": e["B"], "T": e["T"],
              "threads": e["threads"], "blas_core": e["blas_core"],
              "engine_tokens_per_s": round(e["tokens_per_s"], 2),

@@ -13,8 +13,10 @@ Usage: bench/gpt/torch_gpt.py [--model gpt2|small|all] [--threads 2] [--steps 5]
 Runs with Debian's python3-torch (CPU); /usr/bin/python3 is the interpreter that has it.
 """
 import argparse
+import ctypes
 import json
 import math
+import os
 import sys
 import time
 
@@ -146,6 +148,16 @@ def bench(name, cfg, B, T, steps, warmup, threads):
     return row
 
 
+def openblas_core():
+    """The OpenBLAS core (kernels) this process runs, or None if torch did not load OpenBLAS."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return None
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="all", choices=["all", "gpt2", "gpt2-124M", "small"])
@@ -169,7 +181,10 @@ def main():
         print(f"{r['model']:<10} {r['params']:>11} {r['step_ms_best']:>9.1f} "
               f"{r['step_ms_median']:>9.1f} {r['tokens_per_s']:>9.1f} {r['gflop_per_s']:>8.1f} "
               f"{r['loss_first']:>7.3f}->{r['loss_last']:<7.3f}")
+    core = openblas_core()
+    print(f"OpenBLAS kernels: {core or 'none (torch did not load OpenBLAS)'}")
     for r in rows:
+        r["blas_core"] = core
         print(json.dumps(r))
     return 0
 

@@ -388,7 +388,7 @@ int main(int argc, char **argv) {
     }
     ds_kernels_set_threads(threads);
     ds_blas_info blas = ds_blas_describe();
-    printf("OpenBLAS kernels: %s%s\n", blas.core, blas.forced ? " (OPENBLAS_CORETYPE)" : "");
+    printf("OpenBLAS kernels: %s (%s)\n", blas.core, blas.why);
     int gemms = !strcmp(only, "all") || !strcmp(only, "gemm");
     fma_peak peak = {0.0, NULL};
     if (gemms) {

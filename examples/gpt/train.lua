@@ -82,8 +82,11 @@ local lr_at = S.schedule == 'constant' and ds.optim.constant {lr = S.lr}
 print(string.format('GPT: %d layers, %d heads, d %d, vocab %d, context %d: %.3fM parameters; '
   .. 'batch %d x %d, accumulation %d; %d threads', cfg.layers, cfg.heads, cfg.d, cfg.vocab,
   cfg.context, model:num_parameters() / 1e6, S.batch, cfg.context, S.accum, ds.threads()))
-local blas = ds.blas()
-print('OpenBLAS kernels: ' .. blas.core .. (blas.forced and ' (forced by OPENBLAS_CORETYPE)' or ''))
+-- Under a launcher the worker logs its OpenBLAS core at start, once per node.
+if not from_job then
+  local blas = ds.blas()
+  print('OpenBLAS kernels: ' .. blas.core .. ' (' .. blas.why .. ')')
+end
 for _, s in ipairs(model.stages) do
   local i = s:info()
   print(string.format('  stage %-8s %10d params  zero %d  checkpoint %s  precision %s', i.name,

@@ -105,6 +105,10 @@ int dsrun_worker_main(int argc, char **argv) {
         return 1;
     }
     share_cores(&ctx);
+    if (ctx.local_rank == 0) { /* once per node: the core is the node's CPU's */
+        ds_blas_info b = ds_blas_describe();
+        fprintf(stderr, "dsrun worker: OpenBLAS core %s (%s)\n", b.core, b.why);
+    }
     if (connect_store(&ctx, &err) != 0 || ds_rank_open_device(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         return 1;

@@ -57,21 +57,27 @@ static int l_threads(lua_State *L) {
     return 1;
 }
 
-/* ds.blas() -> {core=, config=, coretype=, forced=}: which OpenBLAS kernels the GEMMs run,
- * OPENBLAS_CORETYPE when set, and whether OpenBLAS took it (forced). */
+static void set_string(lua_State *L, const char *key, const char *value) {
+    if (!value) return;
+    lua_pushstring(L, value);
+    lua_setfield(L, -2, key);
+}
+
+/* ds.blas() -> {core=, config=, coretype=, forced=, reason=, why=, cpu_core=,
+ * openblas_core=, tried=}: which OpenBLAS kernels the GEMMs run and why (cpu_env.c). */
 static int l_blas(lua_State *L) {
     ds_blas_info b = ds_blas_describe();
-    lua_createtable(L, 0, 4);
-    lua_pushstring(L, b.core);
-    lua_setfield(L, -2, "core");
-    lua_pushstring(L, b.config);
-    lua_setfield(L, -2, "config");
-    if (b.coretype) {
-        lua_pushstring(L, b.coretype);
-        lua_setfield(L, -2, "coretype");
-    }
+    lua_createtable(L, 0, 9);
+    set_string(L, "core", b.core);
+    set_string(L, "config", b.config);
+    set_string(L, "coretype", b.coretype);
     lua_pushboolean(L, b.forced);
     lua_setfield(L, -2, "forced");
+    set_string(L, "reason", b.reason_name);
+    set_string(L, "why", b.why);
+    set_string(L, "cpu_core", b.cpu_core);
+    set_string(L, "openblas_core", b.openblas_core[0] ? b.openblas_core : NULL);
+    set_string(L, "tried", b.tried[0] ? b.tried : NULL);
     return 1;
 }
 

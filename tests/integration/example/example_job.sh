@@ -34,6 +34,13 @@ if [ -n "${LOSSES_AGAINST:-}" ]; then
     { head -5 "$tmp/diff"; echo "FAIL: the losses differ from $LOSSES_AGAINST"; exit 1; }
   echo "losses equal $LOSSES_AGAINST ($(printf '%s\n' "$losses" | wc -l) lines)"
 fi
+# The log names the OpenBLAS core and why once (one node: its local rank 0's worker), as
+# `dsrun --blas` does; the script itself leaves it to the worker under a launcher.
+core=$("$dsrun" --blas | sed -n 's/^core //p')
+blas=$(grep -aF "OpenBLAS" "$tmp/out" || true)
+[[ $(wc -l <<<"$blas") == 1 && $blas == "["*":0] dsrun worker: OpenBLAS core $core" ]] ||
+  { echo "FAIL: the log's OpenBLAS lines are not one worker line for core $core: $blas"; exit 1; }
+echo "$blas"
 if [ "$precision" = fp16 ]; then
   # Every rank logs the same scale and skip count (an overflow anywhere skips everywhere).
   last=$(grep -E "step +300/300" "$tmp/out" | sed -E 's/.*\| scale/scale/' | sort -u)
