@@ -23,21 +23,14 @@ local staging = {seed = 1, embed = stage(), blocks = stage(), head = stage(),
                  zero_bucket = S.bucket > 0 and S.bucket or nil, zero_prefetch = S.prefetch ~= 0}
 local model = gpt.GPT(cfg, staging)
 local opt = ds.optim.AdamW {model, lr = 1e-4}
-local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 3}
-local b = S.batch // world
-local function rows(x)
-  local y = ds.tensor('int32', b, cfg.context)
-  for i = 1, b * cfg.context do y:set(i, x:get(rank * b * cfg.context + i)) end
-  return y
-end
+-- This rank's rows of the global batch of S.batch rows.
+local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch // world, seed = 3}
 
 -- fp16 steps the loss scaler skipped for overflow (the masters need one that was not)
 local skipped = 0
 local function step(n)
-  local r = model:train_step {step = n, optimizer = opt, clip = 1.0, next_batch = function()
-    local x, y = source:batch(n, 1)
-    return rows(x), rows(y)
-  end}
+  local r = model:train_step {step = n, optimizer = opt, clip = 1.0,
+    next_batch = function() return source:batch(n, 1) end}
   if r.skipped then skipped = skipped + 1 end
   return r
 end

@@ -38,17 +38,9 @@ local staging = {seed = 7, embed = {zero = S.embed or S.zero, precision = S.embe
 local model = gpt.GPT(cfg, staging)
 local opt = S.optim == 'sgd' and ds.optim.SGD {model, lr = S.lr, momentum = 0.9, weight_decay = 0.1}
   or ds.optim.AdamW {model, lr = S.lr, betas = {0.9, 0.95}, weight_decay = 0.1}
-local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 11}
 assert(S.batch % world == 0, 'batch must split evenly over the ranks')
-
--- Rows [rank * b, (rank + 1) * b) of the global batch.
-local function my_rows(x)
-  local T, b = cfg.context, S.batch // world
-  if world == 1 then return x end
-  local y = ds.tensor('int32', b, T)
-  for i = 1, b * T do y:set(i, x:get(rank * b * T + i)) end
-  return y
-end
+-- This rank's rows [rank * b, (rank + 1) * b) of the global batch of S.batch rows.
+local source = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch // world, seed = 11}
 
 local t0 = ds.now()
 local out = rank == 0 and assert(io.open(S.out, 'w'))
@@ -57,10 +49,7 @@ local skipped = {}
 if S.load then first = model:load(S.load, opt).step + 1 end
 for step = first, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
-    next_batch = function(micro)
-      local x, y = source:batch(step, micro)
-      return my_rows(x), my_rows(y)
-    end}
+    next_batch = function(micro) return source:batch(step, micro) end}
   if out then out:write(string.format('loss %d %.9e\ngnorm %d %.9e\n', step, st.loss, step, st.grad_norm)) end
   skipped[step] = st.skipped
   if out and model.scaler then out:write(string.format('scale %d %.9e\nskipped %d %d\n', step, st.loss_scale, step, st.skipped and 1 or 0)) end
