@@ -92,20 +92,21 @@ void ds_cpu_env_prepare(char **argv, const char *prog) {
     if (m.kind == MARK_NONE) {
         unsetenv(MARK); /* a stale mark: the user changed OPENBLAS_CORETYPE since */
         set_core = choose_core();
-    } else if (m.kind == MARK_DSRUN && !set_policy) {
-        check_chosen_core(&m, argv, prog); /* when restarting anyway, the restart checks */
     }
-    if (!set_policy && !set_core) return;
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "%s: re-exec to set%s%s failed (%m); continuing with %s\n", prog,
-            set_policy ? " OMP_WAIT_POLICY=PASSIVE" : "",
-            set_core ? " OPENBLAS_CORETYPE" : "",
-            set_core ? "OpenBLAS's own core choice" : "spinning OpenMP threads (set "
-                                                      "OMP_WAIT_POLICY yourself to silence this)");
-    if (set_core) {
-        unsetenv("OPENBLAS_CORETYPE");
-        unsetenv(MARK);
+    if (set_policy || set_core) {
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "%s: re-exec to set%s%s failed (%m); continuing without (set %s yourself "
+                "to silence this)\n", prog, set_policy ? " OMP_WAIT_POLICY=PASSIVE" : "",
+                set_core ? " OPENBLAS_CORETYPE" : "",
+                set_policy ? "OMP_WAIT_POLICY" : "OPENBLAS_CORETYPE");
+        if (set_core) {
+            unsetenv("OPENBLAS_CORETYPE");
+            unsetenv(MARK);
+        }
     }
+    /* This program runs on with a core dsrun chose (here, before a restart, or in the
+     * program that started this one): it must pass the check first. */
+    if (m.kind == MARK_DSRUN) check_chosen_core(&m, argv, prog);
 }
 
 static const char *const REASON_NAMES[] = {[DS_BLAS_OPENBLAS] = "openblas",
