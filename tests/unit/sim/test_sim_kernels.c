@@ -1,0 +1,419 @@
+/* The simulated device's kernel table against ds_cpu_kernels: every entry, on the same
+ * random inputs, gives the same bits in every buffer (outputs and inputs alike), at
+ * more than one OpenMP thread count; and a launch with a bad pointer (a host pointer,
+ * NULL, a range past its buffer) is reported at the next sync, naming the kernel and
+ * the argument, and stays reported. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "device.h"
+#include "kernel_table.h"
+#include "kernels_testutil.h"
+#include "sim_testutil.h"
+
+/* Shapes: small, but past the kernels' thresholds for going parallel, so the thread
+ * count matters (DS_PAR_MIN elements; the GEMM splits from 4 MFLOP). */
+enum { MN = 64, MC = 256, MOC = 128 };       /* matmul */
+enum { EN = 300007 };                        /* elementwise, dropout, optimizer, sums */
+enum { LN = 130, LC = 2050 };                /* layernorm */
+enum { BN = 64, BC = 4100, BV = 50 };        /* embedding */
+enum { AB = 2, AT = 64, AC = 64, ANH = 4 };  /* attention */
+enum { XN = 64, XV = 5000 };                 /* cross-entropy */
+#define ATT (AB * ANH * AT * AT)
+#define QKV (AB * AT * 3 * AC)
+#define ACT (AB * AT * AC)
+
+typedef enum { NONE, F32, I32, U16, F64 } btype;
+typedef enum { RAND, POS, IDS, TARGETS, HALF } binit;
+
+typedef struct buf {
+    btype t;
+    size_t n;
+    binit init; /* RAND: U(-1,1); POS: U(0.1,1); IDS: [0,max); TARGETS: [-1,max); HALF:
+                   16-bit values of U(-1,1) in the case's format */
+    int max;
+} buf;
+
+typedef void (*call_fn)(const ds_kernel_table *k, void **b, ds_half h);
+
+typedef struct kcase {
+    const char *name;
+    size_t slot; /* offsetof the entry in ds_kernel_table */
+    ds_half h;
+    call_fn call;
+    buf b[8];
+} kcase;
+
+static const ds_rng_key KEY = {0x5EEDull << 20 | 77, 3, 7, 1, 12345};
+
+#define B_F32(n) {F32, (n), RAND, 0}
+#define B_POS(n) {F32, (n), POS, 0}
+#define B_U16(n) {U16, (n), HALF, 0}
+#define B_F64 {F64, 1, RAND, 0}
+#define B_NONE {NONE, 0, RAND, 0}
+
+static void c_matmul_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->matmul_forward(b[0], b[1], b[2], b[3], MN, MC, MOC);
+}
+static void c_matmul_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->matmul_backward(b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC);
+}
+static void c_add_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->add_forward(b[0], b[1], b[2], EN);
+}
+static void c_accumulate(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->accumulate(b[0], b[1], EN);
+}
+static void c_scale(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->scale(b[0], 0.37f, EN);
+}
+static void c_gelu_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->gelu_forward(b[0], b[1], EN);
+}
+static void c_gelu_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->gelu_backward(b[0], b[1], b[2], EN);
+}
+static void c_layernorm_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->layernorm_forward(b[0], b[1], b[2], b[3], b[4], b[5], LN, LC, 1e-5f);
+}
+static void c_layernorm_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->layernorm_backward(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC);
+}
+static void c_embedding_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->embedding_forward(b[0], b[1], b[2], BN, BC);
+}
+static void c_embedding_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->embedding_backward(b[0], b[1], b[2], BN, BC);
+}
+static void c_attention_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_forward(b[0], b[1], b[2], AB, AT, AC, ANH);
+}
+static void c_attention_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_backward(b[0], b[1], b[2], b[3], b[4], AB, AT, AC, ANH);
+}
+static void c_attention_forward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_forward_dropout(b[0], b[1], b[2], AB, AT, AC, ANH, 0.1f, KEY);
+}
+static void c_attention_backward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_backward_dropout(b[0], b[1], b[2], b[3], b[4], AB, AT, AC, ANH, 0.1f, KEY);
+}
+static void c_crossentropy_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->crossentropy_forward(b[0], b[1], b[2], XN, XV, b[3]);
+}
+static void c_crossentropy_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->crossentropy_backward(b[0], b[1], b[2], 1.0f / XN, XN, XV);
+}
+static void c_crossentropy_forward_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->crossentropy_forward_backward(b[0], b[1], b[2], b[3], 1.0f / XN, XN, XV, b[4]);
+}
+static void c_crossentropy_in_place(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h; /* dlogits is the logits buffer */
+    k->crossentropy_forward_backward(b[0], b[1], b[1], b[2], 1.0f / XN, XN, XV, b[3]);
+}
+static void c_dropout_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->dropout_forward(b[0], b[1], EN, 0.2f, KEY);
+}
+static void c_dropout_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->dropout_backward(b[0], b[1], EN, 0.2f, KEY);
+}
+static void c_adamw_update(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->adamw_update(b[0], b[1], b[2], b[3], EN, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+}
+static void c_adamw_update_scaled(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->adamw_update_scaled(b[0], b[1], 0.5f, b[2], b[3], EN, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+}
+static void c_sgd_update(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->sgd_update(b[0], b[1], b[2], EN, 0.01f, b[2] ? 0.9f : 0.0f, 0.01f);
+}
+static void c_sumsq(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->sumsq(b[0], EN, b[1]);
+}
+static void c_half_from_f32(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_from_f32(h, b[0], b[1], EN);
+}
+static void c_half_to_f32(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_to_f32(h, b[0], b[1], EN);
+}
+static void c_half_acc_f32(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_acc_f32(h, b[0], b[1], EN);
+}
+static void c_half_add(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_add(h, b[0], b[1], b[2], EN);
+}
+static void c_half_scale(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_scale(h, b[0], 0.7f, EN);
+}
+static void c_half_sumsq(const ds_kernel_table *k, void **b, ds_half h) {
+    k->half_sumsq(h, b[0], EN, b[1]);
+}
+static void c_adamw_update_half(const ds_kernel_table *k, void **b, ds_half h) {
+    k->adamw_update_half(h, b[0], b[1], 0.25f, b[2], b[3], b[4], EN, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                         0.1f, 3);
+}
+static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
+    k->sgd_update_half(h, b[0], b[1], 0.25f, b[2], b[3], EN, 0.01f, b[3] ? 0.9f : 0.0f, 0.01f);
+}
+
+#define SLOT(entry) offsetof(ds_kernel_table, entry)
+#define HALF_CASES(h)                                                                          \
+    {"half_from_f32", SLOT(half_from_f32), h, c_half_from_f32, {B_U16(EN), B_F32(EN)}},        \
+    {"half_to_f32", SLOT(half_to_f32), h, c_half_to_f32, {B_F32(EN), B_U16(EN)}},              \
+    {"half_acc_f32", SLOT(half_acc_f32), h, c_half_acc_f32, {B_U16(EN), B_F32(EN)}},           \
+    {"half_add", SLOT(half_add), h, c_half_add, {B_U16(EN), B_U16(EN), B_U16(EN)}},            \
+    {"half_scale", SLOT(half_scale), h, c_half_scale, {B_U16(EN)}},                            \
+    {"half_sumsq", SLOT(half_sumsq), h, c_half_sumsq, {B_U16(EN), B_F64}},                     \
+    {"adamw_update_half", SLOT(adamw_update_half), h, c_adamw_update_half,                     \
+     {B_U16(EN), B_U16(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},                                 \
+    {"sgd_update_half", SLOT(sgd_update_half), h, c_sgd_update_half,                           \
+     {B_U16(EN), B_U16(EN), B_F32(EN), B_F32(EN)}},                                            \
+    {"sgd_update_half (no momentum)", SLOT(sgd_update_half), h, c_sgd_update_half,             \
+     {B_U16(EN), B_U16(EN), B_F32(EN), B_NONE}}
+
+static const kcase CASES[] = {
+    {"matmul_forward", SLOT(matmul_forward), 0, c_matmul_forward,
+     {B_F32(MN * MOC), B_F32(MN * MC), B_F32(MOC * MC), B_F32(MOC)}},
+    {"matmul_forward (no bias)", SLOT(matmul_forward), 0, c_matmul_forward,
+     {B_F32(MN * MOC), B_F32(MN * MC), B_F32(MOC * MC), B_NONE}},
+    {"matmul_backward", SLOT(matmul_backward), 0, c_matmul_backward,
+     {B_F32(MN * MC), B_F32(MOC * MC), B_F32(MOC), B_F32(MN * MOC), B_F32(MN * MC),
+      B_F32(MOC * MC)}},
+    {"matmul_backward (dinp only)", SLOT(matmul_backward), 0, c_matmul_backward,
+     {B_F32(MN * MC), B_NONE, B_NONE, B_F32(MN * MOC), B_NONE, B_F32(MOC * MC)}},
+    {"add_forward", SLOT(add_forward), 0, c_add_forward, {B_F32(EN), B_F32(EN), B_F32(EN)}},
+    {"accumulate", SLOT(accumulate), 0, c_accumulate, {B_F32(EN), B_F32(EN)}},
+    {"scale", SLOT(scale), 0, c_scale, {B_F32(EN)}},
+    {"gelu_forward", SLOT(gelu_forward), 0, c_gelu_forward, {B_F32(EN), B_F32(EN)}},
+    {"gelu_backward", SLOT(gelu_backward), 0, c_gelu_backward,
+     {B_F32(EN), B_F32(EN), B_F32(EN)}},
+    {"layernorm_forward", SLOT(layernorm_forward), 0, c_layernorm_forward,
+     {B_F32(LN * LC), B_F32(LN), B_F32(LN), B_F32(LN * LC), B_F32(LC), B_F32(LC)}},
+    {"layernorm_backward", SLOT(layernorm_backward), 0, c_layernorm_backward,
+     {B_F32(LN * LC), B_F32(LC), B_F32(LC), B_F32(LN * LC), B_F32(LN * LC), B_F32(LC),
+      B_F32(LN), B_POS(LN)}},
+    {"embedding_forward", SLOT(embedding_forward), 0, c_embedding_forward,
+     {B_F32(BN * BC), {I32, BN, IDS, BV}, B_F32(BV * BC)}},
+    {"embedding_backward", SLOT(embedding_backward), 0, c_embedding_backward,
+     {B_F32(BV * BC), B_F32(BN * BC), {I32, BN, IDS, BV}}},
+    {"attention_forward", SLOT(attention_forward), 0, c_attention_forward,
+     {B_F32(ACT), B_F32(ATT), B_F32(QKV)}},
+    {"attention_backward", SLOT(attention_backward), 0, c_attention_backward,
+     {B_F32(QKV), B_F32(ATT), B_F32(ACT), B_F32(QKV), B_POS(ATT)}},
+    {"attention_forward_dropout", SLOT(attention_forward_dropout), 0,
+     c_attention_forward_dropout, {B_F32(ACT), B_F32(ATT), B_F32(QKV)}},
+    {"attention_backward_dropout", SLOT(attention_backward_dropout), 0,
+     c_attention_backward_dropout, {B_F32(QKV), B_F32(ATT), B_F32(ACT), B_F32(QKV), B_POS(ATT)}},
+    {"crossentropy_forward", SLOT(crossentropy_forward), 0, c_crossentropy_forward,
+     {B_F32(XN), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
+    {"crossentropy_backward", SLOT(crossentropy_backward), 0, c_crossentropy_backward,
+     {B_F32(XN * XV), B_F32(XN * XV), {I32, XN, TARGETS, XV}}},
+    {"crossentropy_forward_backward", SLOT(crossentropy_forward_backward), 0,
+     c_crossentropy_forward_backward,
+     {B_F32(XN), B_F32(XN * XV), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
+    {"crossentropy_forward_backward (in place)", SLOT(crossentropy_forward_backward), 0,
+     c_crossentropy_in_place, {B_F32(XN), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
+    {"dropout_forward", SLOT(dropout_forward), 0, c_dropout_forward, {B_F32(EN), B_F32(EN)}},
+    {"dropout_backward", SLOT(dropout_backward), 0, c_dropout_backward, {B_F32(EN), B_F32(EN)}},
+    {"adamw_update", SLOT(adamw_update), 0, c_adamw_update,
+     {B_F32(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},
+    {"adamw_update_scaled", SLOT(adamw_update_scaled), 0, c_adamw_update_scaled,
+     {B_F32(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},
+    {"sgd_update", SLOT(sgd_update), 0, c_sgd_update, {B_F32(EN), B_F32(EN), B_F32(EN)}},
+    {"sgd_update (no momentum)", SLOT(sgd_update), 0, c_sgd_update,
+     {B_F32(EN), B_F32(EN), B_NONE}},
+    {"sumsq", SLOT(sumsq), 0, c_sumsq, {B_F32(EN), B_F64}},
+    HALF_CASES(DS_HALF_BF16),
+    HALF_CASES(DS_HALF_F16),
+};
+#define NCASES (sizeof CASES / sizeof CASES[0])
+#define NSLOTS (sizeof(ds_kernel_table) / sizeof(void (*)(void)))
+
+static size_t elem_size(btype t) {
+    static const size_t size[] = {0, 4, 4, 2, 8};
+    return size[t];
+}
+
+static void *fill(const buf *b, ds_half h) {
+    size_t n = b->n;
+    void *p = malloc(n * elem_size(b->t));
+    float *f = b->t == U16 ? malloc(n * sizeof *f) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        double u = tu_uniform();
+        switch (b->t) {
+        case F32: ((float *)p)[i] = b->init == POS ? (float)(0.1 + 0.9 * u) : (float)(2 * u - 1);
+            break;
+        case F64: ((double *)p)[i] = 2 * u - 1; break;
+        case I32: ((int32_t *)p)[i] = (int32_t)(u * (b->max + (b->init == TARGETS))) -
+                                      (b->init == TARGETS); break;
+        case U16: f[i] = (float)(2 * u - 1); break;
+        case NONE: break;
+        }
+    }
+    if (f) ds_half_from_f32(h, p, f, n);
+    free(f);
+    return p;
+}
+
+/* Runs one case on the host (ds_cpu_kernels) and on d; every buffer must match. */
+static void run_case(ds_device *d, const kcase *c) {
+    void *host[8] = {0}, *dev[8] = {0};
+    size_t bytes[8] = {0};
+    for (int i = 0; i < 8; i++) {
+        if (c->b[i].t == NONE) continue;
+        bytes[i] = c->b[i].n * elem_size(c->b[i].t);
+        host[i] = fill(&c->b[i], c->h);
+        dev[i] = dev_alloc(d, bytes[i]);
+        dev_put(d, dev[i], host[i], bytes[i]);
+    }
+    c->call(&ds_cpu_kernels, host, c->h);
+    c->call(d->k, dev, c->h);
+    for (int i = 0; i < 8; i++) {
+        if (!host[i]) continue;
+        unsigned char *back = malloc(bytes[i]);
+        dev_get(d, back, dev[i], bytes[i]);
+        if (memcmp(back, host[i], bytes[i]) != 0) {
+            size_t k = 0;
+            while (((unsigned char *)host[i])[k] == back[k]) k++;
+            fprintf(stderr, "%s (%s): buffer %d differs from the CPU's at byte %zu of %zu\n",
+                    c->name, c->h == DS_HALF_F16 ? "fp16" : "bf16", i, k, bytes[i]);
+            fail();
+        }
+        free(back);
+        free(host[i]);
+        d->ops->free(d, dev[i], bytes[i]);
+    }
+}
+
+/* Every entry of the table has a case, and the simulator fills every entry. */
+static void test_every_entry_covered(void **state) {
+    (void)state;
+    int covered[NSLOTS] = {0};
+    for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
+    ds_device *d = open_sim("256MiB", NULL);
+    for (size_t s = 0; s < NSLOTS; s++) {
+        void (*entry)(void);
+        memcpy(&entry, (const char *)d->k + s * sizeof entry, sizeof entry);
+        if (!covered[s] || !entry) fprintf(stderr, "table slot %zu: no case or no entry\n", s);
+        assert_true(covered[s] && entry != NULL);
+    }
+    d->ops->close(d);
+}
+
+static void table_at_threads(int threads) {
+    ds_kernels_set_threads(threads);
+    ds_device *d = open_sim("256MiB", NULL);
+    tu_seed(1000 + (uint64_t)threads);
+    for (size_t i = 0; i < NCASES; i++) run_case(d, &CASES[i]);
+    dev_sync_ok(d);
+    ds_device_mem m;
+    d->ops->mem_info(d, &m);
+    assert_int_equal(m.in_use, 0);
+    d->ops->close(d);
+    ds_kernels_set_threads(0);
+}
+
+static void test_table_matches_cpu_1_thread(void **state) {
+    (void)state;
+    table_at_threads(1);
+}
+
+static void test_table_matches_cpu_3_threads(void **state) {
+    (void)state;
+    table_at_threads(3);
+}
+
+/* A kernel's result is what to_host reads right after the launch (no sync between),
+ * even when the stream runs late. */
+static void test_to_host_after_kernel(void **state) {
+    (void)state;
+    ds_device *d = open_sim("64MiB", "3000");
+    float x[257], back[257];
+    for (int i = 0; i < 257; i++) x[i] = (float)i;
+    float *dx = dev_alloc(d, sizeof x);
+    dev_put(d, dx, x, sizeof x);
+    for (int r = 0; r < 5; r++) {
+        d->k->scale(dx, 3.0f, 257);
+        dev_get(d, back, dx, sizeof back);
+        for (int i = 0; i < 257; i++) x[i] *= 3.0f;
+        assert_memory_equal(back, x, sizeof x);
+    }
+    d->ops->free(d, dx, sizeof x);
+    d->ops->close(d);
+}
+
+/* A host pointer given to a kernel: the next waiting call says which kernel and which
+ * argument; every later one says it again; the first error is the one kept. */
+static void test_host_pointer_is_sticky_error(void **state) {
+    (void)state;
+    ds_device *d = open_sim("64MiB", NULL);
+    float host[100] = {0}, back[100];
+    float *x = dev_alloc(d, sizeof host);
+    d->k->accumulate(x, host, 100);
+    d->k->scale(NULL, 1.0f, 100); /* a second bad launch: not the error reported */
+    expect_sync_error(d, "kernel accumulate: argument src: ");
+    expect_sync_error(d, "is not device memory (a host pointer?");
+    ds_err err = {{0}};
+    assert_int_equal(d->ops->to_host(d, back, x, sizeof back, &err), -1);
+    assert_non_null(strstr(err.msg, "kernel accumulate: argument src"));
+    d->ops->close(d);
+}
+
+static void test_null_argument_reported(void **state) {
+    (void)state;
+    ds_device *d = open_sim("64MiB", NULL);
+    float *x = dev_alloc(d, 400);
+    d->k->accumulate(NULL, x, 100);
+    expect_sync_error(d, "kernel accumulate: argument dst: NULL");
+    d->ops->close(d);
+}
+
+/* A shape larger than the buffer: caught before the kernel writes past it. */
+static void test_range_past_buffer_reported(void **state) {
+    (void)state;
+    ds_device *d = open_sim("64MiB", NULL);
+    float *a = dev_alloc(d, 400), *b = dev_alloc(d, 404), *out = dev_alloc(d, 404);
+    d->k->add_forward(out, a, b, 101);
+    expect_sync_error(d, "kernel add_forward: argument a: ");
+    expect_sync_error(d, "+404 bytes) runs past the end of its allocation (400 bytes");
+    d->ops->close(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_entry_covered),
+        cmocka_unit_test(test_table_matches_cpu_1_thread),
+        cmocka_unit_test(test_table_matches_cpu_3_threads),
+        cmocka_unit_test(test_to_host_after_kernel),
+        cmocka_unit_test(test_host_pointer_is_sticky_error),
+        cmocka_unit_test(test_null_argument_reported),
+        cmocka_unit_test(test_range_past_buffer_reported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
