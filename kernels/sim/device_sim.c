@@ -75,7 +75,7 @@ typedef struct reclaim_work {
 static int run_reclaim(sim_work *w, sim_stream *s, ds_err *err) {
     reclaim_work *r = (reclaim_work *)w;
     sim_dev *g = s->dev;
-    memset(g->alias + r->off, 0xff, r->asked);
+    sim_fill_freed(g, r->off, r->asked);
     pthread_mutex_lock(&g->lock);
     sim_asan_freed(g, r->off, r->span);
     int rc = ds_pool_reclaim(g->pool, r->off);
@@ -124,12 +124,9 @@ static void *sim_alloc(ds_device *d, size_t bytes, ds_err *err) {
         ds_pool_stats_get(g->pool, &st);
         pthread_mutex_unlock(&g->lock);
         /* frees still queued on the compute stream may make room: wait for them once
-         * (not from the compute stream's own work, which would wait for itself) */
+         * (not from work running on a stream, which could be waiting for itself) */
         if (waited || !st.retired || sim_stream_self()) return oom(g, bytes, err);
-        pthread_mutex_lock(&g->compute->lock);
-        uint64_t seq = g->compute->queued;
-        pthread_mutex_unlock(&g->compute->lock);
-        sim_wait_seq(g->compute, seq);
+        sim_wait_seq(g->compute, sim_queued(g->compute));
     }
     /* pages never handed out are still the memfd's zeros */
     size_t zero = off + bytes < g->touched ? bytes : g->touched > off ? g->touched - off : 0;
@@ -234,9 +231,7 @@ static int transfer(sim_dev *g, const char *op, void *host, const void *dev, siz
         seq = to_host ? queue_copy(g->compute, host, a, bytes)
                       : queue_copy(g->compute, a, host, bytes);
     } else {
-        pthread_mutex_lock(&g->compute->lock);
-        seq = g->compute->queued;
-        pthread_mutex_unlock(&g->compute->lock);
+        seq = sim_queued(g->compute);
     }
     sim_wait_seq(g->compute, seq);
     return sim_check_failed(g, err);

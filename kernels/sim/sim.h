@@ -91,6 +91,10 @@ int sim_in_region(const sim_dev *g, const void *p);
  * live (allocated and not freed); bytes 0: p may also be its end. NULL with why (a
  * sentence about p, for the caller's message) otherwise. */
 void *sim_translate(sim_dev *g, const void *p, size_t bytes, char *why, size_t why_len);
+/* Fills the freed range with 0xff bytes (NaN as floats), on the pages that hold data:
+ * pages never written stay unallocated (they read as zeros, and touching them would
+ * cost memory and time for nothing). */
+void sim_fill_freed(sim_dev *g, size_t off, size_t bytes);
 /* ASan's view of the alias (no-ops in builds without it): allocations addressable,
  * redzones and free blocks poisoned, so a kernel that overruns its buffer or reads freed
  * memory through the alias is reported. Call with g->lock held. */
@@ -108,6 +112,8 @@ uint64_t sim_enqueue(sim_stream *s, sim_work *w);
 /* A work item that only reports msg as the asynchronous error when the stream reaches it:
  * an invalid launch fails in its place in the stream order. */
 void sim_enqueue_error(sim_stream *s, const char *msg);
+/* How many items s has been given so far: the point a wait for "all queued" targets. */
+uint64_t sim_queued(sim_stream *s);
 /* The host waits until s has run seq items. */
 void sim_wait_seq(sim_stream *s, uint64_t seq);
 /* The host waits until every stream has run what was queued on it before the call. */

@@ -131,6 +131,25 @@ void *sim_translate(sim_dev *g, const void *p, size_t bytes, char *why, size_t w
     return g->alias + off;
 }
 
+void sim_fill_freed(sim_dev *g, size_t off, size_t bytes) {
+    enum { CHUNK = 256 }; /* pages asked about per mincore call */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), end = off + bytes;
+    unsigned char resident[CHUNK];
+    for (size_t p0 = off / page * page; p0 < end; p0 += CHUNK * page) {
+        size_t span = end - p0 < CHUNK * page ? end - p0 : CHUNK * page;
+        if (mincore(g->alias + p0, span, resident) != 0) { /* cannot tell: fill it all */
+            memset(resident, 1, sizeof resident);
+        }
+        for (size_t i = 0; i * page < span; i++) {
+            if (!(resident[i] & 1)) continue;
+            size_t lo = p0 + i * page, hi = lo + page;
+            lo = lo < off ? off : lo;
+            hi = hi > end ? end : hi;
+            memset(g->alias + lo, 0xff, hi - lo);
+        }
+    }
+}
+
 #ifdef SIM_ASAN
 void sim_asan_allocated(sim_dev *g, size_t off, size_t asked, size_t span) {
     ASAN_UNPOISON_MEMORY_REGION(g->alias + off, asked);

@@ -138,6 +138,14 @@ void sim_streams_free(sim_dev *g) {
 uint64_t sim_enqueue(sim_stream *s, sim_work *w) {
     w->next = NULL;
     pthread_mutex_lock(&s->lock);
+    if (s->stop) { /* a freed stream: the work is dropped, and nothing waits for it */
+        uint64_t seq = ++s->queued;
+        s->done++;
+        pthread_mutex_unlock(&s->lock);
+        free(w);
+        sim_fail(s->dev, "work queued on stream %d after stream_free", s->index);
+        return seq;
+    }
     if (s->tail) s->tail->next = w;
     else s->head = w;
     s->tail = w;
@@ -169,6 +177,13 @@ void sim_enqueue_error(sim_stream *s, const char *msg) {
     sim_enqueue(s, &e->w);
 }
 
+uint64_t sim_queued(sim_stream *s) {
+    pthread_mutex_lock(&s->lock);
+    uint64_t seq = s->queued;
+    pthread_mutex_unlock(&s->lock);
+    return seq;
+}
+
 void sim_wait_seq(sim_stream *s, uint64_t seq) {
     pthread_mutex_lock(&s->lock);
     while (s->done < seq) pthread_cond_wait(&s->cond, &s->lock);
@@ -180,12 +195,7 @@ void sim_wait_all(sim_dev *g) {
     pthread_mutex_lock(&g->lock);
     sim_stream *first = g->streams;
     pthread_mutex_unlock(&g->lock);
-    for (sim_stream *s = first; s; s = s->next) {
-        pthread_mutex_lock(&s->lock);
-        uint64_t seq = s->queued;
-        pthread_mutex_unlock(&s->lock);
-        sim_wait_seq(s, seq);
-    }
+    for (sim_stream *s = first; s; s = s->next) sim_wait_seq(s, sim_queued(s));
 }
 
 void sim_event_record(sim_event *e, sim_stream *s) {
