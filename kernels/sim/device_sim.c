@@ -8,8 +8,9 @@
  * The memory is a sub-allocator (device_pool.h) over one region (sim_region.c). A free
  * retires the block at once and queues its reclaim on the compute stream, so the block
  * is handed out again only after the work queued before the free has run; the reclaim
- * fills the freed bytes with 0xff (NaN as floats), so work that reads a buffer after
- * its free (on another stream, unordered) sees NaNs instead of plausible old values.
+ * fills the freed bytes with 0xff (NaN as floats) where they hold data, so work that
+ * reads a buffer after its free (on another stream, unordered) sees NaNs or zeros
+ * instead of plausible old values.
  * Allocations are zeroed on the compute stream, in order with kernels. */
 #include <errno.h>
 #include <inttypes.h>
