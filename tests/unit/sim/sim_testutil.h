@@ -111,4 +111,14 @@ static inline int gate_fn(void *arg, ds_err *err) {
     return 0;
 }
 
+/* launch_host function: keeps its stream busy for 30 ms, then sets *arg (an int) when
+ * given one: work that is still running when the host moves on. */
+static inline int slow_fn(void *arg, ds_err *err) {
+    (void)err;
+    struct timespec ts = {0, 30 * 1000000L};
+    nanosleep(&ts, NULL);
+    if (arg) *(int *)arg = 1;
+    return 0;
+}
+
 #endif

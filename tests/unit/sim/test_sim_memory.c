@@ -171,13 +171,6 @@ static void test_freed_memory_reads_as_nan(void **state) {
     d->ops->close(d);
 }
 
-static int slow_fn(void *arg, ds_err *err) {
-    (void)arg, (void)err;
-    struct timespec ts = {0, 50 * 1000000L};
-    nanosleep(&ts, NULL);
-    return 0;
-}
-
 /* An allocation that fits only once the queued frees have run waits for them. */
 static void test_alloc_waits_for_queued_frees(void **state) {
     (void)state;
