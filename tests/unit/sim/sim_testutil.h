@@ -13,6 +13,11 @@
 
 #include "device.h"
 
+/* The device open_sim opened and close_sim has not closed: a test that fails midway
+ * leaves it open, and close_left_open (every test's teardown) closes it, so the next
+ * test can open its own (one sim device per process). */
+static ds_device *g_sim_open;
+
 /* Opens sim with DS_SIM_MEMORY = memory and DS_SIM_DELAY = delay (NULL: unset). */
 static inline ds_device *open_sim(const char *memory, const char *delay) {
     ds_err err = {{0}};
@@ -23,7 +28,18 @@ static inline ds_device *open_sim(const char *memory, const char *delay) {
     ds_device *d = ds_device_sim_open(&err);
     if (!d) fprintf(stderr, "open sim: %s\n", err.msg);
     assert_non_null(d);
-    return d;
+    return g_sim_open = d;
+}
+
+static inline void close_sim(ds_device *d) {
+    d->ops->close(d);
+    g_sim_open = NULL;
+}
+
+static inline int close_left_open(void **state) {
+    (void)state;
+    if (g_sim_open) close_sim(g_sim_open);
+    return 0;
 }
 
 static inline void *dev_alloc(ds_device *d, size_t bytes) {

@@ -323,7 +323,7 @@ static void test_every_entry_covered(void **state) {
         if (!covered[s] || !entry) fprintf(stderr, "table slot %zu: no case or no entry\n", s);
         assert_true(covered[s] && entry != NULL);
     }
-    d->ops->close(d);
+    close_sim(d);
 }
 
 static void table_at_threads(int threads) {
@@ -335,7 +335,7 @@ static void table_at_threads(int threads) {
     ds_device_mem m;
     d->ops->mem_info(d, &m);
     assert_int_equal(m.in_use, 0);
-    d->ops->close(d);
+    close_sim(d);
     ds_kernels_set_threads(0);
 }
 
@@ -365,7 +365,7 @@ static void test_to_host_after_kernel(void **state) {
         assert_memory_equal(back, x, sizeof x);
     }
     d->ops->free(d, dx, sizeof x);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 /* A host pointer given to a kernel: the next waiting call says which kernel and which
@@ -382,7 +382,7 @@ static void test_host_pointer_is_sticky_error(void **state) {
     ds_err err = {{0}};
     assert_int_equal(d->ops->to_host(d, back, x, sizeof back, &err), -1);
     assert_non_null(strstr(err.msg, "kernel accumulate: argument src"));
-    d->ops->close(d);
+    close_sim(d);
 }
 
 static void test_null_argument_reported(void **state) {
@@ -391,7 +391,7 @@ static void test_null_argument_reported(void **state) {
     float *x = dev_alloc(d, 400);
     d->k->accumulate(NULL, x, 100);
     expect_sync_error(d, "kernel accumulate: argument dst: NULL");
-    d->ops->close(d);
+    close_sim(d);
 }
 
 /* A shape larger than the buffer: caught before the kernel writes past it. */
@@ -402,18 +402,18 @@ static void test_range_past_buffer_reported(void **state) {
     d->k->add_forward(out, a, b, 101);
     expect_sync_error(d, "kernel add_forward: argument a: ");
     expect_sync_error(d, "+404 bytes) runs past the end of its allocation (400 bytes");
-    d->ops->close(d);
+    close_sim(d);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_entry_covered),
-        cmocka_unit_test(test_table_matches_cpu_1_thread),
-        cmocka_unit_test(test_table_matches_cpu_3_threads),
-        cmocka_unit_test(test_to_host_after_kernel),
-        cmocka_unit_test(test_host_pointer_is_sticky_error),
-        cmocka_unit_test(test_null_argument_reported),
-        cmocka_unit_test(test_range_past_buffer_reported),
+        cmocka_unit_test_teardown(test_every_entry_covered, close_left_open),
+        cmocka_unit_test_teardown(test_table_matches_cpu_1_thread, close_left_open),
+        cmocka_unit_test_teardown(test_table_matches_cpu_3_threads, close_left_open),
+        cmocka_unit_test_teardown(test_to_host_after_kernel, close_left_open),
+        cmocka_unit_test_teardown(test_host_pointer_is_sticky_error, close_left_open),
+        cmocka_unit_test_teardown(test_null_argument_reported, close_left_open),
+        cmocka_unit_test_teardown(test_range_past_buffer_reported, close_left_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

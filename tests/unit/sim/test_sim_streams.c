@@ -76,7 +76,7 @@ static void test_event_orders_two_streams(void **state) {
     d->ops->free(d, ones, sizeof one);
     dev_sync_ok(d);
     latch_destroy(&gate), latch_destroy(&r.ran);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 typedef struct adder {
@@ -125,7 +125,7 @@ static void test_ping_pong_under_delay(void **state) {
         d->ops->event_free(d, to_compute);
         d->ops->stream_free(d, s2);
         d->ops->free(d, dx, sizeof x);
-        d->ops->close(d);
+        close_sim(d);
     }
     unsetenv("DS_SIM_SEED");
     assert_int_equal(wrong, WAITS_ORDER ? 0 : 3);
@@ -174,7 +174,7 @@ static void test_launch_host_in_order(void **state) {
     }
     d->ops->stream_free(d, s2);
     d->ops->free(d, dx, sizeof x);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 /* sync waits for every stream, not only the compute stream; stream_free runs what its
@@ -192,7 +192,7 @@ static void test_sync_waits_for_every_stream(void **state) {
     d->ops->stream_free(d, s3);
     assert_int_equal(done3, 1);
     d->ops->stream_free(d, s2);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 /* event_done says whether the stream has reached the event; event_sync waits for it. */
@@ -214,7 +214,7 @@ static void test_event_done_and_sync(void **state) {
     d->ops->event_free(d, e);
     d->ops->event_free(d, never);
     latch_destroy(&gate);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 static int fail_fn(void *arg, ds_err *err) {
@@ -236,7 +236,7 @@ static void test_launch_host_failure_is_sticky(void **state) {
     expect_sync_error(d, "allreduce: peer 3 lost");
     d->ops->stream_free(d, s2);
     d->ops->event_free(d, e);
-    d->ops->close(d);
+    close_sim(d);
 }
 
 typedef struct nested {
@@ -262,18 +262,18 @@ static void test_wait_from_a_stream_refused(void **state) {
     dev_sync_ok(d);
     assert_int_equal(n.rc, -1);
     assert_non_null(strstr(n.err.msg, "called from work running on a stream"));
-    d->ops->close(d);
+    close_sim(d);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_event_orders_two_streams),
-        cmocka_unit_test(test_ping_pong_under_delay),
-        cmocka_unit_test(test_launch_host_in_order),
-        cmocka_unit_test(test_sync_waits_for_every_stream),
-        cmocka_unit_test(test_event_done_and_sync),
-        cmocka_unit_test(test_launch_host_failure_is_sticky),
-        cmocka_unit_test(test_wait_from_a_stream_refused),
+        cmocka_unit_test_teardown(test_event_orders_two_streams, close_left_open),
+        cmocka_unit_test_teardown(test_ping_pong_under_delay, close_left_open),
+        cmocka_unit_test_teardown(test_launch_host_in_order, close_left_open),
+        cmocka_unit_test_teardown(test_sync_waits_for_every_stream, close_left_open),
+        cmocka_unit_test_teardown(test_event_done_and_sync, close_left_open),
+        cmocka_unit_test_teardown(test_launch_host_failure_is_sticky, close_left_open),
+        cmocka_unit_test_teardown(test_wait_from_a_stream_refused, close_left_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
