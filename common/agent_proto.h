@@ -9,7 +9,9 @@
  * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
  * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
  * worker, STDOUT/STDERR chunks, EXIT (payload: "exit N" or "signal N") per worker, ERROR
- * (a message) when the node cannot run, BYE just before it exits.
+ * (a message) when the node cannot run, BYE just before it exits, METRICS chunks: what a
+ * worker wrote to its metrics pipe (DS_METRICS_FD), one JSON object per line, assembled
+ * into lines by the controller like output (launcher/metrics.h).
  *
  * Started by srun (docs/slurm.md), an agent shares its stdin with every agent of the
  * step: there stdin carries only CONFIG link= and token= frames and GO; the agent
@@ -39,6 +41,7 @@ enum {
     DS_FRAME_BYE = 16,
     DS_FRAME_SIGNAL = 17,
     DS_FRAME_JOIN = 18,
+    DS_FRAME_METRICS = 19,
 };
 
 #define DS_FRAME_HEADER 9

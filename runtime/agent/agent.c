@@ -94,6 +94,7 @@ static void reap(ds_agent *a) {
         /* Output written before the exit is still in the pipes: send it first. */
         if (w->out_fd >= 0) forward(a, w, &w->out_fd, DS_FRAME_STDOUT);
         if (w->err_fd >= 0) forward(a, w, &w->err_fd, DS_FRAME_STDERR);
+        if (w->metrics_fd >= 0) forward(a, w, &w->metrics_fd, DS_FRAME_METRICS);
         if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d", WTERMSIG(st));
         else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d", WEXITSTATUS(st));
         /* Whatever the rank left behind in its group goes with it. */
@@ -150,8 +151,10 @@ static void heartbeat(ds_agent *a, long long *next) {
 static int run_loop(ds_agent *a) {
     long long next_hb = 0;
     int stdin_open = 1;
-    struct pollfd *pf = calloc((size_t)(3 + 2 * a->nworkers), sizeof *pf);
-    ds_agent_worker **owner = calloc((size_t)(3 + 2 * a->nworkers), sizeof *owner);
+    /* Three descriptors of the agent's own, then each worker's output, error and metrics. */
+    static const int kinds[3] = {DS_FRAME_STDOUT, DS_FRAME_STDERR, DS_FRAME_METRICS};
+    struct pollfd *pf = calloc((size_t)(3 + 3 * a->nworkers), sizeof *pf);
+    ds_agent_worker **owner = calloc((size_t)(3 + 3 * a->nworkers), sizeof *owner);
     if (!pf || !owner) {
         free(pf);
         free(owner);
@@ -175,6 +178,8 @@ static int run_loop(ds_agent *a) {
             pf[n++] = (struct pollfd){.fd = w->out_fd, .events = POLLIN};
             owner[n] = w;
             pf[n++] = (struct pollfd){.fd = w->err_fd, .events = POLLIN};
+            owner[n] = w;
+            pf[n++] = (struct pollfd){.fd = w->metrics_fd, .events = POLLIN};
         }
         long long wake = a->stopping ? a->kill_at_ms : next_hb;
         int timeout = wake > now ? (int)(wake - now) : 0;
@@ -184,8 +189,9 @@ static int run_loop(ds_agent *a) {
         for (int i = 3; i < n; i++) {
             if (!pf[i].revents) continue;
             ds_agent_worker *w = owner[i];
-            int *fd = (i - 3) % 2 == 0 ? &w->out_fd : &w->err_fd;
-            if (*fd >= 0) forward(a, w, fd, (i - 3) % 2 == 0 ? DS_FRAME_STDOUT : DS_FRAME_STDERR);
+            int kind = (i - 3) % 3;
+            int *fd = kind == 0 ? &w->out_fd : kind == 1 ? &w->err_fd : &w->metrics_fd;
+            if (*fd >= 0) forward(a, w, fd, kinds[kind]);
         }
         if (pf[0].revents) handle_signals(a);
         if (pf[1].revents) {

@@ -15,6 +15,7 @@
 
 #include "comm_backend.h"
 #include "device.h"
+#include "ds_clock.h"
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -428,6 +429,21 @@ static ds_comm_handle *dispatch(ds_comm *c, const ds_comm_handle *proto, ds_err 
     return h;
 }
 
+/* Nanoseconds callers spent blocked in collectives (ds_comm_wait and the synchronous
+ * forms), over the whole process: what communication cost the caller after overlap. */
+static _Atomic uint64_t waited_ns;
+
+static void count_wait(double t0) {
+    double dt = ds_now_s() - t0;
+    if (dt > 0) atomic_fetch_add_explicit(&waited_ns, (uint64_t)(dt * 1e9), memory_order_relaxed);
+}
+
+double ds_comm_wait_seconds(void) {
+    return (double)atomic_load_explicit(&waited_ns, memory_order_relaxed) / 1e9;
+}
+
+static int wait_untimed(ds_comm_handle *h, ds_err *err);
+
 static ds_comm_handle *issue(ds_comm *c, ds_comm_handle proto, ds_err *err) {
     if (prepare(c, &proto, err) != 0) return NULL;
     return dispatch(c, &proto, err);
@@ -437,7 +453,16 @@ static ds_comm_handle *issue(ds_comm *c, ds_comm_handle proto, ds_err *err) {
  * instead: the order is the same (only the one issuing thread could queue anything),
  * the Gloo context is still used by one thread at a time, and a small op saves two
  * thread wake-ups. */
+static int run_sync_timed(ds_comm *c, ds_comm_handle proto, ds_err *err);
+
 static int run_sync(ds_comm *c, ds_comm_handle proto, ds_err *err) {
+    double t0 = ds_now_s();
+    int rc = run_sync_timed(c, proto, err);
+    count_wait(t0);
+    return rc;
+}
+
+static int run_sync_timed(ds_comm *c, ds_comm_handle proto, ds_err *err) {
     if (prepare(c, &proto, err) != 0) return -1;
     int inline_ok = 1;
     if (c->vt->threaded) {
@@ -447,7 +472,7 @@ static int run_sync(ds_comm *c, ds_comm_handle proto, ds_err *err) {
     }
     if (!inline_ok) {
         ds_comm_handle *h = dispatch(c, &proto, err);
-        return h ? ds_comm_wait(h, err) : -1;
+        return h ? wait_untimed(h, err) : -1;
     }
     int rc = run_op(&proto);
     if (rc == 0 && proto.ran && c->vt->finish) {
@@ -471,6 +496,13 @@ int ds_comm_done(ds_comm_handle *h) {
 }
 
 int ds_comm_wait(ds_comm_handle *h, ds_err *err) {
+    double t0 = ds_now_s();
+    int rc = wait_untimed(h, err);
+    count_wait(t0);
+    return rc;
+}
+
+static int wait_untimed(ds_comm_handle *h, ds_err *err) {
     if (!h) return ds_err_set(err, "comm: wait on a NULL handle");
     ds_comm *c = h->comm;
     int rc;

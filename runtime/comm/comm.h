@@ -112,4 +112,9 @@ int ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype dt, int root
                       ds_err *err);
 int ds_comm_barrier(ds_comm *c, ds_err *err);
 
+/* Seconds this process's callers have spent blocked in ds_comm_wait and the synchronous
+ * forms, since it started (every communicator together): the communication time that
+ * overlap did not hide. ds.monitor reports it per step. */
+double ds_comm_wait_seconds(void);
+
 #endif

@@ -4,9 +4,11 @@
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ds_lua.h"
 #include "lua_ckpt.h"
+#include "metrics_pipe.h"
 
 static int l_rank(lua_State *L) {
     lua_pushinteger(L, ds_context_of(L)->rank);
@@ -41,12 +43,30 @@ static int l_job_id(lua_State *L) {
     return 1;
 }
 
+/* monitor_publish(line) -> true when sent to the controller, false when there is no
+ * channel (`dsrun run`), or nil and a message when the channel failed. */
+static int l_monitor_publish(lua_State *L) {
+    size_t n;
+    const char *line = luaL_checklstring(L, 1, &n);
+    if (memchr(line, '\n', n)) return luaL_argerror(L, 1, "a record is one line");
+    ds_err err = {{0}};
+    int rc = ds_metrics_pipe_send(line, n, &err);
+    if (rc < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, rc == 0);
+    return 1;
+}
+
 void ds_lua_open_runtime(lua_State *L) {
     static const luaL_Reg fns[] = {
         {"rank", l_rank},         {"world_size", l_world_size},
         {"local_rank", l_local_rank}, {"local_world_size", l_local_world_size},
         {"node_rank", l_node_rank}, {"attempt", l_attempt},
         {"host", l_host},         {"job_id", l_job_id},
+        {"monitor_publish", l_monitor_publish},
         {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

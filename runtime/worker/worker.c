@@ -11,6 +11,7 @@
 #include "rank_device.h"
 #include "kernels.h"
 #include "lifeline.h"
+#include "metrics_pipe.h"
 #include "comm.h"
 #include "script.h"
 #include "store_client.h"
@@ -100,7 +101,7 @@ int dsrun_worker_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);         /* a dead peer is an error to handle, not a death */
     ds_err err = {{0}};
     ds_context ctx;
-    if (ds_lifeline_watch(&err) != 0 || context_from_env(&ctx, &err) != 0) {
+    if (ds_lifeline_watch(&err) != 0 || ds_metrics_pipe_open(&err) != 0 || context_from_env(&ctx, &err) != 0) {
         fprintf(stderr, "dsrun worker: %s\n", err.msg);
         return 1;
     }

@@ -5,6 +5,7 @@
  *   comm.broadcast(t, root)
  *   comm.barrier()
  *   comm.backend()                          "self", "gloo" or "nccl"
+ *   comm.wait_seconds()                     time blocked in collectives so far (opens nothing)
  * The communicator is the context's (ctx->comm); the first call opens it with
  * ds_comm_open when the worker has not, and it stays in ctx->comm for the worker to
  * close. Errors are raised as Lua errors carrying the comm's message. */
@@ -132,11 +133,17 @@ static int l_backend(lua_State *L) {
     return 1;
 }
 
+static int l_wait_seconds(lua_State *L) {
+    lua_pushnumber(L, ds_comm_wait_seconds());
+    return 1;
+}
+
 void ds_lua_open_comm(lua_State *L) {
     static const luaL_Reg fns[] = {
         {"all_reduce", l_all_reduce}, {"reduce_scatter", l_reduce_scatter},
         {"all_gather", l_all_gather}, {"broadcast", l_broadcast},
         {"barrier", l_barrier},       {"backend", l_backend},
+        {"wait_seconds", l_wait_seconds},
         {NULL, NULL},
     };
     luaL_newlib(L, fns);
