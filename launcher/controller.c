@@ -165,7 +165,9 @@ static void handle_signals(ds_job *job, int sigfd) {
         }
         if (!job->stopping) {
             job->interrupted = sig;
+            ds_monitor_terminal(job->monitor, 1);
             fprintf(stderr, "dslaunch: %s: stopping every rank (again to kill at once)\n", sigabbrev_np(sig));
+            ds_monitor_terminal(job->monitor, 0);
             ds_job_stop(job, "interrupted by SIG%s", sigabbrev_np(sig));
         } else if (job->interrupted) {
             ds_event(job->ev, "second SIG%s: killing every node now", sigabbrev_np(sig));
@@ -301,6 +303,7 @@ static void job_free(ds_job *job) {
     free(job->nodes);
     free(job->ranks);
     ds_store_server_stop(job->store);
+    ds_monitor_close(job->monitor);
     ds_logs_close(job->logs);
     ds_events_close(job->ev);
     free(job->log_root);
@@ -316,7 +319,8 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
     job.ranks = calloc((size_t)plan->world_size, sizeof *job.ranks);
     if (sigfd < 0 || !job.nodes || !job.ranks || make_job_id(&job, &err) != 0 ||
-        make_log_dirs(&job, &err) != 0 || start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {
+        make_log_dirs(&job, &err) != 0 || ds_job_monitor_open(&job, &err) != 0 || start_store(&job, &err) != 0 ||
+        ds_ssh_global_init(&err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
         job_free(&job);
         return 1;
@@ -341,6 +345,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     }
     ds_srun_launch(&job);
     run_loop(&job, sigfd);
+    ds_job_monitor_end(&job);
     int status = ds_job_summary(&job);
     job_free(&job);
     close(sigfd);

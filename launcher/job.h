@@ -9,6 +9,7 @@
 #include "events.h"
 #include "jobspec.h"
 #include "logs.h"
+#include "monitor.h"
 #include "node.h"
 #include "plan.h"
 #include "store_server.h"
@@ -42,6 +43,7 @@ typedef struct ds_job {
     char rdzv[300];        /* host:port the ranks reach the store at */
     ds_events *ev;
     ds_logs *logs;
+    ds_monitor *monitor;   /* metrics, reports, the progress line (monitor_job.c) */
     ds_node *nodes;
     ds_rank_status *ranks;
     int nstarted, nexited, nfailed_ranks;
@@ -65,6 +67,11 @@ void ds_job_on_agent_line(void *job, ds_node *n, const char *line);
 void ds_job_on_node_done(ds_job *job, ds_node *n);
 /* Kills a node's agent and ranks without asking it (ds_node_kill_hard). */
 void ds_job_kill_node(ds_job *job, ds_node *n);
+
+/* The job's monitor, opened in the attempt's directory (job->monitor), and its end
+ * (final rows and report) once every node is done (monitor_job.c). */
+int ds_job_monitor_open(ds_job *job, ds_err *err);
+void ds_job_monitor_end(ds_job *job);
 
 /* Prints the end-of-job summary on stderr and returns dslaunch's exit status. */
 int ds_job_summary(ds_job *job);

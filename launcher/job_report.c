@@ -52,7 +52,7 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     char buf[1024];
     int r = (int)f->rank;
     int needs_rank = f->type == DS_FRAME_STARTED || f->type == DS_FRAME_STDOUT ||
-                     f->type == DS_FRAME_STDERR || f->type == DS_FRAME_EXIT;
+                     f->type == DS_FRAME_STDERR || f->type == DS_FRAME_EXIT || f->type == DS_FRAME_METRICS;
     if (needs_rank && !rank_of_node(job, n, f->rank)) {
         ds_job_stop(job, "node %d (%s): the agent spoke of rank %u, which is not on that node",
                     node_index(job, n), n->plan->host, f->rank);
@@ -97,6 +97,9 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     case DS_FRAME_SIGNAL:
         ds_srun_on_signal(job, n, f);
         break;
+    case DS_FRAME_METRICS:
+        ds_monitor_feed(job->monitor, r, f->payload, f->len);
+        break;
     default:
         ds_job_stop(job, "node %d (%s): unexpected frame type %d from the agent", node_index(job, n),
                     n->plan->host, f->type);
@@ -108,7 +111,10 @@ void ds_job_on_agent_line(void *ctx, ds_node *n, const char *line) {
     if (!line[0]) return;
     ds_event(job->ev, "node %d (%s) agent: %s", node_index(job, n), n->plan->host, line);
     /* Stopping chatter is for launcher.log; anything else the user should see. */
-    if (!job->stopping) fprintf(stderr, "[%s:agent] %s\n", n->plan->host, line);
+    if (job->stopping) return;
+    ds_monitor_terminal(job->monitor, 1);
+    fprintf(stderr, "[%s:agent] %s\n", n->plan->host, line);
+    ds_monitor_terminal(job->monitor, 0);
 }
 
 void ds_job_on_node_done(ds_job *job, ds_node *n) {

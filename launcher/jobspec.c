@@ -30,6 +30,8 @@ typedef enum {
     K_BOOL,
     K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
     K_TEE,
+    K_WORDS,   /* words of choices, separated by commas or blanks, or "none"; stored as
+                  a bit per choice */
 } key_type;
 
 #define ALLOW_EMPTY 1
@@ -76,12 +78,16 @@ static const key_def KEYS[] = {
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
+    {"monitor", "outputs", K_WORDS, F(monitor_outputs), 0, 0, "jsonl|tensorboard|report|progress", 0},
+    {"monitor", "steps_per_print", K_INT, F(steps_per_print), 1, 1 << 30, NULL, 0},
+    {"monitor", "metrics_port", K_INT, F(metrics_port), 0, 65535, NULL, 0},
+    {"monitor", "metrics_addr", K_STR, F(metrics_addr), 0, 0, NULL, 0},
 };
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "rendezvous",
-                                 "restart", "logs", "engine"};
+                                 "restart", "logs", "engine", "monitor"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -259,6 +265,23 @@ static int parse_enum(const char *s, const char *choices) {
     }
 }
 
+/* "a, b c" -> the bits of a and b in choices; "none" -> 0. -1 names an unknown word in
+ * bad (or a repeated one). */
+static int parse_words(const char *s, const char *choices, char *bad, size_t cap) {
+    if (!strcmp(s, "none")) return 0;
+    int bits = 0;
+    for (const char *p = s;;) {
+        p += strspn(p, ", \t");
+        if (!*p) return bits;
+        size_t n = strcspn(p, ", \t");
+        snprintf(bad, cap, "%.*s", (int)n, p);
+        int i = parse_enum(bad, choices);
+        if (i < 0 || bits & (1 << i)) return -1;
+        bits |= 1 << i;
+        p += n;
+    }
+}
+
 static int valid_name(const char *s) {
     if (!*s || strlen(s) > 64 || !strcmp(s, ".") || !strcmp(s, "..")) return 0;
     for (; *s; s++)
@@ -423,6 +446,9 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
     ds_engine_opts_init(&spec->engine);
+    spec->monitor_outputs = DS_MONITOR_JSONL | DS_MONITOR_TENSORBOARD | DS_MONITOR_REPORT | DS_MONITOR_PROGRESS;
+    spec->steps_per_print = 10;
+    spec->metrics_port = -1;
 }
 
 void ds_jobspec_free(ds_jobspec *spec) {
@@ -430,7 +456,7 @@ void ds_jobspec_free(ds_jobspec *spec) {
     char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
                      &spec->ssh_identity, &spec->ssh_known_hosts, &spec->rdzv_addr,
-                     &spec->log_dir, &spec->tee};
+                     &spec->log_dir, &spec->tee, &spec->metrics_addr};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     for (int i = 0; i < spec->nenv; i++) {
@@ -492,6 +518,7 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_BOOL: return "true or false";
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
+    case K_WORDS: snprintf(buf, cap, "none, or some of %s separated by commas", k->choices); return buf;
     }
     return "?";
 }
@@ -599,6 +626,13 @@ static int set_key(parse_state *st, int ki, const char *value) {
         set_str((char **)field, strdup(value));
         return 1;
     }
+    case K_WORDS: {
+        char word[64];
+        rc = parse_words(value, k->choices, word, sizeof word);
+        if (rc < 0) return fail(st, "[%s] %s: '%s' is unknown or repeated; expected %s", k->section, k->key, word, what);
+        *(int *)field = rc;
+        return 1;
+    }
     }
     return fail(st, "internal: bad key type");
 }
@@ -672,7 +706,7 @@ static char *read_line(char *str, int num, void *stream) {
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
                 fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
-                         "env, rendezvous, restart, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
+                         "env, rendezvous, restart, logs, engine, monitor)", (int)(n > 60 ? 60 : n), str + 1);
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;

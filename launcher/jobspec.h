@@ -17,6 +17,14 @@ typedef enum { DS_DEVICE_AUTO, DS_DEVICE_CPU, DS_DEVICE_CUDA } ds_device;
 typedef enum { DS_HOSTS_AUTO, DS_HOSTS_HOSTFILE, DS_HOSTS_SLURM, DS_HOSTS_LOCAL } ds_host_source;
 typedef enum { DS_LAUNCH_AUTO, DS_LAUNCH_SSH, DS_LAUNCH_SRUN, DS_LAUNCH_LOCAL } ds_launch_method;
 
+/* [monitor] outputs, as bits of ds_jobspec.monitor_outputs (launcher/monitor.h). */
+enum {
+    DS_MONITOR_JSONL = 1,       /* metrics.jsonl */
+    DS_MONITOR_TENSORBOARD = 2, /* events.out.tfevents.* */
+    DS_MONITOR_REPORT = 4,      /* report.html */
+    DS_MONITOR_PROGRESS = 8,    /* the progress line on the terminal */
+};
+
 typedef struct ds_env_var {
     char *key, *value;
 } ds_env_var;
@@ -80,6 +88,12 @@ typedef struct ds_jobspec {
     /* [engine]: every rank's engine options (common/engine_opts.h has the keys, types,
      * ranges and defaults); a script may override the stage options per stage */
     ds_engine_opts engine;
+
+    /* [monitor] (docs/monitoring.md) */
+    int monitor_outputs;     /* key outputs: DS_MONITOR_* bits; default all four */
+    int steps_per_print;     /* progress lines when not on a terminal, default 10 */
+    int metrics_port;        /* Prometheus /metrics; -1 off (default), 0 any free port */
+    char *metrics_addr;      /* the address it listens on; default 127.0.0.1 */
 } ds_jobspec;
 
 /* Defaults for every key (no file). */

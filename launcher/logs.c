@@ -27,6 +27,8 @@ struct ds_logs {
     rank_log *ranks;
     int n;
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
+    void (*on_terminal)(void *ctx, int before);
+    void *on_terminal_ctx;
 };
 
 static int mkdir_p(const char *dir, ds_err *err) {
@@ -124,11 +126,19 @@ static void show_line(ds_logs *l, rank_log *rl, int stream, const unsigned char 
 
 /* Many lines in one write: a rank printing fast costs one syscall per chunk, not per line. */
 static void flush_terminal(ds_logs *l) {
+    int some = ds_buf_unread(&l->term[0]) || ds_buf_unread(&l->term[1]);
+    if (some && l->on_terminal) l->on_terminal(l->on_terminal_ctx, 1);
     for (int k = 0; k < 2; k++) {
         if (!ds_buf_unread(&l->term[k])) continue;
         ds_write_all(k == 0 ? 1 : 2, ds_buf_head(&l->term[k]), ds_buf_unread(&l->term[k])); /* a closed terminal only loses the view */
         ds_buf_clear(&l->term[k]);
     }
+    if (some && l->on_terminal) l->on_terminal(l->on_terminal_ctx, 0);
+}
+
+void ds_logs_on_terminal(ds_logs *l, void (*fn)(void *ctx, int before), void *ctx) {
+    l->on_terminal = fn;
+    l->on_terminal_ctx = ctx;
 }
 
 void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {

@@ -30,6 +30,10 @@ void ds_logs_end_rank(ds_logs *l, int rank);
 int ds_logs_tail(const ds_logs *l, int rank, const char **lines);
 void ds_logs_close(ds_logs *l);
 
+/* Calls fn(ctx, 1) before lines go to the terminal and fn(ctx, 0) after (the progress
+ * line steps aside for them). */
+void ds_logs_on_terminal(ds_logs *l, void (*fn)(void *ctx, int before), void *ctx);
+
 /* Parses a tee filter into show[0..world) (exposed for tests). */
 int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *err);
 

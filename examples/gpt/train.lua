@@ -95,6 +95,7 @@ end
 
 local metrics = S.metrics and assert(io.open(S.metrics, 'w'))
 local t_last, tokens_since, last_loss, skipped = ds.now(), 0, nil, 0
+ds.monitor.total_steps(S.steps) -- the launcher's progress line and report (docs/monitoring.md)
 for step = 1, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
     lr = lr_at(step), next_batch = function(micro) return source:batch(step, micro) end}

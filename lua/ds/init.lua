@@ -2,6 +2,7 @@
 -- The C core (runtime) is ds._core; this file wraps it in the torch7-nn idiom:
 --   ds.nn      layers and the criterion          ds.Stage, ds.Model
 --   ds.optim   AdamW, SGD, LR schedules          ds.tensor, ds.memory, ds.now
+--   ds.monitor per-step metrics to the launcher
 local core = require 'ds._core'
 
 local ds = {}
@@ -12,6 +13,7 @@ local util = require 'ds.util'
 local model = require 'ds.model'
 ds.nn = require 'ds.nn'
 ds.optim = require 'ds.optim'
+ds.monitor = require 'ds.monitor'
 ds.Stage = model.Stage
 ds.Model = model.Model
 ds.engine_defaults = model.defaults

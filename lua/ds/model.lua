@@ -291,4 +291,16 @@ function Model:train_step(t)
   return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens, loss_scale = scale, skipped = false}
 end
 
+-- Every train_step reports its step to the launcher (ds.monitor, docs/monitoring.md).
+do
+  local monitor = require 'ds.monitor'
+  local train_step = Model.train_step
+  function Model:train_step(t)
+    local t0 = core.now()
+    local r = train_step(self, t)
+    monitor.train_step_done(self, t, r, t0)
+    return r
+  end
+end
+
 return M
