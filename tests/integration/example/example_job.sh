@@ -7,11 +7,14 @@
 # DEVICE (optional) sets [engine] device (sim: the simulated GPU). With LOSSES_OUT=FILE
 # the run's logged losses are written there; with LOSSES_AGAINST=FILE they must equal
 # that file's (how CI holds the simulated GPU to the cpu's results).
+# KEEP_LOGS=DIR (optional) keeps the run's logs there, for the monitor's tests.
 # usage: example_job.sh DSLAUNCH DSRUN SOURCE_DIR TARGET [PRECISION] [DEVICE]
 set -euo pipefail
 dslaunch=$1 dsrun=$2 src=$3 target=$4 precision=${5:-} device=${6:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+logs=${KEEP_LOGS:-$tmp/logs}
+rm -rf "$logs"
 
 "$dsrun" run "$src/examples/gpt/make_data.lua" >/dev/null
 # The job spec as shipped, run from its own folder, with a target added to its args.
@@ -20,7 +23,7 @@ sed -e "s|^args = \(.*\)$|args = \1 target_loss=$target|" \
     "$src/examples/gpt/job.ini" >"$tmp/job.ini"
 if [ -n "$precision" ]; then sed -i "s|^precision = .*$|precision = $precision|" "$tmp/job.ini"; fi
 if [ -n "$device" ]; then sed -i "s|^\[engine\]$|[engine]\ndevice = $device|" "$tmp/job.ini"; fi
-"$dslaunch" --log_dir "$tmp/logs" "$tmp/job.ini" >"$tmp/out" 2>&1 || {
+"$dslaunch" --log_dir "$logs" "$tmp/job.ini" >"$tmp/out" 2>&1 || {
   cat "$tmp/out"
   echo "FAIL: the example job did not reach loss $target"
   exit 1
@@ -43,7 +46,7 @@ blas=$(grep -aF "OpenBLAS" "$tmp/out" || true)
 echo "$blas"
 if [ "$precision" = fp16 ]; then
   # Every rank logs the same scale and skip count (an overflow anywhere skips everywhere).
-  last=$(grep -E "step +300/300" "$tmp/out" | sed -E 's/.*\| scale/scale/' | sort -u)
+  last=$(grep -E "^\[[^]]*\] step +300/300" "$tmp/out" | sed -E 's/.*\| scale/scale/' | sort -u)
   echo "$last"
   [ "$(printf '%s\n' "$last" | wc -l)" -eq 1 ] || { echo "FAIL: ranks disagree: $last"; exit 1; }
   printf '%s\n' "$last" | grep -Eq "scale [0-9]+ \([1-9][0-9]* skipped\)" ||
