@@ -9,6 +9,7 @@ PACKAGES=(
   libcmocka-dev libopenblas-dev libgloo-dev
   openssh-server openssh-client iproute2 procps psmisc
   slurmctld slurmd slurm-client  # a private Slurm cluster for the Slurm tests (docs/slurm.md)
+  chromium   # headless, to test report.html in a real browser (tests/integration/monitor)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(python3-torch python3-numpy)   # the PyTorch peer in bench/, not needed by tests
