@@ -40,6 +40,8 @@ struct ds_metrics {
     long long skipped_total;
     long long last_step; /* of the last row out (-1 before) */
     int flushing;
+    void (*sink)(void *ctx, const ds_metrics_row *row);
+    void *sink_ctx;
     /* the row handed out last, and its per-rank arrays */
     double *r_step, *r_wait, *r_compute, *r_mem_cur, *r_mem_peak, *scratch;
 };
@@ -253,6 +255,16 @@ int ds_metrics_record(ds_metrics *m, int rank, const char *line, size_t n, ds_er
     return rc ? ds_err_prefix(err, "rank %d: metrics record", rank) : 0;
 }
 
+void ds_metrics_set_sink(ds_metrics *m, void (*fn)(void *ctx, const ds_metrics_row *row), void *ctx) {
+    m->sink = fn;
+    m->sink_ctx = ctx;
+}
+
+static void drain(ds_metrics *m) {
+    ds_metrics_row row;
+    while (m->sink && ds_metrics_next(m, &row)) m->sink(m->sink_ctx, &row);
+}
+
 int ds_metrics_feed(ds_metrics *m, int rank, const void *p, size_t n, ds_err *err) {
     if (rank < 0 || rank >= m->world) return ds_err_set(err, "rank %d is not in the job", rank);
     ds_buf *b = &m->lines[rank];
@@ -280,6 +292,7 @@ int ds_metrics_feed(ds_metrics *m, int rank, const void *p, size_t n, ds_err *er
             ds_err e;
             if (ds_metrics_record(m, rank, ds_buf_str(b), ds_buf_unread(b), &e) == 0) taken++;
             else if (!bad++) *err = e;
+            drain(m);
         }
         m->discarding[rank] = 0;
         ds_buf_clear(b);

@@ -71,6 +71,10 @@ typedef struct ds_metrics ds_metrics;
 ds_metrics *ds_metrics_new(int world);
 void ds_metrics_free(ds_metrics *m);
 
+/* Hands every row to fn as soon as it is finished, from within ds_metrics_feed (so a
+ * chunk holding many steps of one rank never waits on the window's room). Without a
+ * sink, rows wait for ds_metrics_next. */
+void ds_metrics_set_sink(ds_metrics *m, void (*fn)(void *ctx, const ds_metrics_row *row), void *ctx);
 /* Bytes from rank's metrics pipe. Returns how many complete records were taken; -1 when
  * one was malformed (err says which and why; the others are still taken). */
 int ds_metrics_feed(ds_metrics *m, int rank, const void *p, size_t n, ds_err *err);

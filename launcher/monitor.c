@@ -38,6 +38,8 @@ struct ds_monitor {
     ds_buf prom_text;
 };
 
+static void take_row(void *monitor, const ds_metrics_row *row);
+
 static void note(ds_monitor *m, const char *what, const char *msg) {
     if (++m->errors <= MAX_LOGGED_ERRORS) ds_event(m->ev, "monitor: %s: %s", what, msg);
     if (m->errors == MAX_LOGGED_ERRORS) ds_event(m->ev, "monitor: further errors are not logged");
@@ -95,6 +97,7 @@ ds_monitor *ds_monitor_open(const ds_monitor_opts *o, ds_err *err) {
     m->job_id = strdup(o->job_id);
     m->events_path = o->events_path ? strdup(o->events_path) : NULL;
     m->metrics = ds_metrics_new(o->world);
+    if (m->metrics) ds_metrics_set_sink(m->metrics, take_row, m);
     m->report_due_ms = ds_now_ms() + DS_MONITOR_REPORT_EVERY_MS;
     if (!m->dir || !m->job_id || (o->events_path && !m->events_path) || !m->metrics) {
         ds_err_set(err, "out of memory");
@@ -162,7 +165,8 @@ static void write_tensorboard(ds_monitor *m, long long step, double elapsed) {
 
 /* ---- rows ---- */
 
-static void take_row(ds_monitor *m, const ds_metrics_row *row) {
+static void take_row(void *monitor, const ds_metrics_row *row) {
+    ds_monitor *m = monitor;
     double elapsed = (double)(ds_now_ms() - m->t0_ms) / 1000;
     ds_buf_free(&m->row.text);
     ds_json_init_buf(&m->row, 0);
@@ -241,8 +245,6 @@ void ds_monitor_feed(ds_monitor *m, int rank, const void *p, size_t n) {
     if (!m) return;
     ds_err err = {{0}};
     if (ds_metrics_feed(m->metrics, rank, p, n, &err) < 0) note(m, "bad record", err.msg);
-    ds_metrics_row row;
-    while (ds_metrics_next(m->metrics, &row)) take_row(m, &row);
     if (m->report && ds_now_ms() >= m->report_due_ms) write_report(m, "running", 0);
 }
 

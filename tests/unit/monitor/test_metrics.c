@@ -136,6 +136,36 @@ static void a_silent_rank_delays_rows_by_the_window_only(void **state) {
     ds_metrics_free(m);
 }
 
+typedef struct seen {
+    long long steps[200];
+    int n;
+} seen;
+
+static void collect(void *ctx, const ds_metrics_row *row) {
+    seen *s = ctx;
+    s->steps[s->n++] = row->step;
+}
+
+static void a_sink_takes_rows_as_a_chunk_finishes_them(void **state) {
+    (void)state;
+    ds_metrics *m = ds_metrics_new(2);
+    seen s = {.n = 0};
+    ds_metrics_set_sink(m, collect, &s);
+    char *chunk = malloc(100 * 40), *p = chunk;
+    for (int k = 1; k <= 100; k++) p += sprintf(p, "{\"kind\":\"step\",\"step\":%d}\n", k);
+    ds_err err = {{0}};
+    /* 100 steps of rank 0 in one chunk, rank 1 silent: none refused for want of room */
+    assert_int_equal(ds_metrics_feed(m, 0, chunk, strlen(chunk), &err), 100);
+    assert_int_equal(s.n, 100 - DS_METRICS_WINDOW);
+    ds_metrics_flush(m);
+    ds_metrics_row row;
+    while (ds_metrics_next(m, &row)) collect(&s, &row);
+    assert_int_equal(s.n, 100);
+    for (int k = 0; k < 100; k++) assert_int_equal(s.steps[k], k + 1);
+    free(chunk);
+    ds_metrics_free(m);
+}
+
 static void expect_bad(ds_metrics *m, int rank, const char *line, const char *why) {
     ds_err err = {{0}};
     assert_int_equal(ds_metrics_record(m, rank, line, strlen(line), &err), -1);
@@ -235,6 +265,7 @@ int main(void) {
         cmocka_unit_test(records_split_anywhere_still_join),
         cmocka_unit_test(a_later_step_finishes_an_earlier_one),
         cmocka_unit_test(a_silent_rank_delays_rows_by_the_window_only),
+        cmocka_unit_test(a_sink_takes_rows_as_a_chunk_finishes_them),
         cmocka_unit_test(bad_records_are_refused_and_the_rest_taken),
         cmocka_unit_test(rank_zeros_model_wins),
         cmocka_unit_test(a_row_as_json),
