@@ -1,11 +1,13 @@
 /* The monitor's hub (monitor.h): rows from the metrics join go to every output. */
 #include "monitor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ds_buf.h"
 #include "ds_clock.h"
@@ -50,7 +52,22 @@ static char *join(const char *dir, const char *name) {
     return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
+/* A new run of the same job replaces its attempt's files: an earlier run's TensorBoard
+ * files there would read as part of this run. */
+static void remove_old_events(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *path;
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) || asprintf(&path, "%s/%s", dir, e->d_name) < 0) continue;
+        unlink(path);
+        free(path);
+    }
+    closedir(d);
+}
+
 static int open_outputs(ds_monitor *m, const ds_monitor_opts *o, ds_err *err) {
+    remove_old_events(o->dir);
     if (o->outputs & DS_MONITOR_JSONL) {
         char *path = join(o->dir, "metrics.jsonl");
         m->jsonl = path ? fopen(path, "w") : NULL;

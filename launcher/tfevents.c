@@ -92,7 +92,7 @@ ds_tfevents *ds_tfevents_open(const char *dir, ds_err *err) {
         ds_err_set(err, "out of memory");
         return NULL;
     }
-    w->f = fopen(w->path, "wbx");
+    w->f = fopen(w->path, "wb");
     if (!w->f) {
         ds_err_errno(err, errno, "%s", w->path);
         ds_tfevents_close(w);

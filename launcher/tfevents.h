@@ -18,7 +18,8 @@ typedef struct ds_tf_scalar {
     float value;
 } ds_tf_scalar;
 
-/* Creates dir/events.out.tfevents.<unix seconds>.<host> and writes its first event. */
+/* Creates (or truncates) dir/events.out.tfevents.<unix seconds>.<host> and writes its
+ * first event. */
 ds_tfevents *ds_tfevents_open(const char *dir, ds_err *err);
 /* The file's path (for messages). */
 const char *ds_tfevents_path(const ds_tfevents *w);

@@ -88,8 +88,8 @@ grep -qF 'dslaunch: step 6/6 (100%) | loss 94.0000 | 400 tok/s | ETA 0s |' "$tmp
 grep -qF '| skipped 1 | restarts 0' "$tmp/err" || fail "skipped and restarts in the line"
 echo "progress: $(grep -c '^dslaunch: step' "$tmp/err") plain lines"
 
-# On a terminal: one line redrawn in place, rank lines above it.
-rm -rf "$tmp/logs"
+# On a terminal: one line redrawn in place, rank lines above it. The same job name again,
+# at once: its files replace the first run's (one TensorBoard file, this run's).
 sed -i '/^metrics_port/d' "$tmp/job.ini"
 timeout 120 script -qefc "'$dslaunch' --log_dir '$tmp/logs' '$tmp/job.ini'" /dev/null >"$tmp/tty" 2>&1 </dev/null ||
     fail "dslaunch on a terminal exited $?: $(tail -c 2000 "$tmp/tty")"
@@ -103,3 +103,4 @@ done
 grep -q 'published.*| loss\|| loss.*published' <<<"$vis" && fail "a rank line mixed with the progress line: $vis"
 grep -q '^step 6/6 (100%) | loss 94.0000' <<<"$vis" || fail "the last progress line is not left on the terminal: $vis"
 echo "terminal: the progress line redrawn in place, $((2 * N)) rank lines above it"
+"$check" tfevents "$dir" || fail "the second run's TensorBoard file"
