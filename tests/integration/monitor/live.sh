@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The monitor on a live two-rank job whose ranks publish values the test knows
 # (scripts/steps.lua), run twice: once with stderr a file, scraping Prometheus' /metrics
-# while the ranks wait, then checking metrics.jsonl, the TensorBoard file and the plain
-# progress lines; once on a terminal (script(1) gives it one), checking the progress
+# while the ranks wait, then checking metrics.jsonl, the TensorBoard file, the report (in
+# Chromium, with the model's stages and a memory prediction) and the plain progress
+# lines; once on a terminal (script(1) gives it one), checking the progress
 # line is redrawn in place and rank output scrolls above it, never mixed into it.
 # usage: live.sh DSLAUNCH MONITOR_CHECK SOURCE_DIR
 set -uo pipefail
 dslaunch=$1 check=$2 src=$3
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -81,7 +83,10 @@ done
 # The scrape's memory is the last row's.
 peak=$(sed -n 's/^ds_memory_bytes{.*category="total",kind="peak",stat="max"} //p' "$tmp/scrape")
 [[ $last == *'"total":{'*'"peak":{'*'"max":'"$peak,"* ]] || fail "memory: scrape $peak, row: $last"
-[ -f "$dir/report.html" ] || fail "no report.html"
+# The report in a browser, with the stages and the prediction the script gave.
+"$here/report_chromium.sh" "$dir" "$tmp/report.png" predicted || fail "report.html"
+grep -q '"predicted":{"params":4096,"grads":4096,"activations":8192}' "$dir/report.html" ||
+    fail "the prediction is not in the report's data"
 # Plain progress lines every 2 steps and at the last, on stderr.
 grep -c '^dslaunch: step [246]/6 ' "$tmp/err" | grep -qx 3 || fail "progress lines: $(grep '^dslaunch: step' "$tmp/err")"
 grep -qF 'dslaunch: step 6/6 (100%) | loss 94.0000 | 400 tok/s | ETA 0s |' "$tmp/err" || fail "the last progress line"

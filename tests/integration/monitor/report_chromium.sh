@@ -3,9 +3,10 @@
 # its script must draw every chart (the DOM holds each series with as many points as
 # metrics.jsonl has rows, a bar per rank per memory category, the stages, the events,
 # a marker per skipped step) and log nothing to the console. A screenshot is kept.
-# usage: report_chromium.sh ATTEMPT_DIR SCREENSHOT.png
+# With "predicted", the script gave a memory prediction: it must be drawn on every rank.
+# usage: report_chromium.sh ATTEMPT_DIR SCREENSHOT.png [predicted]
 set -uo pipefail
-dir=$1 png=$2
+dir=$1 png=$2 predicted=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -36,9 +37,17 @@ if ((skipped > 0)); then
     [ "$(count 'data-marker="skipped"')" -eq "$skipped" ] || fail "$(count 'data-marker="skipped"') skipped markers, $skipped skipped steps"
 fi
 ranks=$(grep -o '"ranks":[0-9]*' "$rows" | head -1 | cut -d: -f2)
+# The categories that hold memory (the largest peak of the last row above 0) have bars.
+held=
+for cat in params grads optimizer activations; do
+    max=$(tail -n 1 "$rows" | grep -o "\"$cat\":{\"current\":{[^}]*},\"peak\":{[^}]*}" | sed 's/.*"max":\([0-9.e+]*\).*/\1/')
+    awk -v m="${max:-0}" 'BEGIN { exit !(m > 0) }' && held="$held $cat"
+done
+[ -n "$held" ] || fail "no memory category holds anything"
 for ((r = 0; r < ranks; r++)); do
-    for cat in params grads optimizer activations; do has "data-series=\"mem:$cat\" data-rank=\"$r\""; done
+    for cat in $held; do has "data-series=\"mem:$cat\" data-rank=\"$r\""; done
     has "data-series=\"compute_mean\" data-rank=\"$r\""
+    [ -z "$predicted" ] || has "data-series=\"predicted\" data-rank=\"$r\""
 done
 # Each stage the script reported (rank 0's "stage NAME ..." lines) in the stage table.
 for st in $(sed -n 's/^ *stage \([^ ]*\) .*/\1/p' "$dir/rank-0.out"); do has "<tr><td>$st</td>"; done
@@ -46,7 +55,7 @@ has 'id="stages"'
 has 'id="events"'
 has 'all '"$ranks"' ranks started'
 grep -q 'class="status-finished">finished<' "$tmp/dom" || fail "the final report does not say finished"
-echo "report.html: rendered, $n points per curve, $ranks ranks' bars, $skipped skipped steps marked, no console output"
+echo "report.html: rendered, $n points per curve, $ranks ranks' bars ($held${predicted:+, predicted}), $skipped skipped steps marked, no console output"
 
 browse --hide-scrollbars --window-size=1280,2600 --screenshot="$png" >/dev/null 2>&1
 [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] || fail "no PNG screenshot at $png"
