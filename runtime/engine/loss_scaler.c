@@ -1,5 +1,7 @@
-/* DeepSpeed's dynamic loss scaling: shrink after `hysteresis` overflows, grow after
- * `scale_window` clean steps. See loss_scaler.h. */
+/* DeepSpeed's dynamic loss scaling: shrink after `hysteresis` overflows, grow once
+ * `scale_window` clean steps have passed since the last overflow (or the start). See
+ * loss_scaler.h. The growth timing is current DeepSpeed's DynamicLossScaler.update_scale
+ * (the `stable_interval` rule), one step later than its older versions. */
 #include "loss_scaler.h"
 
 #include <math.h>
@@ -63,9 +65,11 @@ static void on_clean(ds_loss_scaler *s) {
     const ds_loss_scaler_cfg *c = &s->cfg;
     ds_loss_scaler_state *st = &s->st;
     if (c->consecutive_hysteresis) st->hysteresis_left = c->hysteresis;
-    /* With last_overflow = -1 the first growth lands on iter = window - 1: the
-     * window-th clean step, as in DeepSpeed. */
-    if ((st->iter - st->last_overflow) % c->scale_window == 0) {
+    /* stable = clean steps before this one since the last overflow. It must be a
+     * positive multiple of the window: the scale grows on the (window + 1)-th clean
+     * step after an overflow or the start (last_overflow = -1), then every window. */
+    int64_t stable = st->iter - st->last_overflow - 1;
+    if (stable > 0 && stable % c->scale_window == 0) {
         if (!c->consecutive_hysteresis) st->hysteresis_left = c->hysteresis;
         st->scale *= c->scale_factor;
     }

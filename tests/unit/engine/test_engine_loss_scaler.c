@@ -1,5 +1,5 @@
-/* The fp16 dynamic loss scaler follows DeepSpeed step for step: the first growth on the
- * window-th clean step, hysteresis delaying the shrink, the min_scale clamp and error,
+/* The fp16 dynamic loss scaler follows current DeepSpeed step for step: the first growth
+ * on the (window + 1)-th clean step (DynamicLossScaler's stable_interval rule), hysteresis delaying the shrink, the min_scale clamp and error,
  * consecutive hysteresis, exact save/restore, config validation; and the Lua binding. */
 #include <float.h>
 #include <math.h>
@@ -48,29 +48,80 @@ static void test_defaults_are_deepspeeds(void **state) {
     assert_int_equal(s.st.hysteresis_left, 2);
 }
 
-/* last_overflow starts at -1, so (iter + 1) % 1000 == 0 first at iter 999: the scale
- * doubles on the 1000th clean update, and again on the 2000th. */
-static void test_first_growth_on_the_1000th_clean_step(void **state) {
+/* last_overflow starts at -1, so stable = iter - last_overflow - 1 = iter is a positive
+ * multiple of 1000 first at iter 1000: the scale doubles on the 1001st clean update
+ * (DeepSpeed before its stable_interval rule grew on the 1000th), then every 1000. */
+static void test_first_growth_on_the_1001st_clean_step(void **state) {
     (void)state;
     ds_loss_scaler_cfg c;
     ds_loss_scaler_defaults(&c);
     ds_loss_scaler s = make(&c);
-    clean_steps(&s, 999);
-    assert_int_equal(s.st.iter, 999);
-    assert_true(s.st.scale == 65536.0);
-    step(&s, 0); /* iter 999 */
-    assert_true(s.st.scale == 131072.0);
+    clean_steps(&s, 1000);
     assert_int_equal(s.st.iter, 1000);
+    assert_true(s.st.scale == 65536.0);
+    step(&s, 0); /* iter 1000 */
+    assert_true(s.st.scale == 131072.0);
+    assert_int_equal(s.st.iter, 1001);
     clean_steps(&s, 999);
     assert_true(s.st.scale == 131072.0);
-    step(&s, 0); /* iter 1999 */
+    step(&s, 0); /* iter 2000 */
     assert_true(s.st.scale == 262144.0);
+}
+
+/* Step by step against current DeepSpeed's DynamicLossScaler.update_scale with window 3,
+ * hysteresis 2: each row is one update and the state it leaves. Worked by hand from
+ * DeepSpeed's rule: a clean step at iter i grows the scale when
+ * s = i - last_overflow - 1 is > 0 and a multiple of 3. */
+static void test_step_by_step_as_deepspeed(void **state) {
+    (void)state;
+    ds_loss_scaler_cfg c;
+    ds_loss_scaler_defaults(&c);
+    c.init_scale = 1024;
+    c.scale_window = 3;
+    ds_loss_scaler s = make(&c);
+    static const struct {
+        int overflow;
+        double scale;
+        int hysteresis_left;
+        int last_overflow;
+    } rows[] = {
+        {0, 1024, 2, -1}, /* iter 0: s = 0 */
+        {0, 1024, 2, -1}, /* iter 1: s = 1 */
+        {0, 1024, 2, -1}, /* iter 2: s = 2 (the older rule grew here) */
+        {0, 2048, 2, -1}, /* iter 3: s = 3, the 4th clean step: grows */
+        {0, 2048, 2, -1}, /* iter 4 */
+        {0, 2048, 2, -1}, /* iter 5 */
+        {0, 4096, 2, -1}, /* iter 6: s = 6: grows again, `window` steps later */
+        {1, 4096, 1, 7},  /* iter 7: overflow, hysteresis 2 -> 1 */
+        {0, 4096, 1, 7},  /* iter 8: s = 0; hysteresis stays spent */
+        {1, 2048, 1, 9},  /* iter 9: overflow with hysteresis 1: halves */
+        {0, 2048, 1, 9},  /* iter 10: s = 0 */
+        {0, 2048, 1, 9},  /* iter 11: s = 1 */
+        {0, 2048, 1, 9},  /* iter 12: s = 2 */
+        {0, 4096, 2, 9},  /* iter 13: s = 3: grows, hysteresis restored */
+        {1, 4096, 1, 14}, /* iter 14 */
+        {1, 2048, 1, 15}, /* iter 15 */
+        {1, 1024, 1, 16}, /* iter 16 */
+        {0, 1024, 1, 16}, /* iter 17 */
+        {0, 1024, 1, 16}, /* iter 18 */
+        {0, 1024, 1, 16}, /* iter 19 */
+        {0, 2048, 2, 16}, /* iter 20: s = 3 */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        step(&s, rows[i].overflow);
+        if (s.st.scale != rows[i].scale || s.st.hysteresis_left != rows[i].hysteresis_left ||
+            s.st.last_overflow != rows[i].last_overflow || s.st.iter != (int64_t)i + 1)
+            fail_msg("after iter %zu: scale %g hysteresis %d last_overflow %lld iter %lld; "
+                     "expected %g %d %d %zu", i, s.st.scale, s.st.hysteresis_left,
+                     (long long)s.st.last_overflow, (long long)s.st.iter, rows[i].scale,
+                     rows[i].hysteresis_left, rows[i].last_overflow, i + 1);
+    }
 }
 
 /* Default hysteresis 2: the first overflow only spends hysteresis, the second halves the
  * scale. Clean steps do not restore hysteresis until the scale grows, so a third
- * overflow right after a clean step halves again. After `window` clean steps since the
- * last overflow the scale doubles and hysteresis is back to 2. */
+ * overflow right after a clean step halves again. The clean step that follows `window`
+ * clean steps since the last overflow doubles the scale and restores hysteresis to 2. */
 static void test_hysteresis_delays_the_shrink(void **state) {
     (void)state;
     ds_loss_scaler_cfg c;
@@ -93,10 +144,10 @@ static void test_hysteresis_delays_the_shrink(void **state) {
     assert_true(s.st.scale == 16384.0);
     assert_int_equal(s.st.last_overflow, 3);
 
-    clean_steps(&s, 999); /* iters 4..1002 */
+    clean_steps(&s, 1000); /* iters 4..1003 */
     assert_true(s.st.scale == 16384.0);
     assert_int_equal(s.st.hysteresis_left, 1);
-    step(&s, 0); /* iter 1003: 1000 clean steps since the overflow at 3 */
+    step(&s, 0); /* iter 1004: 1000 clean steps since the overflow at 3 came before it */
     assert_true(s.st.scale == 32768.0);
     assert_int_equal(s.st.hysteresis_left, 2);
 
@@ -234,7 +285,9 @@ static void test_config_is_validated(void **state) {
     /* The edges that are allowed. */
     c = d, c.min_scale = c.init_scale, c.scale_window = 1, c.hysteresis = 1;
     ds_loss_scaler s = make(&c);
-    step(&s, 0); /* window 1: every clean step grows */
+    step(&s, 0); /* window 1: every clean step grows but the first after the start */
+    assert_true(s.st.scale == 65536.0);
+    step(&s, 0);
     assert_true(s.st.scale == 131072.0);
 }
 
@@ -316,6 +369,8 @@ static void test_lua_binding(void **state) {
         "local st = s:state()\n"
         "assert(st.scale == 32768 and st.iter == 2 and st.last_overflow == 1 and st.hysteresis == 1)\n"
         "for i = 1, 1000 do s:update(false) end\n"
+        "assert(s:scale() == 32768)\n"
+        "s:update(false)\n"
         "assert(s:scale() == 65536 and s:state().hysteresis == 2)\n"
         "local t = core.loss_scaler{init_scale = 8, scale_window = 3, hysteresis = 1,\n"
         "  min_scale = 2, scale_factor = 2, consecutive_hysteresis = true,\n"
@@ -323,8 +378,8 @@ static void test_lua_binding(void **state) {
         "t:update(true); t:update(true); assert(t:scale() == 2)\n"
         "local ok, e = pcall(t.update, t, true)\n"
         "assert(not ok and e:find('already at its minimum 2', 1, true), e)\n"
-        "ok, e = pcall(function() t:update(true) end)\n" /* line 16 */
-        "assert(not ok and e:find('^test:16: '), e)\n"
+        "ok, e = pcall(function() t:update(true) end)\n" /* line 18 */
+        "assert(not ok and e:find('^test:18: '), e)\n"
         "local u = core.loss_scaler{init_scale = 8}\n"
         "u:set_state(st); assert(u:scale() == 32768 and u:state().iter == 2)\n"
         "ok, e = pcall(core.loss_scaler, {scale_windw = 5})\n"
@@ -348,7 +403,8 @@ static void test_lua_binding(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_are_deepspeeds),
-        cmocka_unit_test(test_first_growth_on_the_1000th_clean_step),
+        cmocka_unit_test(test_first_growth_on_the_1001st_clean_step),
+        cmocka_unit_test(test_step_by_step_as_deepspeed),
         cmocka_unit_test(test_hysteresis_delays_the_shrink),
         cmocka_unit_test(test_consecutive_hysteresis),
         cmocka_unit_test(test_hysteresis_one_shrinks_every_overflow),
