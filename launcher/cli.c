@@ -2,6 +2,8 @@
  * so tests can call it repeatedly, and the messages name the option. */
 #include "cli.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,13 +11,18 @@
 #include <string.h>
 #include <unistd.h>
 
-const char DS_CLI_USAGE[] = "usage: dslaunch [options] JOB.ini";
+const char DS_CLI_USAGE[] = "usage: dslaunch [options] JOB.ini [-- ARGS...]\n"
+                           "       dslaunch [options] PROGRAM [ARGS...]";
 
 const char DS_CLI_HELP[] =
-    "usage: dslaunch [options] JOB.ini\n"
+    "usage: dslaunch [options] JOB.ini [-- ARGS...]\n"
+    "       dslaunch [options] PROGRAM [ARGS...]\n"
     "\n"
-    "Runs the job JOB.ini describes on the hosts of a hostfile (or on this node).\n"
-    "Options override the job spec's keys (docs/jobspec.md).\n"
+    "Runs the job JOB.ini describes, or PROGRAM as every rank, on the hosts of a hostfile\n"
+    "(or on this node). A Lua PROGRAM (*.lua) runs in dsrun's engine; any other runs as a\n"
+    "process per rank with torchrun's environment (docs/running.md). Everything after\n"
+    "PROGRAM, or after `--` following JOB.ini, is the program's arguments. Options\n"
+    "override the job spec's keys (docs/jobspec.md).\n"
     "\n"
     "  -H, --hostfile FILE     hostfile: `host slots=N` per line (docs/hostfile.md)\n"
     "  -i, --include SPEC      use only these hosts/slots, e.g. host1@host2:0,2\n"
@@ -27,13 +34,14 @@ const char DS_CLI_HELP[] =
     "      --tee RANKS         ranks shown on the terminal: all, none, or 0,2-3\n"
     "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
     "      --force_ssh         start even this node's ranks over SSH\n"
+    "      --set S.KEY=VALUE   set any job spec key, e.g. --set engine.zero_stage=2\n"
     "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
     "  -h, --help              this text\n"
     "  -V, --version           the version\n"
     "\n"
     "Exit status: the job's (0 when every rank exited 0); 2 for a usage or job spec error.\n";
 
-typedef enum { O_STR, O_INT, O_FLAG } opt_kind;
+typedef enum { O_STR, O_INT, O_FLAG, O_SET, O_EXPORT } opt_kind;
 
 typedef struct opt {
     const char *lng;
@@ -56,6 +64,7 @@ static const opt OPTS[] = {
     {"tee", 0, O_STR, F(tee), 0, 0},
     {"log_dir", 0, O_STR, F(log_dir), 0, 0},
     {"force_ssh", 0, O_FLAG, F(force_ssh), 0, 0},
+    {"set", 0, O_SET, F(sets), 0, 0},
     {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
     {"dry_run", 0, O_FLAG, F(dry_run), 0, 0},
     {"help", 'h', O_FLAG, F(help), 0, 0},
@@ -71,6 +80,13 @@ static int set_opt(ds_cli *cli, const opt *o, const char *name, const char *valu
         *(const char **)field = value;
         return 0;
     }
+    if (o->kind == O_SET || o->kind == O_EXPORT) {
+        int *n = o->kind == O_SET ? &cli->nsets : &cli->nexports;
+        if (!*value) return ds_err_set(err, "%s: empty value", name);
+        if (*n == DS_CLI_MAX_LIST) return ds_err_set(err, "%s: given more than %d times", name, DS_CLI_MAX_LIST);
+        ((const char **)field)[(*n)++] = value;
+        return 0;
+    }
     char *end;
     long v = strtol(value, &end, 10);
     if (end == value || *end || value[0] == ' ' || value[0] == '+')
@@ -81,6 +97,35 @@ static int set_opt(ds_cli *cli, const opt *o, const char *name, const char *valu
     return 0;
 }
 
+static int is_spec(const char *a) {
+    size_t n = strlen(a);
+    return n > 4 && !strcmp(a + n - 4, ".ini");
+}
+
+/* A positional argument at argv[i]: the spec or the program, or what follows them.
+ * Returns 1 when it ends the parse (the rest is the program's), 0 to go on, -1 error. */
+static int positional(ds_cli *cli, int argc, char **argv, int i, int after_dashes, ds_err *err) {
+    const char *a = argv[i];
+    if (!cli->job && !cli->program) {
+        if (is_spec(a)) {
+            cli->job = a;
+            return 0;
+        }
+        cli->program = a;
+        cli->args = argv + i + 1;
+        cli->nargs = argc - i - 1;
+        return 1;
+    }
+    if (after_dashes) {
+        cli->args = argv + i;
+        cli->nargs = argc - i;
+        return 1;
+    }
+    if (is_spec(a)) return ds_err_set(err, "'%s': only one job spec may be given", a);
+    return ds_err_set(err, "'%s': with a job spec, the program's arguments come after `--` "
+                           "(dslaunch [options] %s -- ARGS...)", a, cli->job);
+}
+
 int ds_cli_parse(ds_cli *cli, int argc, char **argv, ds_err *err) {
     memset(cli, 0, sizeof *cli);
     cli->num_nodes = cli->num_gpus = -1;
@@ -88,11 +133,17 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, ds_err *err) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_positional || a[0] != '-' || !strcmp(a, "-")) {
-            if (cli->job) return ds_err_set(err, "'%s': only one job spec may be given", a);
-            cli->job = a;
+            int rc = positional(cli, argc, argv, i, only_positional, err);
+            if (rc < 0) return -1;
+            if (rc > 0) break;
             continue;
         }
         if (!strcmp(a, "--")) {
+            if (cli->job) { /* `JOB.ini --`: all that follows is the program's (maybe none) */
+                cli->args = argv + i + 1;
+                cli->nargs = argc - i - 1;
+                break;
+            }
             only_positional = 1;
             continue;
         }
@@ -127,7 +178,7 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, ds_err *err) {
         if (set_opt(cli, o, name, value, err) != 0) return -1;
     }
     if (cli->help || cli->version) return 0;
-    if (!cli->job) return ds_err_set(err, "no job spec given");
+    if (!cli->job && !cli->program) return ds_err_set(err, "no job spec or program given");
     if (cli->tee && ds_tee_check(cli->tee, err) != 0) return ds_err_prefix(err, "--tee");
     return 0;
 }
@@ -152,6 +203,69 @@ static int replace(char **field, char *value, ds_err *err) {
     if (!value) return ds_err_set(err, "out of memory");
     free(*field);
     *field = value;
+    return 0;
+}
+
+/* A job named after its program ("train" for dir/train.py): the name's characters are
+ * [A-Za-z0-9._-] (others become '_'), at most 64 of them. */
+static char *name_of(const char *program) {
+    const char *base = strrchr(program, '/');
+    base = base && base[1] ? base + 1 : program;
+    size_t n = strcspn(base + (base[0] == '.'), ".") + (base[0] == '.');
+    if (n > 64) n = 64;
+    char *name = malloc(n + 4);
+    if (!name) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char c = base[i];
+        name[i] = isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-' ? c : '_';
+    }
+    name[n] = '\0';
+    if (n == 0) strcpy(name, "job");
+    return name;
+}
+
+/* No job spec: the defaults of every key, the program's name, this directory. */
+static int program_job(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
+    ds_jobspec_init(spec);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) {
+        ds_jobspec_free(spec);
+        return ds_err_errno(err, errno, "the current directory");
+    }
+    spec->name = name_of(cli->program);
+    spec->script = strdup(cli->program);
+    spec->workdir = strdup(cwd);
+    if (!spec->name || !spec->script || !spec->workdir || !spec->args) {
+        ds_jobspec_free(spec);
+        return ds_err_set(err, "out of memory");
+    }
+    return 0;
+}
+
+static int replace_args(ds_jobspec *spec, char *const *args, int nargs, ds_err *err) {
+    char **v = calloc((size_t)nargs + 1, sizeof *v);
+    int ok = v != NULL;
+    for (int i = 0; ok && i < nargs; i++) ok = (v[i] = strdup(args[i])) != NULL;
+    if (!ok) {
+        for (int i = 0; v && i < nargs; i++) free(v[i]);
+        free(v);
+        return ds_err_set(err, "out of memory");
+    }
+    for (int i = 0; i < spec->nargs; i++) free(spec->args[i]);
+    free(spec->args);
+    spec->args = v;
+    spec->nargs = nargs;
+    return 0;
+}
+
+int ds_cli_job(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
+    if (cli->job ? ds_jobspec_load(spec, cli->job, err) : program_job(cli, spec, err)) return -1;
+    if (ds_jobspec_override(spec, cli->sets, cli->nsets, err) != 0 ||
+        (cli->args && replace_args(spec, cli->args, cli->nargs, err) != 0) ||
+        ds_cli_apply(cli, spec, err) != 0) {
+        ds_jobspec_free(spec);
+        return -1;
+    }
     return 0;
 }
 

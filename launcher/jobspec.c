@@ -24,6 +24,8 @@ typedef enum {
     K_PATH,    /* a path; ~/ expanded */
     K_ABSPATH, /* an absolute path */
     K_ARGS,    /* shell-style word list */
+    K_COMMAND, /* shell-style word list: the program, then its arguments */
+    K_INTERP,  /* shell-style word list: the interpreter of a program that is not Lua */
     K_INT,
     K_LLONG,
     K_SECONDS, /* decimal seconds (up to ms precision) stored as int milliseconds */
@@ -50,6 +52,8 @@ static const key_def KEYS[] = {
     {"job", "name", K_NAME, F(name), 0, 0, NULL, 0},
     {"job", "script", K_STR, F(script), 0, 0, NULL, 0},
     {"job", "args", K_ARGS, 0, 0, 0, NULL, ALLOW_EMPTY},
+    {"job", "command", K_COMMAND, 0, 0, 0, NULL, 0},
+    {"job", "interpreter", K_INTERP, 0, 0, 0, NULL, 0},
     {"job", "workdir", K_PATH, F(workdir), 0, 0, NULL, 0},
     {"job", "dsrun", K_ABSPATH, F(dsrun), 0, 0, NULL, 0},
     {"resources", "hostfile", K_PATH, F(hostfile), 0, 0, NULL, 0},
@@ -411,12 +415,14 @@ fail:
     return -1;
 }
 
-static void free_args(ds_jobspec *spec) {
-    for (int i = 0; spec->args && i < spec->nargs; i++) free(spec->args[i]);
-    free(spec->args);
-    spec->args = NULL;
-    spec->nargs = 0;
+static void free_words(char ***v, int *n) {
+    for (int i = 0; *v && i < *n; i++) free((*v)[i]);
+    free(*v);
+    *v = NULL;
+    *n = 0;
 }
+
+static void free_args(ds_jobspec *spec) { free_words(&spec->args, &spec->nargs); }
 
 /* ---- init / free ---- */
 
@@ -459,6 +465,7 @@ void ds_jobspec_free(ds_jobspec *spec) {
                      &spec->log_dir, &spec->tee, &spec->metrics_addr};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
+    free_words(&spec->interpreter, &spec->ninterp);
     for (int i = 0; i < spec->nenv; i++) {
         free(spec->env[i].key);
         free(spec->env[i].value);
@@ -492,8 +499,9 @@ static int fail(parse_state *st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    st->err_line = st->line;
-    ds_err_set(st->err, "%s:%d: %s", st->name, st->line, msg);
+    st->err_line = st->line ? st->line : -1;
+    if (st->line) ds_err_set(st->err, "%s:%d: %s", st->name, st->line, msg);
+    else ds_err_set(st->err, "%s: %s", st->name, msg); /* a --set: no line */
     return 0; /* inih: handler failed */
 }
 
@@ -510,6 +518,8 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_PATH: return "a path";
     case K_ABSPATH: return "an absolute path";
     case K_ARGS: return "arguments";
+    case K_COMMAND: return "a program and its arguments";
+    case K_INTERP: return "a program and its arguments, e.g. python3 -u";
     case K_INT:
     case K_LLONG: snprintf(buf, cap, "an integer in %lld..%lld", k->lo, k->hi); return buf;
     case K_SECONDS:
@@ -592,6 +602,32 @@ static int set_key(parse_state *st, int ki, const char *value) {
         free_args(spec);
         spec->args = argv;
         spec->nargs = n;
+        return 1;
+    }
+    case K_COMMAND:
+    case K_INTERP: {
+        char **argv;
+        int n;
+        const char *why;
+        if (split_args(value, &argv, &n, &why) != 0)
+            return fail(st, "[%s] %s: %s", k->section, k->key, why);
+        if (n == 0 || !argv[0][0]) {
+            for (int i = 0; i < n; i++) free(argv[i]);
+            free(argv);
+            return fail(st, "[%s] %s: empty value, expected %s", k->section, k->key, what);
+        }
+        if (k->type == K_INTERP) {
+            free_words(&spec->interpreter, &spec->ninterp);
+            spec->interpreter = argv;
+            spec->ninterp = n;
+            return 1;
+        }
+        /* the program goes to script, the rest to args */
+        set_str(&spec->script, argv[0]);
+        memmove(argv, argv + 1, (size_t)n * sizeof *argv); /* the NULL moves too */
+        free_args(spec);
+        spec->args = argv;
+        spec->nargs = n - 1;
         return 1;
     }
     case K_INT:
@@ -725,40 +761,52 @@ static int later_line(const parse_state *st, const char *k1, const char *k2) {
     return l1 > l2 ? l1 : l2;
 }
 
+/* An error of check_whole at line (0: not from a line of the file, e.g. a --set). */
+static int whole_err(parse_state *st, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int whole_err(parse_state *st, int line, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (line > 0) return ds_err_set(st->err, "%s:%d: %s", st->name, line, msg);
+    return ds_err_set(st->err, "%s: %s", st->name, msg);
+}
+
 /* Checks that need the whole file: required keys and keys that depend on each other. */
 static int check_whole(parse_state *st) {
     ds_jobspec *spec = st->spec;
     if (!spec->name || !spec->script) {
-        st->line = st->job_line;
         const char *key = !spec->name ? "name" : "script";
         if (!st->job_line)
-            return ds_err_set(st->err, "%s: [job] %s: required key missing (there is no [job] section)",
-                              st->name, key);
-        return ds_err_set(st->err, "%s:%d: [job] %s: required key missing", st->name, st->job_line, key);
+            return whole_err(st, 0, "[job] %s: required key missing (there is no [job] section)", key);
+        return whole_err(st, st->job_line, "[job] %s: required key missing%s", key,
+                         spec->name ? " (or command)" : "");
     }
-    if (spec->include && spec->exclude) {
-        int line = later_line(st, "include", "exclude");
-        return ds_err_set(st->err, "%s:%d: [resources] include and exclude are mutually exclusive",
-                          st->name, line);
-    }
-    if ((spec->include || spec->exclude) && (spec->num_nodes != -1 || spec->num_gpus != -1)) {
-        int line = later_line(st, "num_nodes", "num_gpus");
-        return ds_err_set(st->err, "%s:%d: [resources] num_nodes/num_gpus cannot be combined with "
-                                   "include/exclude", st->name, line);
-    }
+    int command = later_line(st, "command", "command"), other = later_line(st, "script", "args");
+    if (command && other)
+        return whole_err(st, command > other ? command : other, "[job] command names the program and its arguments: give it, or "
+                         "script and args, not both");
+    if (spec->ninterp && ds_jobspec_is_lua(spec))
+        return whole_err(st, later_line(st, "interpreter", "interpreter"),
+                         "[job] interpreter: %s is a Lua script, which dsrun runs itself; an "
+                         "interpreter is for other programs", spec->script);
+    if (spec->include && spec->exclude)
+        return whole_err(st, later_line(st, "include", "exclude"),
+                         "[resources] include and exclude are mutually exclusive");
+    if ((spec->include || spec->exclude) && (spec->num_nodes != -1 || spec->num_gpus != -1))
+        return whole_err(st, later_line(st, "num_nodes", "num_gpus"),
+                         "[resources] num_nodes/num_gpus cannot be combined with include/exclude");
     const ds_engine_opt *a, *b;
     char why[400];
     if (ds_engine_opts_check(&spec->engine, &a, &b, why, sizeof why) != 0) {
         int la = st->engine_line[a - DS_ENGINE_OPTS], lb = st->engine_line[b - DS_ENGINE_OPTS];
-        return ds_err_set(st->err, "%s:%d: [engine] %s", st->name, la > lb ? la : lb, why);
+        return whole_err(st, la > lb ? la : lb, "[engine] %s", why);
     }
-    if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms) {
-        int line = later_line(st, "heartbeat_timeout", "heartbeat_interval");
-        return ds_err_set(st->err, "%s:%d: [restart] heartbeat_timeout (%g s) must be longer than "
-                                   "heartbeat_interval (%g s)",
-                          st->name, line, spec->heartbeat_timeout_ms / 1000.0,
-                          spec->heartbeat_interval_ms / 1000.0);
-    }
+    if (spec->heartbeat_timeout_ms <= spec->heartbeat_interval_ms)
+        return whole_err(st, later_line(st, "heartbeat_timeout", "heartbeat_interval"),
+                         "[restart] heartbeat_timeout (%g s) must be longer than heartbeat_interval (%g s)",
+                         spec->heartbeat_timeout_ms / 1000.0, spec->heartbeat_interval_ms / 1000.0);
     return 0;
 }
 
@@ -803,5 +851,58 @@ int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err) {
     if (!buf) return -1;
     int rc = ds_jobspec_parse(spec, path, buf, err);
     free(buf);
+    return rc;
+}
+
+int ds_jobspec_is_lua(const ds_jobspec *spec) {
+    size_t n = spec->script ? strlen(spec->script) : 0;
+    return n > 4 && !strcmp(spec->script + n - 4, ".lua");
+}
+
+/* Drops [env] KEY, so that a --set of it replaces the file's value. */
+static void unset_env(ds_jobspec *spec, const char *key) {
+    for (int i = 0; i < spec->nenv; i++) {
+        if (strcmp(spec->env[i].key, key)) continue;
+        free(spec->env[i].key);
+        free(spec->env[i].value);
+        memmove(&spec->env[i], &spec->env[i + 1], (size_t)(spec->nenv - i - 1) * sizeof *spec->env);
+        spec->nenv--;
+        return;
+    }
+}
+
+/* One --set: "SECTION.KEY=VALUE" through the same handler as a line of the file. */
+static int override_one(parse_state *st, const char *set) {
+    const char *dot = strchr(set, '.'), *eq = strchr(set, '=');
+    char section[64], key[256];
+    if (!dot || !eq || dot > eq || dot == set || eq == dot + 1 || (size_t)(dot - set) >= sizeof section ||
+        (size_t)(eq - dot - 1) >= sizeof key)
+        return ds_err_set(st->err, "%s: expected SECTION.KEY=VALUE, e.g. engine.zero_stage=2", st->name);
+    snprintf(section, sizeof section, "%.*s", (int)(dot - set), set);
+    snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+    if (!known_section(section))
+        return ds_err_set(st->err, "%s: [%s]: unknown section (expected one of: job, resources, ssh, "
+                                   "env, rendezvous, restart, logs, engine)", st->name, section);
+    if (!strcmp(section, "env")) unset_env(st->spec, key);
+    on_key(st, section, key, eq + 1);
+    return st->err_line ? -1 : 0;
+}
+
+int ds_jobspec_override(ds_jobspec *spec, const char *const *sets, int nsets, ds_err *err) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "/");
+    parse_state st = {.spec = spec, .base = cwd, .err = err};
+    int rc = 0;
+    for (int i = 0; i < nsets && rc == 0; i++) {
+        char origin[300];
+        snprintf(origin, sizeof origin, "--set %.280s", sets[i]);
+        st.name = origin;
+        memset(st.key_line, 0, sizeof st.key_line); /* a --set replaces what the file gave */
+        memset(st.engine_line, 0, sizeof st.engine_line);
+        rc = override_one(&st, sets[i]);
+    }
+    st.name = "--set";
+    if (rc == 0 && nsets > 0) rc = check_whole(&st) ? -1 : 0;
+    free(st.env_line);
     return rc;
 }

@@ -34,9 +34,13 @@ typedef struct ds_jobspec {
 
     /* [job] */
     char *name;    /* required; [A-Za-z0-9._-]+, used in log paths */
-    char *script;  /* required; path of the Lua script (relative to workdir) */
+    char *script;  /* required (or `command`): the program every rank runs, relative to
+                      workdir; a Lua script (*.lua) runs in dsrun, anything else as a process
+                      (`command` sets script and args from one word list) */
     char **args;   /* `args`, split shell-style (quotes honoured), NULL-terminated */
     int nargs;
+    char **interpreter; /* `interpreter`, split like args; NULL: the program's #! line */
+    int ninterp;
     char *workdir; /* default: the job spec's directory; always absolute after loading */
     char *dsrun;   /* absolute path of dsrun on the nodes; default: the dsrun beside the
                       running executable (bin/dsrun, or build/runtime/dsrun from
@@ -104,6 +108,14 @@ int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err);
 /* Same from a string (fuzzers, tests); name is used in messages. */
 int ds_jobspec_parse(ds_jobspec *spec, const char *name, const char *text, ds_err *err);
 void ds_jobspec_free(ds_jobspec *spec);
+
+/* Applies `--set SECTION.KEY=VALUE` overrides in order, each validated as a line of the
+ * file would be (a key the file gave is replaced; relative paths are relative to the
+ * current directory), then the checks across keys. Errors read "--set S.K=V: ...". */
+int ds_jobspec_override(ds_jobspec *spec, const char *const *sets, int nsets, ds_err *err);
+
+/* 1 when the job's program is a Lua script (runs in dsrun's engine, not as a process). */
+int ds_jobspec_is_lua(const ds_jobspec *spec);
 
 /* `tee` values: "all", "none", or a list of ranks and ranges ("0,2-3"). */
 int ds_tee_check(const char *tee, ds_err *err);

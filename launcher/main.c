@@ -80,12 +80,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     ds_jobspec spec;
-    if (ds_jobspec_load(&spec, cli.job, &err) != 0) {
+    if (ds_cli_job(&cli, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         return EXIT_USAGE;
     }
     ds_plan plan;
-    if (ds_cli_apply(&cli, &spec, &err) != 0 || plan_job(&plan, &spec, &err) != 0) {
+    if (plan_job(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_jobspec_free(&spec);
         return EXIT_USAGE;

@@ -122,6 +122,25 @@ expect_rc 2 "num_nodes"
 expect_in "$err" "--num_nodes 3: only 2 nodes available" "num_nodes"
 [[ $(ls -A "$TMP/job") == "$before" ]] || fail "errors left files behind"
 
+# a hostfile and a program are enough: no job spec; everything after the program is its own
+(cd "$TMP/job" && "$DSLAUNCH" --dry-run -H hosts --set engine.seed=7 train.py --lr 3e-4 --dry-run >"$TMP/out" 2>"$TMP/err")
+rc=$?
+expect_rc 0 "--dry-run PROGRAM"
+got=$(tr -d ' \n' <"$TMP/out")
+expect_in "$got" '"job":{"name":"train","id":"train","attempt":0,"spec":null,"script":"train.py","args":["--lr","3e-4","--dry-run"],"workdir":"'$TMP'/job",' "--dry-run PROGRAM"
+expect_in "$got" '"world_size":4,' "--dry-run PROGRAM"
+expect_in "$got" '"DS_ENGINE_SEED":"7"' "--dry-run PROGRAM --set"
+# a job spec's arguments after `--`; --set errors exit 2 naming the --set
+run --dry-run "$TMP/job/job.ini" -- steps=5
+expect_rc 0 "JOB.ini -- ARGS"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"args":["steps=5"]' "JOB.ini -- ARGS"
+run --dry-run "$TMP/job/job.ini" steps=5
+expect_rc 2 "JOB.ini ARGS without --"
+expect_in "$err" "with a job spec, the program's arguments come after \`--\`" "JOB.ini ARGS without --"
+run --dry-run --set engine.zero=5 "$TMP/job/job.ini"
+expect_rc 2 "--set unknown key"
+expect_in "$err" "dslaunch: --set engine.zero=5: [engine] zero: unknown key (expected one of: zero_stage" "--set unknown key"
+
 if ((failures)); then
     echo "$failures failure(s)"
     exit 1

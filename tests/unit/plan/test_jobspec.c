@@ -215,7 +215,7 @@ static void test_structure_errors(void **st) {
     expect_err(MIN "[job]\nname = u\n", "/jobs/job.ini:5: [job] name: given twice");
     expect_err(MIN "[env]\nA = 1\nA = 2\n", "/jobs/job.ini:6: [env] A: given twice (first on line 5)");
     expect_err("", "/jobs/job.ini: [job] name: required key missing (there is no [job] section)");
-    expect_err("[job]\nname = t\n", "/jobs/job.ini:1: [job] script: required key missing");
+    expect_err("[job]\nname = t\n", "/jobs/job.ini:1: [job] script: required key missing (or command)");
     expect_err("[job]\nscript = s\n", "/jobs/job.ini:1: [job] name: required key missing");
     /* the first error wins, whichever kind it is */
     expect_err(MIN "zero = 1\n[bad]\n", "/jobs/job.ini:4: [job] zero: unknown key");
@@ -330,8 +330,11 @@ static void test_load_file(void **st) {
 
 /* ---- command line ---- */
 
+/* argv outlives the call (ds_cli points into it), until the next call. */
 static int cli(ds_cli *c, ds_err *err, ...) {
-    char *argv[32] = {"dslaunch"};
+    static char *argv[32];
+    memset(argv, 0, sizeof argv);
+    argv[0] = "dslaunch";
     int argc = 1;
     va_list ap;
     va_start(ap, err);
@@ -373,7 +376,7 @@ static void test_cli(void **st) {
     assert_int_equal(c.version, 1);
 
     assert_int_equal(cli(&c, &err, NULL), -1);
-    assert_string_equal(err.msg, "no job spec given");
+    assert_string_equal(err.msg, "no job spec or program given");
     assert_int_equal(cli(&c, &err, "a.ini", "b.ini", NULL), -1);
     assert_string_equal(err.msg, "'b.ini': only one job spec may be given");
     assert_int_equal(cli(&c, &err, "--bogus", "a.ini", NULL), -1);
@@ -391,6 +394,157 @@ static void test_cli(void **st) {
     assert_non_null(strstr(err.msg, "--tee: 'x': expected all, none"));
     assert_int_equal(cli(&c, &err, "a.ini", "--include=", NULL), -1);
     assert_string_equal(err.msg, "--include: empty value");
+}
+
+/* torchrun's shape: the first positional argument not ending in .ini is the program and
+ * everything after it is its own; after a spec, `--` starts the arguments. */
+static void test_cli_program_and_args(void **st) {
+    (void)st;
+    ds_cli c;
+    ds_err err;
+    assert_int_equal(cli(&c, &err, "--hostfile", "h", "train.py", "--lr", "3e-4", "--hostfile", "x", NULL), 0);
+    assert_null(c.job);
+    assert_string_equal(c.program, "train.py");
+    assert_string_equal(c.hostfile, "h");
+    assert_int_equal(c.nargs, 4);
+    assert_string_equal(c.args[0], "--lr");
+    assert_string_equal(c.args[3], "x");
+    assert_null(c.args[4]);
+    assert_int_equal(cli(&c, &err, "run.sh", NULL), 0);
+    assert_string_equal(c.program, "run.sh");
+    assert_int_equal(c.nargs, 0);
+    assert_int_equal(cli(&c, &err, "job.ini", "--dry-run", "--", "steps=5", "--lr", NULL), 0);
+    assert_string_equal(c.job, "job.ini");
+    assert_null(c.program);
+    assert_int_equal(c.dry_run, 1);
+    assert_int_equal(c.nargs, 2);
+    assert_string_equal(c.args[0], "steps=5");
+    assert_string_equal(c.args[1], "--lr");
+    assert_int_equal(cli(&c, &err, "job.ini", NULL), 0);
+    assert_null(c.args); /* none given: the spec's stay */
+    assert_int_equal(cli(&c, &err, "job.ini", "--", NULL), 0);
+    assert_non_null(c.args); /* given, and empty */
+    assert_int_equal(c.nargs, 0);
+    assert_int_equal(cli(&c, &err, "--", "job.ini", "a", NULL), 0);
+    assert_string_equal(c.job, "job.ini");
+    assert_int_equal(c.nargs, 1);
+    assert_int_equal(cli(&c, &err, "job.ini", "steps=5", NULL), -1);
+    assert_string_equal(err.msg, "'steps=5': with a job spec, the program's arguments come after "
+                                 "`--` (dslaunch [options] job.ini -- ARGS...)");
+    assert_int_equal(cli(&c, &err, "--set", "engine.zero_stage=2", "--set=job.name=x", "job.ini", NULL), 0);
+    assert_int_equal(c.nsets, 2);
+    assert_string_equal(c.sets[0], "engine.zero_stage=2");
+    assert_string_equal(c.sets[1], "job.name=x");
+    assert_int_equal(cli(&c, &err, "--set", "", "job.ini", NULL), -1);
+    assert_string_equal(err.msg, "--set: empty value");
+}
+
+/* ds_cli_job: a spec or a program, then --set, the arguments and the options. */
+static void test_cli_job(void **st) {
+    (void)st;
+    char dir[] = "/tmp/ds_clijob_XXXXXX", cwd[512], path[300];
+    assert_non_null(mkdtemp(dir));
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    FILE *f = fopen("job.ini", "w");
+    fputs("[job]\nname = t\nscript = s.lua\nargs = a b\n[engine]\nzero_stage = 1\n"
+          "[env]\nA = 1\nB = 2\n", f);
+    fclose(f);
+    ds_cli c;
+    ds_jobspec s;
+    ds_err err;
+
+    /* a program alone: named after it, this directory as workdir, its arguments */
+    assert_int_equal(cli(&c, &err, "-H", "hosts", "dir/my train.v2.py", "--lr", "3", NULL), 0);
+    assert_int_equal(ds_cli_job(&c, &s, &err), 0);
+    assert_string_equal(s.name, "my_train");
+    assert_string_equal(s.script, "dir/my train.v2.py");
+    assert_false(ds_jobspec_is_lua(&s));
+    assert_int_equal(s.nargs, 2);
+    assert_string_equal(s.args[1], "3");
+    assert_null(s.path);
+    snprintf(path, sizeof path, "%s/hosts", dir);
+    assert_string_equal(s.hostfile, path);
+    assert_string_equal(s.workdir, dir);
+    ds_jobspec_free(&s);
+
+    /* a spec, overridden: --set (files' keys replaced, [env] too), then `--` args */
+    assert_int_equal(cli(&c, &err, "job.ini", "--set", "engine.zero_stage=3", "--set",
+                         "env.A=x", "--set", "env.C=3", "--set", "resources.hostfile=h2", "--",
+                         "steps=5", NULL), 0);
+    assert_int_equal(ds_cli_job(&c, &s, &err), 0);
+    assert_true(ds_jobspec_is_lua(&s));
+    assert_int_equal(s.engine.zero, 3);
+    assert_int_equal(s.nargs, 1);
+    assert_string_equal(s.args[0], "steps=5");
+    assert_int_equal(s.nenv, 3);
+    assert_string_equal(s.env[0].key, "B");
+    assert_string_equal(s.env[1].key, "A");
+    assert_string_equal(s.env[1].value, "x");
+    assert_string_equal(s.env[2].value, "3");
+    snprintf(path, sizeof path, "%s/h2", dir); /* relative to the current directory */
+    assert_string_equal(s.hostfile, path);
+    ds_jobspec_free(&s);
+
+    /* `--` with nothing after it clears the spec's arguments; command replaces both */
+    assert_int_equal(cli(&c, &err, "job.ini", "--", NULL), 0);
+    assert_int_equal(ds_cli_job(&c, &s, &err), 0);
+    assert_int_equal(s.nargs, 0);
+    ds_jobspec_free(&s);
+    assert_int_equal(cli(&c, &err, "--set", "job.command=python3 -u t.py 'a b'", "job.ini", NULL), 0);
+    assert_int_equal(ds_cli_job(&c, &s, &err), 0);
+    assert_string_equal(s.script, "python3");
+    assert_int_equal(s.nargs, 3);
+    assert_string_equal(s.args[2], "a b");
+    ds_jobspec_free(&s);
+
+    /* errors name the --set and say what was expected, as for a line of the file */
+    static const char *const bad[][2] = {
+        {"engine.zero=5", "--set engine.zero=5: [engine] zero: unknown key (expected one of: zero_stage"},
+        {"engine.zero_stage=5", "--set engine.zero_stage=5: [engine] zero_stage: 5 is out of range; expected an integer in 0..3"},
+        {"engin.zero_stage=1", "--set engin.zero_stage=1: [engin]: unknown section"},
+        {"zero_stage=1", "--set zero_stage=1: expected SECTION.KEY=VALUE"},
+        {"engine.zero_stage", "--set engine.zero_stage: expected SECTION.KEY=VALUE"},
+        {"env.RANK=3", "--set env.RANK=3: [env] RANK: set by dslaunch"},
+        {"job.interpreter=python3", "--set: [job] interpreter: s.lua is a Lua script"},
+        {"resources.include=a", "--set: [resources] include and exclude are mutually exclusive"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *extra = i == 7 ? "resources.exclude=b" : "engine.seed=1";
+        assert_int_equal(cli(&c, &err, "job.ini", "--set", bad[i][0], "--set", extra, NULL), 0);
+        assert_int_equal(ds_cli_job(&c, &s, &err), -1);
+        if (!strstr(err.msg, bad[i][1])) fail_msg("--set %s: '%s' lacks '%s'", bad[i][0], err.msg, bad[i][1]);
+    }
+    assert_int_equal(chdir(cwd), 0);
+    unlink(strcat(strcpy(path, dir), "/job.ini"));
+    rmdir(dir);
+}
+
+static void test_command_and_interpreter(void **st) {
+    (void)st;
+    ds_jobspec s;
+    assert_string_equal(parse(&s, "[job]\nname = t\ncommand = python3 -u train.py --lr 3e-4\n"), "");
+    assert_string_equal(s.script, "python3");
+    assert_int_equal(s.nargs, 4);
+    assert_string_equal(s.args[0], "-u");
+    assert_string_equal(s.args[3], "3e-4");
+    assert_null(s.args[4]);
+    assert_int_equal(s.ninterp, 0);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, "[job]\nname = t\nscript = train.py\ninterpreter = python3 -u\n"), "");
+    assert_int_equal(s.ninterp, 2);
+    assert_string_equal(s.interpreter[0], "python3");
+    assert_string_equal(s.interpreter[1], "-u");
+    assert_false(ds_jobspec_is_lua(&s));
+    ds_jobspec_free(&s);
+    expect_err("[job]\nname = t\ncommand = a.py\nscript = b.py\n",
+               ":4: [job] command names the program and its arguments: give it, or script and args, not both");
+    expect_err("[job]\nname = t\nargs = x\ncommand = a.py\n", ":4: [job] command names");
+    expect_err("[job]\nname = t\ncommand = ''\n", ":3: [job] command: empty value");
+    expect_err("[job]\nname = t\ncommand = 'open\n", ":3: [job] command: unterminated quote");
+    expect_err("[job]\nname = t\nscript = s.lua\ninterpreter = lua\n",
+               ":4: [job] interpreter: s.lua is a Lua script");
+    expect_err("[job]\nname = t\n", ":1: [job] script: required key missing (or command)");
 }
 
 static void test_cli_apply(void **st) {
@@ -447,6 +601,9 @@ int main(void) {
         cmocka_unit_test(test_tee),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_program_and_args),
+        cmocka_unit_test(test_cli_job),
+        cmocka_unit_test(test_command_and_interpreter),
         cmocka_unit_test(test_cli_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
