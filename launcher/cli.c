@@ -30,7 +30,7 @@ const char DS_CLI_HELP[] =
     "      --num_nodes N       use the first N hosts\n"
     "      --num_gpus N        use the first N slots of each host\n"
     "      --master_addr ADDR  MASTER_ADDR given to ranks (default: the first host)\n"
-    "      --master_port PORT  MASTER_PORT given to ranks (default 29500)\n"
+    "      --master_port PORT  MASTER_PORT (default: one checked free on node 0)\n"
     "      --tee RANKS         ranks shown on the terminal: all, none, or 0,2-3\n"
     "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
     "      --force_ssh         start even this node's ranks over SSH\n"

@@ -79,6 +79,9 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
               config(b, "script", s->script) | config_int(b, "heartbeat_ms", s->heartbeat_interval_ms) |
               config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms);
     for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
+    bad |= config(b, "kind", ds_jobspec_is_lua(s) ? "lua" : "program") |
+           config_int(b, "attempt", job->attempt) | config_int(b, "master_port", job->plan->master_port);
+    for (int i = 0; i < s->ninterp; i++) bad |= config(b, "interp", s->interpreter[i]);
     for (int r = 0; r < job->plan->world_size && !bad; r++) {
         if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
         bad |= ds_frame_append(b, DS_FRAME_RANK, (uint32_t)r, NULL, 0);

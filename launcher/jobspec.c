@@ -74,7 +74,7 @@ static const key_def KEYS[] = {
     {"rendezvous", "addr", K_STR, F(rdzv_addr), 0, 0, NULL, 0},
     {"rendezvous", "port", K_INT, F(rdzv_port), 0, 65535, NULL, 0},
     {"rendezvous", "timeout", K_SECONDS, F(rdzv_timeout_ms), 1, 86400000, NULL, 0},
-    {"rendezvous", "master_port", K_INT, F(master_port), 1, 65535, NULL, 0},
+    {"rendezvous", "master_port", K_INT, F(master_port), 0, 65535, NULL, 0},
     {"restart", "max_restarts", K_INT, F(max_restarts), 0, 1000, NULL, 0},
     {"restart", "spares", K_INT, F(spares), 0, 100000, NULL, 0},
     {"restart", "heartbeat_interval", K_SECONDS, F(heartbeat_interval_ms), 1, 3600000, NULL, 0},
@@ -94,7 +94,10 @@ static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "re
                                  "restart", "logs", "engine", "monitor"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
-static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+static const char *RESERVED_ENV[] = {"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                                     "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+                                     "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                                     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
                                      "CUDA_VISIBLE_DEVICES"};
@@ -445,7 +448,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->ssh_connect_timeout_ms = 10000;
     spec->rdzv_port = 0;
     spec->rdzv_timeout_ms = 300000;
-    spec->master_port = 29500;
+    spec->master_port = 0; /* a free port on rank 0's node, found when the job starts */
     spec->max_restarts = 0;
     spec->heartbeat_interval_ms = 5000;
     spec->heartbeat_timeout_ms = 30000;

@@ -74,7 +74,8 @@ typedef struct ds_jobspec {
     char *rdzv_addr;  /* address the store binds to and ranks reach; default: first node's */
     int rdzv_port;    /* 0 = pick a free port; default 0 */
     int rdzv_timeout_ms; /* key timeout in seconds; default 300 s */
-    int master_port;  /* key master_port: MASTER_PORT given to ranks; default 29500 */
+    int master_port;  /* key master_port: MASTER_PORT given to ranks, checked free on rank
+                         0's node when the job starts; default 0: any free port there */
 
     /* [restart] */
     int max_restarts;            /* default 0 */

@@ -56,7 +56,9 @@ static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
         return -1;
     }
     plan->hosts_from = from;
-    if (ds_launch_resolve(spec, plan, err) != 0) {
+    /* nodes SSH reaches must reach MASTER_ADDR */
+    if (ds_launch_resolve(spec, plan, err) != 0 ||
+        (spec->launch_method == DS_LAUNCH_SSH && ds_plan_check_master_addr(plan, err) != 0)) {
         ds_plan_free(plan);
         return -1;
     }

@@ -17,6 +17,28 @@ int ds_host_is_local(const char *host) {
     return !strcmp(host, me);
 }
 
+/* localhost, 127.0.0.0/8, ::1: names no other machine can reach this one by. */
+static int is_loopback(const char *host) {
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
+           !strcmp(host, "[::1]");
+}
+
+int ds_plan_check_master_addr(const ds_plan *plan, ds_err *err) {
+    if (!is_loopback(plan->master_addr)) return 0;
+    for (int i = 0; i < plan->nnodes; i++) {
+        const char *h = plan->nodes[i].host;
+        if (is_loopback(h) || ds_host_is_local(h)) continue;
+        char me[256] = "";
+        if (gethostname(me, sizeof me) != 0) me[0] = '\0';
+        me[sizeof me - 1] = '\0';
+        return ds_err_set(err, "MASTER_ADDR would be '%s', a loopback address that node %d (%s) "
+                               "cannot reach: name this node in the hostfile by an address the "
+                               "other nodes reach (its hostname '%s'?), or give --master_addr",
+                          plan->master_addr, i, h, me);
+    }
+    return 0;
+}
+
 static int copy_host(ds_host *dst, const ds_host *src) {
     *dst = *src;
     dst->name = strdup(src->name);
@@ -76,8 +98,8 @@ int ds_plan_build(ds_plan *plan, const ds_hostlist *hl, const ds_jobspec *spec,
     if (held >= nworld)
         return ds_err_set(err, "[restart] spares = %d leaves no node to run on (%d node%s after "
                                "filtering)", held, nworld, nworld == 1 ? "" : "s");
-    if (master_port < 1 || master_port > 65535)
-        return ds_err_set(err, "master port %d: expected 1..65535", master_port);
+    if (master_port < 0 || master_port > 65535)
+        return ds_err_set(err, "master port %d: expected 1..65535 (0: a free one)", master_port);
     plan->nodes = calloc((size_t)nworld, sizeof *plan->nodes);
     plan->spares.hosts = calloc((size_t)hl->nhosts, sizeof *plan->spares.hosts);
     if (!plan->nodes || !plan->spares.hosts) goto oom;
@@ -146,14 +168,31 @@ static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
     return bad;
 }
 
+/* The rest of what torchrun's elastic agent gives each worker, so torch.distributed's
+ * env:// and what reads it (DeepSpeed, Accelerate) find everything they look for. */
+static int push_torchrun_env(char **env, int *n, const ds_plan *plan, const ds_plan_rank *rk,
+                             const ds_jobspec *spec, const char *job_id, int attempt) {
+    int bad = 0;
+    bad |= push_int(env, n, "GROUP_RANK", rk->node_rank);
+    bad |= push_int(env, n, "GROUP_WORLD_SIZE", plan->nnodes);
+    bad |= push_int(env, n, "ROLE_RANK", rk->rank);
+    bad |= push_int(env, n, "ROLE_WORLD_SIZE", plan->world_size);
+    bad |= push_env(env, n, "ROLE_NAME", "default");
+    bad |= push_int(env, n, "TORCHELASTIC_RESTART_COUNT", attempt);
+    bad |= push_int(env, n, "TORCHELASTIC_MAX_RESTARTS", spec ? spec->max_restarts : 0);
+    bad |= push_env(env, n, "TORCHELASTIC_RUN_ID", job_id ? job_id : "");
+    return bad;
+}
+
 char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, const char *job_id,
                         int attempt) {
     if (r < 0 || r >= plan->world_size) return NULL;
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    /* 9 job variables, CUDA_VISIBLE_DEVICES, the DS_ENGINE_*, the [env] entries, NULL */
-    char **env = calloc((size_t)(11 + DS_EO_COUNT + nenv), sizeof *env);
+    /* 9 job variables, 8 more of torchrun's, CUDA_VISIBLE_DEVICES, the DS_ENGINE_*, the
+     * [env] entries, NULL */
+    char **env = calloc((size_t)(19 + DS_EO_COUNT + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);
@@ -162,9 +201,12 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     bad |= push_int(env, &n, "LOCAL_WORLD_SIZE", node->nslots);
     bad |= push_int(env, &n, "NODE_RANK", rk->node_rank);
     bad |= push_env(env, &n, "MASTER_ADDR", plan->master_addr);
-    bad |= push_int(env, &n, "MASTER_PORT", plan->master_port);
+    /* 0: node 0's agent picks a free port when the job starts and sets it */
+    if (plan->master_port) bad |= push_int(env, &n, "MASTER_PORT", plan->master_port);
+    else bad |= push_env(env, &n, "MASTER_PORT", "auto");
     bad |= push_env(env, &n, "DS_JOB_ID", job_id ? job_id : "");
     bad |= push_int(env, &n, "DS_ATTEMPT", attempt);
+    bad |= push_torchrun_env(env, &n, plan, rk, spec, job_id, attempt);
     /* one device per rank, named by its physical index (the slot) */
     if (plan->gpus) bad |= push_int(env, &n, "CUDA_VISIBLE_DEVICES", rk->slot);
     if (spec) bad |= push_engine_defaults(env, &n, spec);

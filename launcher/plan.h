@@ -60,6 +60,11 @@ void ds_plan_write_json_spec(const ds_plan *plan, const ds_jobspec *spec, const 
 char *ds_plan_json(const ds_plan *plan, const ds_jobspec *spec, const char *job_id, int attempt,
                    int pretty);
 
+/* Refuses a loopback MASTER_ADDR when a node is elsewhere (they could not reach it, nor
+ * the store there): for hosts SSH reaches by name (a Slurm allocation's node names say
+ * nothing of that). */
+int ds_plan_check_master_addr(const ds_plan *plan, ds_err *err);
+
 /* 1 when host names the controller's own node: localhost, 127.0.0.1, ::1 or this
  * machine's hostname. Other loopback addresses (127.0.0.2, ...) are not local: tests use
  * them as distinct nodes reached over SSH. */

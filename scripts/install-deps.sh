@@ -10,9 +10,12 @@ PACKAGES=(
   openssh-server openssh-client iproute2 procps psmisc
   slurmctld slurmd slurm-client  # a private Slurm cluster for the Slurm tests (docs/slurm.md)
   chromium   # headless, to test report.html in a real browser (tests/integration/monitor)
+  # a real torchrun-style program for the launcher's tests (DDP over Gloo); the bench's
+  # PyTorch peer too. ~160 packages: about 2 minutes on a fresh machine
+  python3-torch
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  PACKAGES+=(python3-torch python3-numpy)   # the PyTorch peer in bench/, not needed by tests
+  PACKAGES+=(python3-numpy)   # the bench's comparisons, not needed by tests
 fi
 
 missing=()

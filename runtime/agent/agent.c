@@ -240,6 +240,9 @@ static int connect_store(ds_agent *a, ds_err *err) {
 
 static int start_workers(ds_agent *a, ds_err *err) {
     if (chdir(a->workdir) != 0) return ds_err_errno(err, errno, "workdir %s", a->workdir);
+    if (a->program &&
+        !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
+        return -1;
     for (int i = 0; i < a->nworkers; i++) {
         if (ds_agent_spawn(a, &a->workers[i], err) != 0) return -1;
         send_text(a, DS_FRAME_STARTED, a->workers[i].rank, "%d", (int)a->workers[i].pid);
@@ -283,12 +286,18 @@ int dsrun_agent_main(int argc, char **argv) {
         rc = 1;
     } else {
         send_text(&a, DS_FRAME_HELLO, -1, "%d", (int)getpid());
-        if (start_workers(&a, &err) != 0) {
+        int port = ds_agent_master_port(&a, &err); /* 1: node 0 failed, we were stopped */
+        if (port < 0) {
             send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
-            begin_stop(&a, "a worker could not start");
             rc = 1;
+        } else if (port == 0) {
+            if (start_workers(&a, &err) != 0) {
+                send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
+                begin_stop(&a, "a worker could not start");
+                rc = 1;
+            }
+            run_loop(&a);
         }
-        run_loop(&a);
     }
     /* Nothing of the node outlives the agent. */
     signal_workers(&a, SIGKILL);

@@ -29,6 +29,12 @@ typedef struct ds_agent {
     char **args;
     int nargs;
     int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
+    int program;       /* kind=program: script is not Lua, it runs as a process per rank */
+    char **interp;     /* interp frames: its interpreter (NULL: by its #! line) */
+    int ninterp;
+    int attempt;       /* the job's attempt (keys of the store that are per attempt) */
+    int master_port;   /* MASTER_PORT asked for; 0: any free port on node 0 */
+    char **program_argv; /* the program's command line on this node (program.c) */
 
     ds_agent_worker *workers;
     int nworkers;
@@ -55,6 +61,20 @@ int ds_agent_join(ds_agent *a, ds_err *err);
  * fd 3, the metrics pipe as fd 4 (DS_METRICS_FD), death signal tied to the agent, the
  * plan's environment over the agent's. */
 int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err);
+
+/* The command line that runs a program that is not Lua (program.c), in the workdir:
+ * the interpreter given, else the program's #! line, else the program itself when it is
+ * executable, else python3 for a .py file; a name that is no file of the workdir is
+ * looked up in PATH. NULL-terminated, malloc'd (free with ds_agent_free_words). */
+char **ds_agent_program_argv(char *const *interp, int ninterp, const char *program,
+                             char *const *args, int nargs, ds_err *err);
+void ds_agent_free_words(char **words);
+
+/* MASTER_PORT (master_port.c): node 0's agent finds the port asked for (or any) free on
+ * its node and publishes it in the store; every agent waits for it, heartbeating, and
+ * gives it to its workers. Returns 0, -1 on error (err says why), or 1 when node 0 failed
+ * (it reports why) and this node should only wait to be stopped. */
+int ds_agent_master_port(ds_agent *a, ds_err *err);
 
 
 #endif

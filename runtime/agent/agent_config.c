@@ -51,9 +51,19 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
     else if (KEY("heartbeat_ms")) num = &a->heartbeat_ms;
     else if (KEY("grace_ms")) num = &a->grace_ms;
     else if (KEY("rdzv_timeout_ms")) num = &a->rdzv_timeout_ms;
-    else if (KEY("arg")) {
+    else if (KEY("attempt")) num = &a->attempt;
+    else if (KEY("master_port")) num = &a->master_port;
+    else if (KEY("kind")) {
+        if (strcmp(v, "lua") && strcmp(v, "program")) return ds_err_set(err, "config kind: '%s'", v);
+        a->program = !strcmp(v, "program");
+        return 0;
+    } else if (KEY("arg") || KEY("interp")) {
         char *s = strdup(v);
-        if (!s || push_str(&a->args, &a->nargs, s) != 0) return ds_err_set(err, "out of memory");
+        int rc = !s ? -1 : KEY("arg") ? push_str(&a->args, &a->nargs, s) : push_str(&a->interp, &a->ninterp, s);
+        if (rc != 0) {
+            free(s);
+            return ds_err_set(err, "out of memory");
+        }
         return 0;
     }
 #undef KEY
@@ -154,6 +164,9 @@ void ds_agent_free(ds_agent *a) {
     free(a->link);
     for (int i = 0; i < a->nargs; i++) free(a->args[i]);
     free(a->args);
+    for (int i = 0; i < a->ninterp; i++) free(a->interp[i]);
+    free(a->interp);
+    ds_agent_free_words(a->program_argv);
     for (int i = 0; i < a->nworkers; i++) {
         for (int j = 0; j < a->workers[i].nenv; j++) free(a->workers[i].env[j]);
         free(a->workers[i].env);

@@ -59,8 +59,12 @@ static void free_env(char **env) {
     free(env);
 }
 
+/* dsrun worker --job ID --rank R SCRIPT.lua ARGS..., or for a program that is not Lua
+ * dsrun worker --job ID --rank R --exec COMMAND... (the worker runs it as its child). */
 static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
-    char **argv = calloc((size_t)(a->nargs + 8), sizeof *argv);
+    int nprog = 0;
+    while (a->program_argv && a->program_argv[nprog]) nprog++;
+    char **argv = calloc((size_t)(a->nargs + nprog + 9), sizeof *argv);
     if (!argv) return NULL;
     int n = 0;
     argv[n++] = (char *)self;
@@ -69,6 +73,11 @@ static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
     argv[n++] = a->job;
     argv[n++] = "--rank";
     argv[n++] = rankbuf;
+    if (a->program) {
+        argv[n++] = "--exec";
+        for (int i = 0; i < nprog; i++) argv[n++] = a->program_argv[i];
+        return argv;
+    }
     argv[n++] = a->script;
     for (int i = 0; i < a->nargs; i++) argv[n++] = a->args[i];
     return argv;

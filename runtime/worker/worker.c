@@ -13,6 +13,7 @@
 #include "lifeline.h"
 #include "metrics_pipe.h"
 #include "comm.h"
+#include "program.h"
 #include "script.h"
 #include "store_client.h"
 #include "subcommands.h"
@@ -93,8 +94,10 @@ static void share_cores(const ds_context *ctx) {
 int dsrun_worker_main(int argc, char **argv) {
     int i = 1;
     while (i + 1 < argc && (!strcmp(argv[i], "--job") || !strcmp(argv[i], "--rank"))) i += 2;
+    if (i < argc && !strcmp(argv[i], "--exec")) return ds_worker_exec(argc - i - 1, argv + i + 1);
     if (i >= argc) {
-        fprintf(stderr, "usage: dsrun worker [--job ID --rank R] SCRIPT.lua [ARGS...]\n");
+        fprintf(stderr, "usage: dsrun worker [--job ID --rank R] SCRIPT.lua [ARGS...]\n"
+                        "       dsrun worker [--job ID --rank R] --exec COMMAND [ARGS...]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the controller as they are printed */

@@ -322,6 +322,81 @@ case_bad_token() {
     assert_no_orphans
 }
 
+# A program that is not Lua runs as a process per rank, with torchrun's environment and
+# MASTER_PORT checked free on node 0; a MASTER_PORT in use there stops the job, naming it.
+case_program_master_port() {
+    printf '#!/bin/sh\necho "rank $RANK port $MASTER_PORT addr $MASTER_ADDR args $*"\n' > "$job/env.sh"
+    chmod +x "$job/env.sh"
+    write_job env.sh "[job]" "args = 'one two' three"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    port=$(sed -n 's/^\[127.0.0.2:0\] rank 0 port \([0-9]*\) .*/\1/p' "$job/out")
+    [[ -n $port ]] || fail "rank 0 did not print its MASTER_PORT"
+    for r in 0 1 2 3; do
+        grep -q "^\[127.0.0.$((2 + r / 2)):$r\] rank $r port $port addr 127.0.0.2 args one two three$" "$job/out" ||
+            fail "rank $r's line: $(grep "rank $r " "$job/out")"
+    done
+    coproc BUSY { "$SILENT_PORT" 127.0.0.2; }
+    bg_pids+=("$BUSY_PID")
+    read -r busy <&"${BUSY[0]}" || fail "silent_port did not start"
+    run_job --master_port "$busy"
+    [[ $rc != 0 ]] || fail "exit status 0 with MASTER_PORT $busy in use on node 0"
+    has "$job/err" "node 0 (127.0.0.2): MASTER_PORT $busy is in use on this node" || fail "the error does not name the port and the node"
+    assert_no_orphans
+}
+
+# A python with torch (Debian's python3-torch), or skip the case saying why (exit 77).
+torch_python() {
+    for py in /usr/bin/python3 python3; do
+        if "$py" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+            command -v "$py"
+            return
+        fi
+    done
+    echo "SKIP [$case_name]: no python3 with torch and Gloo here (scripts/install-deps.sh installs python3-torch)" >&2
+    rm -rf "$job"
+    return 77
+}
+
+# run_ddp PYTHON ARGS...: the DDP program as a plain program (no Lua) on 2 nodes x 2 ranks,
+# its interpreter and arguments given on the command line; sets rc.
+run_ddp() {
+    local py=$1
+    shift
+    cp "$here/scripts/ddp.py" "$job/"
+    mkdir -p "$job/out" "$job/ref"
+    write_job ddp.py "[env]" "GLOO_SOCKET_IFNAME = lo" "OMP_NUM_THREADS = 1"
+    timeout -s KILL 110 "$DSLAUNCH" --set "job.interpreter=$py" "$job/job.ini" -- --out "$job/out" "$@" \
+        > "$job/out.txt" 2> "$job/err"
+    rc=$?
+}
+
+# PyTorch DDP over Gloo, as written for torchrun, started by dslaunch on 2 nodes x 2 ranks
+# over SSH: its all-reduced gradients and final loss equal one process on the whole batch.
+case_torch_ddp() {
+    py=$(torch_python) || exit $?
+    run_ddp "$py" --steps 3
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0: $(tail -n 5 "$job/err")"
+    for r in 0 1 2 3; do
+        host=127.0.0.$((2 + r / 2)) node=$((r / 2))
+        want="^\[$host:$r\] rank $r of 4: {\"GROUP_RANK\": \"$node\", \"LOCAL_RANK\": \"$((r % 2))\", \"LOCAL_WORLD_SIZE\": \"2\", \"MASTER_ADDR\": \"127.0.0.2\", \"MASTER_PORT\": \"[1-9][0-9]*\", \"NODE_RANK\": \"$node\", \"RANK\": \"$r\", \"ROLE_RANK\": \"$r\", \"TORCHELASTIC_RESTART_COUNT\": \"0\", \"TORCHELASTIC_RUN_ID\": \"$name-[0-9a-f]*\", \"WORLD_SIZE\": \"4\"}$"
+        grep -q "$want" "$job/out.txt" || fail "rank $r's torchrun environment: $(grep "rank $r of" "$job/out.txt")"
+    done
+    "$py" "$job/ddp.py" --reference --steps 3 --out "$job/ref" || fail "the single-process run failed"
+    "$py" "$here/scripts/ddp_compare.py" "$job/ref" "$job/out" 4 >&2 || fail "DDP differs from the single-process run"
+    assert_no_orphans
+}
+
+# A rank of that program fails: the job stops, naming it, its code and its last words.
+case_torch_rank_fails() {
+    py=$(torch_python) || exit $?
+    run_ddp "$py" --steps 3 --fail-rank 3
+    [[ $rc == 1 ]] || fail "exit status $rc after a rank failed, expected 1"
+    has "$job/err" "FAILED after .*: rank 3 on 127.0.0.3 exited with code 3" || fail "the summary does not name rank 3"
+    has "$job/err" "rank 3 is failing on purpose" || fail "the summary lacks rank 3's last stderr lines"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job" # kept when a case fails (or KEEP_WORK is set), for its logs
 echo "PASS [$case_name]"

@@ -64,7 +64,7 @@ static void test_defaults(void **st) {
     assert_null(s.rdzv_addr);
     assert_int_equal(s.rdzv_port, 0);
     assert_int_equal(s.rdzv_timeout_ms, 300000);
-    assert_int_equal(s.master_port, 29500);
+    assert_int_equal(s.master_port, 0);
     assert_int_equal(s.max_restarts, 0);
     assert_int_equal(s.spares, 0);
     assert_int_equal(s.heartbeat_interval_ms, 5000);

@@ -91,7 +91,14 @@ static void test_ranks(void **st) {
     assert_string_equal(p.master_addr, "10.1.1.1");
     assert_int_equal(p.master_port, 1234);
     ds_plan_free(&p);
-    assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 0, &err), -1);
+    assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 65536, &err), -1);
+    assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, -1, &err), -1);
+    /* 0: a free port, chosen on node 0 when the job starts */
+    assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 0, &err), 0);
+    char **env = ds_plan_rank_env(&p, &spec, 0, "j", 0);
+    assert_string_equal(env[6], "MASTER_PORT=auto");
+    ds_plan_env_free(env);
+    ds_plan_free(&p);
     ds_hostlist_free(&hl);
     ds_jobspec_free(&spec);
 }
@@ -109,10 +116,13 @@ static void test_env(void **st) {
     char **env = ds_plan_rank_env(&p, &spec, 3, "job-7", 2);
     const char *job[] = {"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
                          "NODE_RANK=1", "MASTER_ADDR=a", "MASTER_PORT=29500", "DS_JOB_ID=job-7",
-                         "DS_ATTEMPT=2", "CUDA_VISIBLE_DEVICES=3"};
+                         "DS_ATTEMPT=2", "GROUP_RANK=1", "GROUP_WORLD_SIZE=2", "ROLE_RANK=3",
+                         "ROLE_WORLD_SIZE=4", "ROLE_NAME=default", "TORCHELASTIC_RESTART_COUNT=2",
+                         "TORCHELASTIC_MAX_RESTARTS=0", "TORCHELASTIC_RUN_ID=job-7",
+                         "CUDA_VISIBLE_DEVICES=3"};
     char eng[DS_EO_COUNT][160];
     int ne = engine_env(eng), k = 0;
-    for (int i = 0; i < 10; i++) assert_string_equal(env[k++], job[i]);
+    for (int i = 0; i < 18; i++) assert_string_equal(env[k++], job[i]);
     assert_string_equal(env[k], "DS_ENGINE_ZERO=0");
     for (int i = 0; i < ne; i++) assert_string_equal(env[k++], eng[i]);
     assert_string_equal(env[k++], "NCCL_DEBUG=INFO");
@@ -129,8 +139,8 @@ static void test_env(void **st) {
     env = ds_plan_rank_env(&p, &spec, 0, "j", 0);
     for (char **e = env; *e; e++) assert_null(strstr(*e, "CUDA_VISIBLE_DEVICES"));
     assert_string_equal(env[8], "DS_ATTEMPT=0");
-    assert_string_equal(env[9], "DS_ENGINE_ZERO=0");
-    assert_null(env[9 + DS_EO_COUNT]);
+    assert_string_equal(env[17], "DS_ENGINE_ZERO=0");
+    assert_null(env[17 + DS_EO_COUNT]);
     ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
@@ -172,9 +182,25 @@ static void test_local_nodes(void **st) {
     ds_plan p;
     ds_err err;
     load(&hl, text, NULL, NULL, -1, -1);
-    assert_int_equal(ds_plan_build(&p, &hl, NULL, NULL, 29500, &err), 0);
+    assert_int_equal(ds_plan_build(&p, &hl, NULL, "10.9.9.9", 29500, &err), 0);
     int want[] = {1, 1, 1, 1, 0, 0};
     for (int i = 0; i < 6; i++) assert_int_equal(p.nodes[i].local, want[i]);
+    ds_plan_free(&p);
+    /* MASTER_ADDR would be localhost, which other.example cannot reach: refused */
+    assert_int_equal(ds_plan_build(&p, &hl, NULL, NULL, 29500, &err), 0);
+    assert_int_equal(ds_plan_check_master_addr(&p, &err), -1);
+    assert_non_null(strstr(err.msg, "MASTER_ADDR would be 'localhost', a loopback address that "
+                                    "node 5 (other.example) cannot reach"));
+    assert_non_null(strstr(err.msg, "or give --master_addr"));
+    ds_plan_free(&p);
+    assert_int_equal(ds_plan_build(&p, &hl, NULL, "::1", 29500, &err), 0);
+    assert_int_equal(ds_plan_check_master_addr(&p, &err), -1);
+    ds_plan_free(&p);
+    ds_hostlist_free(&hl);
+    /* every node on this machine (loopback nodes too): fine */
+    load(&hl, "localhost slots=1\n127.0.0.2 slots=1\n", NULL, NULL, -1, -1);
+    assert_int_equal(ds_plan_build(&p, &hl, NULL, NULL, 29500, &err), 0);
+    assert_int_equal(ds_plan_check_master_addr(&p, &err), 0);
     ds_plan_free(&p);
     ds_hostlist_free(&hl);
 }
@@ -227,7 +253,10 @@ static void test_json_with_spec(void **st) {
         "\"ranks\":[{\"rank\":0,\"host\":\"h\",\"node_rank\":0,\"local_rank\":0,\"slot\":0,"
         "\"env\":{\"RANK\":\"0\",\"WORLD_SIZE\":\"1\",\"LOCAL_RANK\":\"0\",\"LOCAL_WORLD_SIZE\":\"1\","
         "\"NODE_RANK\":\"0\",\"MASTER_ADDR\":\"h\",\"MASTER_PORT\":\"29500\",\"DS_JOB_ID\":\"t-1\","
-        "\"DS_ATTEMPT\":\"3\",\"CUDA_VISIBLE_DEVICES\":\"0\",%s,\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
+        "\"DS_ATTEMPT\":\"3\",\"GROUP_RANK\":\"0\",\"GROUP_WORLD_SIZE\":\"1\",\"ROLE_RANK\":\"0\","
+        "\"ROLE_WORLD_SIZE\":\"1\",\"ROLE_NAME\":\"default\",\"TORCHELASTIC_RESTART_COUNT\":\"3\","
+        "\"TORCHELASTIC_MAX_RESTARTS\":\"0\",\"TORCHELASTIC_RUN_ID\":\"t-1\","
+        "\"CUDA_VISIBLE_DEVICES\":\"0\",%s,\"Q\":\"say \\\"hi\\\"\\\\n\"}}],"
         "\"spares\":[]}\n", eng);
     assert_non_null(strstr(eng, "\"DS_ENGINE_ZERO\":\"0\""));
     assert_string_equal(js, want);
