@@ -35,6 +35,7 @@ const char DS_CLI_HELP[] =
     "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
     "      --force_ssh         start even this node's ranks over SSH\n"
     "      --set S.KEY=VALUE   set any job spec key, e.g. --set engine.zero_stage=2\n"
+    "      --export VAR[,VAR]  give every rank these variables of this environment\n"
     "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
     "  -h, --help              this text\n"
     "  -V, --version           the version\n"
@@ -65,6 +66,7 @@ static const opt OPTS[] = {
     {"log_dir", 0, O_STR, F(log_dir), 0, 0},
     {"force_ssh", 0, O_FLAG, F(force_ssh), 0, 0},
     {"set", 0, O_SET, F(sets), 0, 0},
+    {"export", 0, O_EXPORT, F(exports), 0, 0},
     {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
     {"dry_run", 0, O_FLAG, F(dry_run), 0, 0},
     {"help", 'h', O_FLAG, F(help), 0, 0},

@@ -1,18 +1,24 @@
 /* dslaunch: the controller's entry point. Command line -> job spec (+ overrides) ->
  * hosts (hostfile or this node) -> filters -> plan; then either print the plan
  * (--dry-run) or run it. Every error before the run exits 2 and leaves nothing behind. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "controller.h"
+#include "env_export.h"
 #include "hostfile.h"
 #include "jobspec.h"
 #include "launch_method.h"
 #include "plan.h"
 #include "slurm.h"
 #include "ds_gpu.h"
+
+extern char **environ;
 
 #define EXIT_USAGE 2
 
@@ -31,6 +37,16 @@ static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, char **from, ds_err *er
         return ds_err_set(err, "[resources] device = cuda, but this node has no CUDA device "
                                "(and no hostfile was given)");
     return ds_hostlist_local(hl, spec->device == DS_DEVICE_CUDA ? ngpus : 0, spec->num_gpus, err);
+}
+
+/* The ranks run in workdir (and the logs go there by default): a missing one is an
+ * error now, not a "cannot open" from every rank once they start. */
+static int check_workdir(const ds_jobspec *spec, ds_err *err) {
+    struct stat st;
+    if (stat(spec->workdir, &st) != 0)
+        return ds_err_errno(err, errno, "[job] workdir %s", spec->workdir);
+    if (!S_ISDIR(st.st_mode)) return ds_err_set(err, "[job] workdir %s: not a directory", spec->workdir);
+    return 0;
 }
 
 static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
@@ -87,7 +103,9 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     ds_plan plan;
-    if (plan_job(&plan, &spec, &err) != 0) {
+    if (check_workdir(&spec, &err) != 0 ||
+        ds_env_collect(&spec, cli.exports, cli.nexports, environ, &err) != 0 ||
+        plan_job(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_jobspec_free(&spec);
         return EXIT_USAGE;

@@ -345,6 +345,22 @@ case_program_master_port() {
     assert_no_orphans
 }
 
+# The environment reaches every rank on every node (not only local ones): DeepSpeed's
+# prefixes from dslaunch's environment, .deepspeed_env and .dslaunch_env, --export, [env].
+case_env_remote() {
+    printf '#!/bin/sh\necho "rank $RANK: $NCCL_DS_TEST $FROM_FILE $MINE $FROM_SPEC ${DS_STORE_TOKEN:-no token}"\n' > "$job/env.sh"
+    printf 'FROM_FILE="from a file"\n' > "$job/.deepspeed_env"
+    write_job env.sh "[env]" "FROM_SPEC = spec"
+    NCCL_DS_TEST=nccl MINE=mine timeout -s KILL 45 "$DSLAUNCH" --export MINE "$job/job.ini" > "$job/out" 2> "$job/err"
+    rc=$?
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2 3; do
+        grep -q "^\[127.0.0.$((2 + r / 2)):$r\] rank $r: nccl from a file mine spec no token$" "$job/out" ||
+            fail "rank $r's environment: $(grep "rank $r:" "$job/out")"
+    done
+    assert_no_orphans
+}
+
 # A python with torch (Debian's python3-torch), or skip the case saying why (exit 77).
 torch_python() {
     for py in /usr/bin/python3 python3; do

@@ -9,6 +9,13 @@ SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=0
+# The plans below are exact: no variable of this environment that dslaunch passes on by
+# default (docs/running.md#environment), no ~/.deepspeed_env of this machine.
+for v in $(compgen -e); do
+    case $v in NCCL_* | PYTHON* | UCX_* | CUDA_* | OMP_*) unset "$v" ;; esac
+done
+export HOME=$TMP/home
+mkdir -p "$HOME"
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -141,6 +148,36 @@ expect_in "$err" "with a job spec, the program's arguments come after \`--\`" "J
 run --dry-run --set engine.zero=5 "$TMP/job/job.ini"
 expect_rc 2 "--set unknown key"
 expect_in "$err" "dslaunch: --set engine.zero=5: [engine] zero: unknown key (expected one of: zero_stage" "--set unknown key"
+
+# every rank's environment: DeepSpeed's prefixes from here, .deepspeed_env / .dslaunch_env
+# in home and workdir, --export, [env]; a later one wins
+printf 'FROM_HOME=h\nSHARED=home\n' >"$HOME/.deepspeed_env"
+printf '# comment\n\nexport SHARED="workdir"\nFROM_WD=w\n' >"$TMP/job/.dslaunch_env"
+(cd "$TMP/job" && NCCL_DEBUG=INFO OMP_NUM_THREADS=3 MINE=m CUDA_VISIBLE_DEVICES=7 GREETING=env \
+    "$DSLAUNCH" --dry-run --export MINE,GREETING --export X=1 job.ini >"$TMP/out" 2>"$TMP/err")
+rc=$?
+expect_rc 0 "environment sources"
+got=$(tr -d ' \n' <"$TMP/out")
+expect_in "$got" '"CUDA_VISIBLE_DEVICES":"1","DS_ENGINE_ZERO"' "CUDA_VISIBLE_DEVICES stays dslaunch's"
+expect_in "$got" '"FROM_HOME":"h","SHARED":"workdir","FROM_WD":"w","MINE":"m","GREETING":"hi","X":"1"}' "environment sources"
+expect_in "$got" '"NCCL_DEBUG":"INFO",' "NCCL_ prefix passed on"
+expect_in "$got" '"OMP_NUM_THREADS":"3",' "OMP_ prefix passed on"
+printf 'NOT A PAIR\n' >"$TMP/job/.dslaunch_env"
+run --dry-run "$TMP/job/job.ini"
+expect_rc 2 "bad .dslaunch_env"
+expect_in "$err" "$TMP/job/.dslaunch_env:1: expected KEY=VALUE" "bad .dslaunch_env"
+rm -f "$TMP/job/.dslaunch_env" "$HOME/.deepspeed_env"
+run --dry-run --export NOT_SET_ANYWHERE "$TMP/job/job.ini"
+expect_rc 2 "--export of an unset variable"
+expect_in "$err" "--export NOT_SET_ANYWHERE: NOT_SET_ANYWHERE is not set in this environment" "--export unset"
+run --dry-run --export RANK=3 "$TMP/job/job.ini"
+expect_rc 2 "--export RANK"
+expect_in "$err" "--export RANK=3: RANK is set by dslaunch" "--export RANK"
+
+# a workdir that does not exist is refused before anything starts, naming it
+run --dry-run --set job.workdir=/nonexistent/wd "$TMP/job/job.ini"
+expect_rc 2 "missing workdir"
+expect_in "$err" "[job] workdir /nonexistent/wd: No such file or directory" "missing workdir"
 
 if ((failures)); then
     echo "$failures failure(s)"

@@ -1,6 +1,9 @@
 -- Every rank waits for the test to create FLAG_FILE (after it tried a bad store
--- client), then passes a barrier: the store must still work.
+-- client), then passes a barrier: the store must still work. The store token is not in
+-- the script's environment, nor in what it starts.
 local ds = require 'ds'
+assert(os.getenv('DS_STORE_TOKEN') == nil, 'the script sees DS_STORE_TOKEN')
+assert(io.popen('echo "${DS_STORE_TOKEN:-none}"'):read('l') == 'none', 'a child sees DS_STORE_TOKEN')
 print('waiting ' .. ds.rank())
 local flag = assert(os.getenv('FLAG_FILE'), 'FLAG_FILE not set')
 local deadline = os.time() + 60
