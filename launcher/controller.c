@@ -15,6 +15,7 @@
 #include "controller.h"
 #include "job.h"
 #include "srun.h"
+#include "ssh_target.h"
 #include "ds_clock.h"
 #include "ds_signals.h"
 
@@ -116,7 +117,8 @@ static char *shell_quote(const char *s) {
     return q;
 }
 
-static int start_node(ds_job *job, ds_node *n, ds_err *err) {
+/* ssh_config: read when the first node needs SSH (a local or srun job never reads it). */
+static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_err *err) {
     const ds_jobspec *s = job->spec;
     char node[16];
     snprintf(node, sizeof node, "%d", n->plan->node_rank);
@@ -133,18 +135,21 @@ static int start_node(ds_job *job, ds_node *n, ds_err *err) {
     free(dsrun);
     free(id);
     if (!ok) return ds_err_set(err, "out of memory");
-    ds_ssh_opts o = {
-        .host = n->plan->host,
-        .port = s->ssh_port,
-        .user = s->ssh_user,
-        .identity = s->ssh_identity,
-        .known_hosts = s->ssh_known_hosts,
-        .check = s->host_key_check,
-        .timeout_ms = s->ssh_connect_timeout_ms,
-    };
+    ds_ssh_opts o;
+    const char *name = n->plan->alias ? n->plan->alias : n->plan->host;
+    if ((!*ssh_config && !(*ssh_config = ds_ssh_config_for(s, err))) ||
+        ds_ssh_target(s, *ssh_config, name, &o, err) != 0) {
+        free(cmd);
+        return -1;
+    }
+    char how[1200];
+    int len = snprintf(how, sizeof how, "%s@%s port %d", o.user, o.host, o.port);
+    for (int i = 0; i < o.njumps && len > 0 && (size_t)len < sizeof how; i++)
+        len += snprintf(how + len, sizeof how - (size_t)len, "%s%s@%s:%d", i ? "," : " via ",
+                        o.jumps[i].user, o.jumps[i].host, o.jumps[i].port);
     int rc = ds_node_start_ssh(n, &o, cmd, err);
     free(cmd);
-    if (rc == 0) ds_event(job->ev, "node %d (%s): connecting over SSH (port %d)", n->plan->node_rank, n->plan->host, s->ssh_port);
+    if (rc == 0) ds_event(job->ev, "node %d (%s): connecting over SSH (%s)", n->plan->node_rank, n->plan->host, how);
     return rc;
 }
 
@@ -318,6 +323,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_now_ms()};
     ds_err err = {{0}};
     raise_fd_limit();
+    ds_ssh_config *ssh_config = NULL;
     int sigfd = setup_signals(&err);
     job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
     job.ranks = calloc((size_t)plan->world_size, sizeof *job.ranks);
@@ -339,7 +345,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
             continue;
         }
         err.msg[0] = 0;
-        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &err) != 0) {
+        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &ssh_config, &err) != 0) {
             snprintf(n->error, sizeof n->error, "%s", err.msg);
             n->failed = 1;
             n->state = DS_NODE_DONE;
@@ -347,6 +353,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
         }
     }
     ds_srun_launch(&job);
+    ds_ssh_config_free(ssh_config);
     run_loop(&job, sigfd);
     ds_job_monitor_end(&job);
     int status = ds_job_summary(&job);

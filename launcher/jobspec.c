@@ -71,6 +71,7 @@ static const key_def KEYS[] = {
     {"ssh", "host_key_check", K_ENUM, F(host_key_check), 0, 0, "yes|accept-new|no", 0},
     {"ssh", "connect_timeout", K_SECONDS, F(ssh_connect_timeout_ms), 1, 3600000, NULL, 0},
     {"ssh", "force", K_BOOL, F(ssh_force), 0, 1, NULL, 0},
+    {"ssh", "config", K_PATH, F(ssh_config), 0, 0, NULL, 0},
     {"rendezvous", "addr", K_STR, F(rdzv_addr), 0, 0, NULL, 0},
     {"rendezvous", "port", K_INT, F(rdzv_port), 0, 65535, NULL, 0},
     {"rendezvous", "timeout", K_SECONDS, F(rdzv_timeout_ms), 1, 86400000, NULL, 0},
@@ -436,16 +437,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->num_nodes = -1;
     spec->num_gpus = -1;
     spec->device = DS_DEVICE_AUTO;
-    const char *user = getenv("USER");
-    if (!user || !*user) {
-        struct passwd *pw = getpwuid(getuid());
-        user = pw ? pw->pw_name : "root";
-    }
-    spec->ssh_user = strdup(user);
-    spec->ssh_port = 22;
-    spec->ssh_known_hosts = expand_home("~/.ssh/known_hosts");
-    spec->host_key_check = DS_HOSTKEY_YES;
-    spec->ssh_connect_timeout_ms = 10000;
+    spec->host_key_check = -1; /* [ssh]: unset, see jobspec.h */
     spec->rdzv_port = 0;
     spec->rdzv_timeout_ms = 300000;
     spec->master_port = 0; /* a free port on rank 0's node, found when the job starts */
@@ -464,8 +456,8 @@ void ds_jobspec_free(ds_jobspec *spec) {
     if (!spec) return;
     char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
-                     &spec->ssh_identity, &spec->ssh_known_hosts, &spec->rdzv_addr,
-                     &spec->log_dir, &spec->tee, &spec->metrics_addr};
+                     &spec->ssh_identity, &spec->ssh_known_hosts, &spec->ssh_config,
+                     &spec->rdzv_addr, &spec->log_dir, &spec->tee, &spec->metrics_addr};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     free_words(&spec->interpreter, &spec->ninterp);

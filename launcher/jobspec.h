@@ -57,13 +57,16 @@ typedef struct ds_jobspec {
     /* [launch] */
     ds_launch_method launch_method; /* key `method`: auto | ssh | srun | local; default auto */
 
-    /* [ssh] */
+    /* [ssh]: a key given here wins over the ssh configuration's value for the node (as an
+     * ssh command-line option would); unset (NULL, 0, -1): the configuration's, else the
+     * default (ssh_target.h) */
     char *ssh_user;            /* default: $USER */
     int ssh_port;              /* default 22 */
     char *ssh_identity;        /* default: ssh-agent, then ~/.ssh/id_ed25519 */
     char *ssh_known_hosts;     /* default ~/.ssh/known_hosts */
-    ds_hostkey_check host_key_check; /* default yes */
-    int ssh_connect_timeout_ms;      /* key connect_timeout in seconds; default 10 s */
+    int host_key_check;        /* a ds_hostkey_check; default yes */
+    int ssh_connect_timeout_ms; /* key connect_timeout in seconds; default 10 s */
+    char *ssh_config;          /* key `config`: default ~/.ssh/config (when it exists) */
     int ssh_force;             /* key `force`: start even the local node over SSH */
 
     /* [env] any KEY = value, passed to every rank */

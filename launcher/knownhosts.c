@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *key_name(int type) {
@@ -66,6 +67,16 @@ static int append_key(LIBSSH2_KNOWNHOSTS *kh, const char *host, int port, const 
     if (libssh2_knownhost_writeline(kh, entry, line, sizeof line, &outlen, LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0)
         return ds_err_set(err, "cannot format the host key of %s", name);
     FILE *f = fopen(path, "a");
+    if (!f && errno == ENOENT) { /* a first connection: ~/.ssh may not exist yet */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            if (mkdir(dir, 0700) == 0 || errno == EEXIST) f = fopen(path, "a");
+        }
+        if (!f) errno = ENOENT;
+    }
     if (!f) return ds_err_errno(err, errno, "accept-new: cannot add %s's key to %s", name, path);
     int ok = fwrite(line, 1, outlen, f) == outlen;
     ok &= fclose(f) == 0;
@@ -73,7 +84,7 @@ static int append_key(LIBSSH2_KNOWNHOSTS *kh, const char *host, int port, const 
 }
 
 int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
-                         const char *known_hosts, ds_hostkey_check mode, ds_err *err) {
+                         const char *const *files, int nfiles, ds_hostkey_check mode, ds_err *err) {
     if (mode == DS_HOSTKEY_NO) return 0;
     size_t len;
     int type;
@@ -82,12 +93,16 @@ int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
     char fp[64], name[512];
     ds_hostkey_fingerprint(session, fp, sizeof fp);
     host_entry(host, port, name, sizeof name);
+    if (nfiles < 1) return ds_err_set(err, "no known_hosts file to check %s against", name);
+    const char *known_hosts = files[0]; /* where accept-new writes */
     LIBSSH2_KNOWNHOSTS *kh = libssh2_knownhost_init(session);
     if (!kh) return ds_err_set(err, "out of memory");
-    if (access(known_hosts, F_OK) == 0 &&
-        libssh2_knownhost_readfile(kh, known_hosts, LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0) {
+    for (int i = 0; i < nfiles; i++) {
+        if (access(files[i], F_OK) != 0 ||
+            libssh2_knownhost_readfile(kh, files[i], LIBSSH2_KNOWNHOST_FILE_OPENSSH) >= 0)
+            continue;
         libssh2_knownhost_free(kh);
-        return ds_err_set(err, "cannot read known_hosts file %s", known_hosts);
+        return ds_err_set(err, "cannot read known_hosts file %s", files[i]);
     }
     struct libssh2_knownhost *found = NULL;
     int rc = libssh2_knownhost_checkp(kh, host, port, key, len,
@@ -108,7 +123,8 @@ int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
         ret = ds_err_set(err,
                          "host key of %s is unknown (%s %s, not in %s). Check the fingerprint "
                          "and add the key (ssh-keyscan -p %d %s >> %s), or set "
-                         "host_key_check = accept-new in [ssh]",
+                         "host_key_check = accept-new in [ssh] (StrictHostKeyChecking "
+                         "accept-new in ~/.ssh/config)",
                          name, key_name(type), fp, known_hosts, port, host, known_hosts);
     } else {
         ret = ds_err_set(err, "cannot check the host key of %s against %s", name, known_hosts);

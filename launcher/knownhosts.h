@@ -1,7 +1,8 @@
-/* Host-key verification against an OpenSSH known_hosts file (plain or hashed names,
+/* Host-key verification against OpenSSH known_hosts files (plain or hashed names,
  * "[host]:port" for ports other than 22), as `host_key_check` asks:
  *   yes         the key must be listed; unknown or changed keys are refused
- *   accept-new  an unknown host's key is appended to the file; a changed key is refused
+ *   accept-new  an unknown host's key is appended to the first file (created, and its
+ *               directory with mode 0700, when missing); a changed key is refused
  *   no          anything is accepted (tests, throwaway clusters)
  * A refusal names the host, the key type and SHA256 fingerprint, and what to do. */
 #ifndef DS_KNOWNHOSTS_H
@@ -13,7 +14,7 @@
 #include "jobspec.h"
 
 int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
-                         const char *known_hosts, ds_hostkey_check mode, ds_err *err);
+                         const char *const *files, int nfiles, ds_hostkey_check mode, ds_err *err);
 
 /* "SHA256:<base64>" of the session's host key, as ssh-keygen -l prints it. */
 void ds_hostkey_fingerprint(LIBSSH2_SESSION *session, char *out, size_t cap);

@@ -16,6 +16,7 @@
 #include "launch_method.h"
 #include "plan.h"
 #include "slurm.h"
+#include "ssh_target.h"
 #include "ds_gpu.h"
 
 extern char **environ;
@@ -49,6 +50,18 @@ static int check_workdir(const ds_jobspec *spec, ds_err *err) {
     return 0;
 }
 
+/* Hostfile names may be ~/.ssh/config aliases: the plan takes their HostNames. */
+static int use_ssh_config(ds_plan *plan, const ds_jobspec *spec, int master_given, ds_err *err) {
+    ds_ssh_config *cfg = ds_ssh_config_for(spec, err);
+    if (!cfg) return -1;
+    int rc = ds_plan_apply_ssh_config(plan, spec, cfg, master_given, err);
+    const char *warnings = ds_ssh_config_warnings(cfg);
+    for (const char *w = warnings; *w; w += strcspn(w, "\n") + 1)
+        fprintf(stderr, "dslaunch: warning: %.*s\n", (int)strcspn(w, "\n"), w);
+    ds_ssh_config_free(cfg);
+    return rc;
+}
+
 static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
     ds_hostlist hl = {0};
     char *from = NULL;
@@ -72,9 +85,11 @@ static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
         return -1;
     }
     plan->hosts_from = from;
-    /* nodes SSH reaches must reach MASTER_ADDR */
+    /* nodes SSH reaches: by ~/.ssh/config's names, and they must reach MASTER_ADDR */
     if (ds_launch_resolve(spec, plan, err) != 0 ||
-        (spec->launch_method == DS_LAUNCH_SSH && ds_plan_check_master_addr(plan, err) != 0)) {
+        (spec->launch_method == DS_LAUNCH_SSH &&
+         ((spec->hostfile && use_ssh_config(plan, spec, addr != NULL, err) != 0) ||
+          ds_plan_check_master_addr(plan, err) != 0))) {
         ds_plan_free(plan);
         return -1;
     }

@@ -15,7 +15,7 @@ int ds_node_start_local(ds_node *n, char *const argv[], ds_err *err) {
     return 0;
 }
 
-int ds_node_start_ssh(ds_node *n, const ds_ssh_opts *o, const char *command, ds_err *err) {
+int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *err) {
     n->via_ssh = 1;
     n->local.pid = 0;
     n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;

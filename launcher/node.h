@@ -50,7 +50,7 @@ typedef struct ds_node_handler {
 
 /* Starts the agent: fork/exec (local) or an SSH session (command runs once open). */
 int ds_node_start_local(ds_node *n, char *const argv[], ds_err *err);
-int ds_node_start_ssh(ds_node *n, const ds_ssh_opts *o, const char *command, ds_err *err);
+int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *err); /* takes o */
 
 /* Adds the node's descriptors to pf (at most 3); returns how many. */
 int ds_node_pollfds(ds_node *n, struct pollfd *pf);

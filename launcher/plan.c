@@ -58,6 +58,7 @@ void ds_plan_free(ds_plan *plan) {
     if (!plan) return;
     for (int i = 0; i < plan->nnodes; i++) {
         free(plan->nodes[i].host);
+        free(plan->nodes[i].alias);
         free(plan->nodes[i].slots);
     }
     free(plan->nodes);
@@ -289,6 +290,7 @@ static void write_plan(ds_json *j, const ds_plan *plan, const ds_jobspec *spec,
         const ds_plan_node *n = &plan->nodes[i];
         ds_json_obj(j);
         ds_json_kstr(j, "host", n->host);
+        if (n->alias) ds_json_kstr(j, "alias", n->alias);
         ds_json_kint(j, "node_rank", n->node_rank);
         ds_json_key(j, "slots");
         json_slots(j, n->slots, n->nslots);

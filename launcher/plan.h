@@ -14,7 +14,8 @@ typedef struct ds_plan_rank {
 } ds_plan_rank;
 
 typedef struct ds_plan_node {
-    char *host;
+    char *host;     /* the address: the hostfile's name, or its HostName in the ssh config */
+    char *alias;    /* the hostfile's name when it differs from host, else NULL */
     int node_rank;
     int *slots; /* slot indices kept, in order */
     int nslots;
@@ -60,6 +61,13 @@ void ds_plan_write_json_spec(const ds_plan *plan, const ds_jobspec *spec, const 
 char *ds_plan_json(const ds_plan *plan, const ds_jobspec *spec, const char *job_id, int attempt,
                    int pretty);
 
+struct ds_ssh_config;
+/* Resolves the nodes' hosts through the ssh configuration (plan_ssh.c): a name with a
+ * HostName becomes the node's alias and the HostName its host; MASTER_ADDR follows node
+ * 0's host unless master_given; how each node other than this one is reached is checked
+ * (ssh_target.h). Errors name the configuration's file:line. */
+int ds_plan_apply_ssh_config(ds_plan *plan, const ds_jobspec *spec, const struct ds_ssh_config *cfg,
+                             int master_given, ds_err *err);
 /* Refuses a loopback MASTER_ADDR when a node is elsewhere (they could not reach it, nor
  * the store there): for hosts SSH reaches by name (a Slurm allocation's node names say
  * nothing of that). */

@@ -1,10 +1,12 @@
 /* One SSH session to a node, driven without blocking (libssh2 in non-blocking mode) so
  * the controller opens all nodes' sessions at once from one poll loop: TCP connect,
- * handshake, host-key check (knownhosts.h), public-key authentication (identity file,
- * else ssh-agent, else ~/.ssh/id_ed25519), then one exec channel running the agent.
- * The whole opening is bounded by the connect timeout. libssh2 1.10 cannot send signals
- * over a channel: the node is stopped by closing the channel's stdin (the agent's
- * dead-man switch), see docs/architecture.md. */
+ * handshake, host-key check (knownhosts.h), public-key authentication (ssh-agent's keys,
+ * then identity files), then one exec channel running the agent. Through ProxyJump hosts,
+ * each hop's session runs over a direct-tcpip channel of the one before it (its bytes go
+ * through libssh2's transport callbacks), all on the first hop's socket. The whole
+ * opening is bounded by the connect timeout. libssh2 1.10 cannot send signals over a
+ * channel: the node is stopped by closing the channel's stdin (the agent's dead-man
+ * switch), see docs/running.md. */
 #ifndef DS_SSH_H
 #define DS_SSH_H
 
@@ -14,23 +16,34 @@
 #include "ds_err.h"
 #include "jobspec.h"
 
+/* How to reach one host (ssh_target.h fills it from the job spec and ssh config). */
 typedef struct ds_ssh_opts {
-    const char *host;
+    char *name;          /* the host as named (hostfile, ProxyJump), for messages */
+    char *host;          /* the address to connect to (HostName, else name) */
     int port;
-    const char *user;
-    const char *identity;    /* NULL: ssh-agent, then ~/.ssh/id_ed25519 */
-    const char *known_hosts; /* NULL: ~/.ssh/known_hosts */
+    char *user;
+    int use_agent;       /* try ssh-agent's keys first (when SSH_AUTH_SOCK is set) */
+    char **identities;   /* then these key files, in order */
+    int nidentities;
+    char **known_hosts;  /* checked in order; accept-new adds to the first */
+    int nknown;
     ds_hostkey_check check;
-    int timeout_ms;          /* connect + handshake + auth + exec */
+    int timeout_ms;      /* connect + handshake + auth + exec, every hop together */
+    int alive_interval_s; /* keepalive interval; 0: none */
+    struct ds_ssh_opts *jumps; /* ProxyJump hosts, in order: jumps[0] is connected directly */
+    int njumps;
 } ds_ssh_opts;
+
+void ds_ssh_opts_free(ds_ssh_opts *o);
 
 typedef struct ds_ssh ds_ssh;
 
 /* Once per process, before any session. */
 int ds_ssh_global_init(ds_err *err);
 
-/* Starts connecting; the session then advances with ds_ssh_open_step. */
-ds_ssh *ds_ssh_start(const ds_ssh_opts *o, const char *command, ds_err *err);
+/* Starts connecting; the session then advances with ds_ssh_open_step. Takes what o holds
+ * (o is left empty, whatever the outcome). */
+ds_ssh *ds_ssh_start(ds_ssh_opts *o, const char *command, ds_err *err);
 
 /* Advances the opening: 1 when the command runs, 0 to call again when the socket is
  * ready (ds_ssh_fd / ds_ssh_events) or at the deadline, -1 on error (err says which

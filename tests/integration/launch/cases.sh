@@ -16,8 +16,10 @@ mkdir -p "$job"
 cp "$here"/scripts/*.lua "$job/"
 bg_pids=()
 
+bg_cleanup=()
 cleanup() {
     for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for c in "${bg_cleanup[@]}"; do $c > /dev/null 2>&1; done
     # Belt and braces: anything of this job still around after a failed case goes too.
     for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
 }
@@ -358,6 +360,77 @@ case_env_remote() {
         grep -q "^\[127.0.0.$((2 + r / 2)):$r\] rank $r: nccl from a file mine spec no token$" "$job/out" ||
             fail "rank $r's environment: $(grep "rank $r:" "$job/out")"
     done
+    assert_no_orphans
+}
+
+# SSH as users set it up: an ssh_config with aliases, per-host ports and users, and
+# ProxyJump through two hops. Node 0 (alias "first") is the fixture sshd on 127.0.0.2;
+# node 1 (alias "inner") is a second sshd on 127.0.0.20 and another port, reached through
+# "bastion" (a third sshd on 127.0.0.19, logged in as nobody, who has no shell: only the
+# forwarding) and then the fixture sshd on 127.0.0.3. On loopback nothing stops a direct
+# connection, so the test proves the path: bastion logs nobody's login, and with bastion
+# stopped the job fails naming it. accept-new creates the known_hosts file and its
+# directory (0700). No job spec: a hostfile and the program are enough.
+case_proxy_jump() {
+    id nobody > /dev/null 2>&1 || fail "no user nobody on this machine"
+    local inner=$WORK/$name-inner bastion=$WORK/$name-bastion
+    SSHD_LISTEN=127.0.0.20 SSHD_USER_KEY=$SSH_IDENTITY "$here/sshd.sh" start "$inner" > /dev/null || fail "inner sshd"
+    bg_cleanup+=("$here/sshd.sh stop $inner")
+    SSHD_LISTEN=127.0.0.19 SSHD_USERS=nobody SSHD_USER_KEY=$SSH_IDENTITY SSHD_LOG_LEVEL=VERBOSE \
+        "$here/sshd.sh" start "$bastion" > /dev/null || fail "bastion sshd"
+    bg_cleanup+=("$here/sshd.sh stop $bastion")
+    inner_port=$(. "$inner/env" && echo "$SSHD_PORT")
+    bastion_port=$(. "$bastion/env" && echo "$SSHD_PORT")
+    cat > "$job/ssh_config" <<CFG
+# the nodes, by the names the hostfile uses
+Host first
+    HostName 127.0.0.2
+    Port $SSHD_PORT
+Host inner
+    HostName 127.0.0.20
+    Port $inner_port
+    ProxyJump bastion,root@127.0.0.3:$SSHD_PORT
+Host bastion
+    HostName 127.0.0.19
+    Port $bastion_port
+    User nobody
+Host *
+    User root
+    IdentityFile $SSH_IDENTITY
+    IdentitiesOnly yes
+    UserKnownHostsFile $job/ssh/known_hosts
+    StrictHostKeyChecking accept-new
+    ConnectTimeout 5
+    ServerAliveInterval 2
+CFG
+    printf 'first slots=2\ninner slots=2\n' > "$job/hosts"
+    printf '#!/bin/sh\necho "rank $RANK on $DS_HOST master $MASTER_ADDR"\n' > "$job/where.sh"
+    chmod +x "$job/where.sh"
+    run_plain() {
+        (cd "$job" && timeout -s KILL 45 "$DSLAUNCH" --hostfile hosts --set ssh.config=ssh_config \
+            --set job.name="$name" --set job.dsrun="$DSRUN" where.sh > out 2> err)
+        rc=$?
+    }
+    run_plain
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2 3; do
+        host=127.0.0.$((r < 2 ? 2 : 20))
+        grep -q "^\[$host:$r\] rank $r on $host master 127.0.0.2$" "$job/out" || fail "rank $r's line: $(grep "rank $r " "$job/out")"
+    done
+    grep -q "Accepted publickey for nobody from 127.0.0.1" "$bastion/sshd.log" || fail "bastion did not see nobody log in (no ProxyJump?)"
+    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.20): connecting over SSH (root@127.0.0.20 port $inner_port via nobody@127.0.0.19:$bastion_port,root@127.0.0.3:$SSHD_PORT)" ||
+        fail "launcher.log does not show the hops"
+    [[ $(stat -c %a "$job/ssh") == 700 ]] || fail "accept-new made $job/ssh with mode $(stat -c %a "$job/ssh"), expected 700"
+    for hp in 127.0.0.2:$SSHD_PORT 127.0.0.19:$bastion_port 127.0.0.3:$SSHD_PORT 127.0.0.20:$inner_port; do
+        grep -q "^\[${hp%:*}\]:${hp#*:} ssh-ed25519 " "$job/ssh/known_hosts" || fail "accept-new did not record $hp"
+    done
+    # --dry-run shows the aliases and the addresses they stand for
+    (cd "$job" && "$DSLAUNCH" --dry-run --hostfile hosts --set ssh.config=ssh_config where.sh > plan.json) || fail "--dry-run"
+    tr -d ' \n' < "$job/plan.json" | grep -q '"host":"127.0.0.20","alias":"inner","node_rank":1' || fail "the plan lacks inner's alias"
+    "$here/sshd.sh" stop "$bastion"
+    run_plain
+    [[ $rc != 0 ]] || fail "exit status 0 with bastion stopped"
+    has "$job/err" "127.0.0.19:$bastion_port (ProxyJump host of inner): cannot connect" || fail "the error does not name the ProxyJump host"
     assert_no_orphans
 }
 

@@ -9,6 +9,11 @@
 # on that port) and SSH_OTHER_HOST_KEY (a second host key, for "changed key" tests).
 # Sessions get HOME=DIR/home, so the login shell skips the machine's ~/.bashrc (which
 # costs ~100 ms per command on the machines we measured).
+# For a second or third sshd (the ProxyJump test), the environment may change:
+#   SSHD_LISTEN="127.0.0.19 ..."  the addresses (instead of 127.0.0.2..)
+#   SSHD_USERS="nobody root"      who may log in (default: the current user)
+#   SSHD_USER_KEY=PATH            authorize this existing user key (no new one is made)
+#   SSHD_LOG_LEVEL=VERBOSE        sshd's LogLevel (default ERROR; VERBOSE logs each login)
 set -euo pipefail
 
 cmd=${1:?usage: sshd.sh start|stop DIR [NADDR]}
@@ -32,17 +37,24 @@ fi
 [[ -x /usr/sbin/sshd ]] || { echo "sshd.sh: /usr/sbin/sshd missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 stop
 mkdir -p "$dir/home"
-chmod 700 "$dir"
+# 0711: another user (SSHD_USERS) must reach authorized_keys; the host keys stay 0600
+chmod 711 "$dir"
 mkdir -p -m0755 /run/sshd 2>/dev/null || true # compiled-in privilege-separation path
 
 ssh-keygen -q -t ed25519 -N '' -C dslaunch-test-host -f "$dir/host_ed25519"
 ssh-keygen -q -t ed25519 -N '' -C dslaunch-test-other -f "$dir/other_host_ed25519"
-ssh-keygen -q -t ed25519 -N '' -C dslaunch-test-user -f "$dir/id_ed25519"
+if [[ -n ${SSHD_USER_KEY:-} ]]; then
+    cp "$SSHD_USER_KEY" "$dir/id_ed25519" && cp "$SSHD_USER_KEY.pub" "$dir/id_ed25519.pub"
+else
+    ssh-keygen -q -t ed25519 -N '' -C dslaunch-test-user -f "$dir/id_ed25519"
+fi
 cp "$dir/id_ed25519.pub" "$dir/authorized_keys"
+chmod 644 "$dir/authorized_keys"
 
-user=$(id -un)
+user=${SSHD_USERS:-$(id -un)}
+addrs=${SSHD_LISTEN:-$(for i in $(seq 2 $((naddr + 1))); do echo "127.0.0.$i"; done)}
 listen=""
-for i in $(seq 2 $((naddr + 1))); do listen+="ListenAddress 127.0.0.$i"$'\n'; done
+for a in $addrs; do listen+="ListenAddress $a"$'\n'; done
 
 started=0
 for attempt in $(seq 20); do
@@ -62,7 +74,7 @@ PermitRootLogin prohibit-password
 UsePAM no
 MaxStartups 200:30:400
 MaxSessions 200
-LogLevel ERROR
+LogLevel ${SSHD_LOG_LEVEL:-ERROR}
 SetEnv HOME=$dir/home
 CFG
     if /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log"; then
@@ -81,7 +93,7 @@ fi
 
 hostkey=$(cut -d' ' -f1,2 "$dir/host_ed25519.pub")
 : > "$dir/known_hosts"
-for i in $(seq 2 $((naddr + 1))); do echo "[127.0.0.$i]:$port $hostkey" >> "$dir/known_hosts"; done
+for a in $addrs; do echo "[$a]:$port $hostkey" >> "$dir/known_hosts"; done
 cat > "$dir/env" <<ENV
 SSHD_PORT=$port
 SSH_IDENTITY=$dir/id_ed25519

@@ -53,12 +53,14 @@ static void test_defaults(void **st) {
     assert_int_equal(s.num_nodes, -1);
     assert_int_equal(s.num_gpus, -1);
     assert_int_equal(s.device, DS_DEVICE_AUTO);
-    assert_non_null(s.ssh_user);
-    assert_int_equal(s.ssh_port, 22);
+    /* [ssh] unset: the ssh configuration's values, else the defaults (ssh_target.h) */
+    assert_null(s.ssh_user);
+    assert_int_equal(s.ssh_port, 0);
     assert_null(s.ssh_identity);
-    assert_non_null(strstr(s.ssh_known_hosts, "/.ssh/known_hosts"));
-    assert_int_equal(s.host_key_check, DS_HOSTKEY_YES);
-    assert_int_equal(s.ssh_connect_timeout_ms, 10000);
+    assert_null(s.ssh_known_hosts);
+    assert_int_equal(s.host_key_check, -1);
+    assert_int_equal(s.ssh_connect_timeout_ms, 0);
+    assert_null(s.ssh_config);
     assert_int_equal(s.ssh_force, 0);
     assert_int_equal(s.nenv, 0);
     assert_null(s.rdzv_addr);
@@ -110,6 +112,7 @@ static void test_every_key(void **st) {
         "host_key_check = accept-new\n"
         "connect_timeout = 2.5\n"
         "force = yes\n"
+        "config = ssh_config\n"
         "[env]\n"
         "NCCL_DEBUG = INFO\n"
         "EMPTY =\n"
@@ -163,6 +166,7 @@ static void test_every_key(void **st) {
     assert_int_equal(s.host_key_check, DS_HOSTKEY_ACCEPT_NEW);
     assert_int_equal(s.ssh_connect_timeout_ms, 2500);
     assert_int_equal(s.ssh_force, 1);
+    assert_string_equal(s.ssh_config, "/jobs/ssh_config");
     assert_int_equal(s.nenv, 3);
     assert_string_equal(s.env[0].key, "NCCL_DEBUG");
     assert_string_equal(s.env[0].value, "INFO");
