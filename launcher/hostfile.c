@@ -165,6 +165,7 @@ int ds_hostfile_parse(ds_hostlist *out, const char *name, const char *text, ds_e
     memset(out, 0, sizeof *out);
     int lineno = 0;
     const char *p = text;
+    if (!strncmp(p, "\xEF\xBB\xBF", 3)) p += 3; /* a UTF-8 byte order mark, as editors write it */
     while (*p) {
         const char *eol = strchr(p, '\n');
         const char *end = eol ? eol : p + strlen(p);

@@ -226,14 +226,12 @@ static int setup(ds_agent *a, ds_err *err) {
 static int connect_store(ds_agent *a, ds_err *err) {
     if (!a->rdzv || !a->rdzv[0]) return 0;
     char host[256];
-    const char *colon = strrchr(a->rdzv, ':');
-    if (!colon || (size_t)(colon - a->rdzv) >= sizeof host)
-        return ds_err_set(err, "rendezvous address '%s' is not host:port", a->rdzv);
-    memcpy(host, a->rdzv, (size_t)(colon - a->rdzv));
-    host[colon - a->rdzv] = 0;
+    int port;
+    if (ds_store_split_addr(a->rdzv, host, sizeof host, &port, err) != 0)
+        return ds_err_prefix(err, "rendezvous address");
     int timeout = a->rdzv_timeout_ms > 0 ? a->rdzv_timeout_ms : 30000;
     if (timeout > 30000) timeout = 30000; /* the store is up before any agent starts */
-    a->store = ds_store_connect(host, atoi(colon + 1), a->token ? a->token : "", timeout, err);
+    a->store = ds_store_connect(host, port, a->token ? a->token : "", timeout, err);
     if (!a->store) return ds_err_prefix(err, "rendezvous %s", a->rdzv);
     return ds_store_heartbeat(a->store, a->node, err) == 0 ? 0 : ds_err_prefix(err, "heartbeat");
 }

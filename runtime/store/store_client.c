@@ -208,6 +208,22 @@ int ds_store_set_prefix(ds_store_client *c, const char *prefix, ds_err *err) {
 
 const char *ds_store_where(const ds_store_client *c) { return c->where; }
 
+int ds_store_split_addr(const char *addr, char *host, size_t cap, int *port, ds_err *err) {
+    const char *colon = strrchr(addr, ':');
+    char *end;
+    long p = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == addr || *end || end == colon + 1 || p < 1 || p > 65535)
+        return ds_err_set(err, "'%s' is not host:port", addr);
+    const char *h = addr;
+    size_t n = (size_t)(colon - addr);
+    if (h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
+    if (n == 0 || n >= cap) return ds_err_set(err, "'%s' is not host:port", addr);
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
 int ds_store_fd(const ds_store_client *c) { return c->fd; }
 
 int ds_store_set(ds_store_client *c, const char *key, const void *val, size_t len, ds_err *err) {

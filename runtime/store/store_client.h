@@ -27,6 +27,10 @@ void ds_store_close(ds_store_client *c);
  * (comm, Lua, barrier) is namespaced by attempt without thinking about it. */
 int ds_store_set_prefix(ds_store_client *c, const char *prefix, ds_err *err);
 
+/* Splits "host:port" (DS_RDZV's form; the last ':' separates, an IPv6 host may be in
+ * brackets, "[::1]:29400", or bare, "::1:29400") into host (brackets removed) and port. */
+int ds_store_split_addr(const char *addr, char *host, size_t cap, int *port, ds_err *err);
+
 /* "host:port", as error messages name the store. */
 const char *ds_store_where(const ds_store_client *c);
 

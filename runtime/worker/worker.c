@@ -49,21 +49,13 @@ static int context_from_env(ds_context *ctx, ds_err *err) {
     return 0;
 }
 
-/* DS_RDZV is host:port (the last ':' separates, so a bracketless IPv6 works too). */
+/* DS_RDZV is host:port (ds_store_split_addr: an IPv6 host with or without brackets). */
 static int connect_store(ds_context *ctx, ds_err *err) {
     const char *rdzv = getenv("DS_RDZV");
     if (!rdzv || !rdzv[0]) return 0; /* no store: a world that never meets */
     char host[256];
-    const char *colon = strrchr(rdzv, ':');
-    if (!colon || colon == rdzv || (size_t)(colon - rdzv) >= sizeof host)
-        return ds_err_set(err, "DS_RDZV=%s is not host:port", rdzv);
-    memcpy(host, rdzv, (size_t)(colon - rdzv));
-    host[colon - rdzv] = 0;
-    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = 0;
-    }
-    int port = atoi(colon + 1), timeout_ms = 30000;
+    int port, timeout_ms = 30000;
+    if (ds_store_split_addr(rdzv, host, sizeof host, &port, err) != 0) return ds_err_prefix(err, "DS_RDZV");
     if (getenv("DS_RDZV_TIMEOUT_MS")) env_int("DS_RDZV_TIMEOUT_MS", &timeout_ms, NULL);
     const char *tok = getenv("DS_STORE_TOKEN");
     char token[256];

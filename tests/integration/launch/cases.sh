@@ -103,6 +103,23 @@ case_local() {
     assert_no_orphans
 }
 
+# `::1 slots=2` is this node over IPv6: the store listens on [::1] and the ranks meet there.
+case_ipv6_local() {
+    if ! ip -6 addr show dev lo 2>/dev/null | grep -q 'inet6 ::1/'; then
+        echo "SKIP [$case_name]: this machine has no IPv6 loopback (::1)" >&2
+        rm -rf "$job"
+        exit 77
+    fi
+    printf '::1 slots=2\n' > "$job/hosts"
+    printf '[job]\nname = %s\nscript = hello.lua\ndsrun = %s\n[resources]\nhostfile = hosts\ndevice = cpu\n' \
+        "$name" "$DSRUN" > "$job/job.ini"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    has "$job/logs/$name/launcher.log" "store listening on \[::1\]:" || fail "the store is not on [::1]"
+    for r in 0 1; do has "$logs/rank-$r.out" "rank $r of 2 past the barrier" || fail "rank $r did not pass the barrier"; done
+    assert_no_orphans
+}
+
 # 2 nodes x 2 slots over SSH: barrier, every rank prints, logs in the right files,
 # long lines, binary bytes and a last line without newline intact.
 case_two_nodes() {

@@ -145,6 +145,15 @@ static void test_ds_hostfile_good(void **st) {
     ds_hostlist_free(&hl);
 }
 
+/* A byte order mark (as some editors write one) is not part of the first host's name. */
+static void test_bom(void **st) {
+    (void)st;
+    assert_string_equal(run("\xEF\xBB\xBFworker-0 slots=2\nworker-1 slots=1\n", NULL, NULL, -1, -1),
+                        "worker-0:0,1 worker-1:0");
+    assert_err(run("worker-0 slots=2\n\xEF\xBB\xBFworker-1 slots=1\n", NULL, NULL, -1, -1),
+               "hosts:2: host '\xEF\xBB\xBFworker-1': character 0xef is not allowed");
+}
+
 static void test_ds_hostfiles_bad(void **st) {
     (void)st;
     assert_err(run("\n    worker-1 slots=2\n    worker-2 slots=1\n    worker-1 slots=1\n", NULL, NULL, -1, -1),
@@ -321,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_ds_parser_errors),
         cmocka_unit_test(test_ds_num_plus_parser),
         cmocka_unit_test(test_ds_hostfile_good),
+        cmocka_unit_test(test_bom),
         cmocka_unit_test(test_ds_hostfiles_bad),
         cmocka_unit_test(test_strict_slot_counts),
         cmocka_unit_test(test_comments_whitespace_crlf),

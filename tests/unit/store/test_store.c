@@ -22,6 +22,28 @@ static void test_token(void **state) {
     assert_false(ds_store_token_equal("same", "sane", 4));
 }
 
+/* DS_RDZV's host:port, IPv6 hosts with or without brackets. */
+static void test_split_addr(void **state) {
+    (void)state;
+    char host[64];
+    int port = 0;
+    ds_err err = {{0}};
+    assert_int_equal(ds_store_split_addr("10.0.0.1:29400", host, sizeof host, &port, &err), 0);
+    assert_string_equal(host, "10.0.0.1");
+    assert_int_equal(port, 29400);
+    assert_int_equal(ds_store_split_addr("[::1]:80", host, sizeof host, &port, &err), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 80);
+    assert_int_equal(ds_store_split_addr("fe80::2:81", host, sizeof host, &port, &err), 0);
+    assert_string_equal(host, "fe80::2");
+    static const char *const bad[] = {"host", ":80", "h:", "h:0", "h:65536", "h:8x", "[]:80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ds_store_split_addr(bad[i], host, sizeof host, &port, &err), -1);
+        assert_non_null(strstr(err.msg, "is not host:port"));
+    }
+    assert_int_equal(ds_store_split_addr("a-very-long-host-name-indeed:1", host, 8, &port, &err), -1);
+}
+
 static void test_port_zero_and_basic_ops(void **state) {
     fixture *f = *state;
     assert_true(f->port > 0);
@@ -638,6 +660,7 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token),
+        cmocka_unit_test(test_split_addr),
         cmocka_unit_test_setup_teardown(test_port_zero_and_basic_ops, fixture_up, fixture_down),
         cmocka_unit_test_setup_teardown(test_prefix, fixture_up, fixture_down),
         cmocka_unit_test_setup_teardown(test_blocking_get, fixture_up, fixture_down),
