@@ -274,7 +274,10 @@ int ds_cli_job(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
 int ds_cli_apply(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
     if (cli->hostfile && replace(&spec->hostfile, abs_path(cli->hostfile), err)) return -1;
     /* The resource selection is overridden as a whole: a --include on the command line
-     * replaces the spec's num_gpus rather than clashing with it, and vice versa. */
+     * replaces the spec's num_gpus rather than clashing with it, and vice versa. Without
+     * a hostfile the spec's num_gpus also says how many CPU slots this node has, which
+     * the selection does not change. */
+    if (spec->local_slots == -1) spec->local_slots = spec->num_gpus;
     if (cli->include || cli->exclude) {
         set_null(&spec->include);
         set_null(&spec->exclude);

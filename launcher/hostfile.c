@@ -238,6 +238,24 @@ int ds_hostlist_local(ds_hostlist *out, int ngpus_found, int num_gpus, ds_err *e
     return 0;
 }
 
+int ds_filter_max_slot(const char *filter, const char *host) {
+    int max = -1;
+    size_t hlen = strlen(host);
+    for (const char *p = filter; p && *p;) {
+        size_t n = strcspn(p, "@");
+        if (n > hlen && !strncmp(p, host, hlen) && p[hlen] == ':') {
+            for (const char *q = p + hlen + 1; q < p + n;) {
+                size_t m = strcspn(q, ",@");
+                long s = parse_count(q, m, DS_MAX_SLOTS);
+                if (s > max) max = (int)s;
+                q += m + (q[m] == ',');
+            }
+        }
+        p += n + (p[n] == '@');
+    }
+    return max;
+}
+
 /* ---- filters ---- */
 
 /* What a filter string says about each host: whole host, or a set of slots. */

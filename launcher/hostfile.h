@@ -33,6 +33,9 @@ int ds_hostlist_filter(ds_hostlist *hl, const char *include, const char *exclude
  * respected), else num_gpus, else 1. ngpus_found is what the caller's device query saw. */
 int ds_hostlist_local(ds_hostlist *out, int ngpus_found, int num_gpus, ds_err *err);
 
+/* The highest slot a filter names for host ("a:1,3@b" names 1 and 3 of a), -1 if none. */
+int ds_filter_max_slot(const char *filter, const char *host);
+
 void ds_hostlist_free(ds_hostlist *hl);
 
 #endif

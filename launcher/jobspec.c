@@ -436,6 +436,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->dsrun = default_dsrun();
     spec->num_nodes = -1;
     spec->num_gpus = -1;
+    spec->local_slots = -1;
     spec->device = DS_DEVICE_AUTO;
     spec->host_key_check = -1; /* [ssh]: unset, see jobspec.h */
     spec->rdzv_port = 0;

@@ -51,6 +51,9 @@ typedef struct ds_jobspec {
     char *include, *exclude;
     int num_nodes; /* -1: all */
     int num_gpus;  /* -1: all slots */
+    int local_slots; /* no hostfile, CPU slots: how many this node has, num_gpus as the job
+                        spec gave it (a command-line --include/--exclude drops num_gpus as a
+                        filter, not as this node's size); -1: unset */
     ds_device device; /* key `device`: auto | cpu | cuda; default auto */
     ds_host_source host_source; /* key `source`: auto | hostfile | slurm | local; default auto */
 

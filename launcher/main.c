@@ -37,7 +37,12 @@ static int load_hosts(ds_hostlist *hl, ds_jobspec *spec, char **from, ds_err *er
     if (spec->device == DS_DEVICE_CUDA && ngpus == 0)
         return ds_err_set(err, "[resources] device = cuda, but this node has no CUDA device "
                                "(and no hostfile was given)");
-    return ds_hostlist_local(hl, spec->device == DS_DEVICE_CUDA ? ngpus : 0, spec->num_gpus, err);
+    /* CPU slots: as many as the spec's num_gpus (or --num_gpus), and at least up to the
+     * highest one an --include / --exclude names for localhost */
+    int n = spec->num_gpus > 0 ? spec->num_gpus : spec->local_slots > 0 ? spec->local_slots : 1;
+    const char *filter = spec->include ? spec->include : spec->exclude;
+    if (filter && ds_filter_max_slot(filter, "localhost") >= n) n = ds_filter_max_slot(filter, "localhost") + 1;
+    return ds_hostlist_local(hl, spec->device == DS_DEVICE_CUDA ? ngpus : 0, n, err);
 }
 
 /* The ranks run in workdir (and the logs go there by default): a missing one is an

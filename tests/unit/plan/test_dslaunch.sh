@@ -174,6 +174,20 @@ run --dry-run --export RANK=3 "$TMP/job/job.ini"
 expect_rc 2 "--export RANK"
 expect_in "$err" "--export RANK=3: RANK is set by dslaunch" "--export RANK"
 
+# no hostfile, CPU: a command-line --include/--exclude selects among this node's slots,
+# which the spec's num_gpus (or the slots the filter names) size
+printf '[job]\nname = t\nscript = s.lua\n[resources]\nnum_gpus = 4\ndevice = cpu\n' >"$TMP/job/local.ini"
+run --dry-run --exclude localhost:0 "$TMP/job/local.ini"
+expect_rc 0 "--exclude with the spec's num_gpus"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"host":"localhost","node_rank":0,"slots":[1,2,3]' "--exclude localhost:0"
+run --dry-run --include localhost:1 --set resources.device=cpu "$TMP/job/local.ini"
+expect_rc 0 "--include localhost:1"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"slots":[1],' "--include localhost:1"
+(cd "$TMP/job" && "$DSLAUNCH" --dry-run --set resources.device=cpu --include localhost:0,5 s.lua >"$TMP/out" 2>"$TMP/err")
+rc=$?
+expect_rc 0 "--include localhost:0,5 without a spec"
+expect_in "$(tr -d ' \n' <"$TMP/out")" '"slots":[0,5],' "--include localhost:0,5"
+
 # a workdir that does not exist is refused before anything starts, naming it
 run --dry-run --set job.workdir=/nonexistent/wd "$TMP/job/job.ini"
 expect_rc 2 "missing workdir"
