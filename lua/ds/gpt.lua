@@ -99,6 +99,8 @@ function gpt.GPT(cfg, staging)
   stages.loss_scaler = staging.loss_scaler
   local m = model.Model(stages)
   m.cfg = cfg
+  -- `dsrun ckpt export` writes what gpt.save_safetensors does (ds.export)
+  m.export = {name = gpt.hf_name, transpose = gpt.is_conv1d, metadata = {format = 'pt'}}
   return m
 end
 
@@ -127,10 +129,14 @@ end
 
 -- Writes the model's weights to path as a Hugging Face GPT-2 safetensors file
 -- (transformer.* names, Conv1D weights transposed to [in, out], lm_head left out: tied).
+-- Collective when the world has more than one rank (every rank calls it): rank 0 writes,
+-- and every rank returns once the file is there.
 function gpt.save_safetensors(m, path)
   local core = require 'ds._core'
   if not core.safetensors then util.error('gpt.save_safetensors: this build has no safetensors support') end
+  local world = core.world_size and core.world_size() or 1
   m:with_params(function() -- ZeRO-3: the full parameters exist only inside (collective)
+    if world > 1 and core.rank() ~= 0 then return end
     local out = {}
     for _, p in ipairs(m:parameters()) do
       local v = p.stage:param(p.name)
@@ -138,6 +144,7 @@ function gpt.save_safetensors(m, path)
     end
     core.safetensors.save(path, out, {format = 'pt'})
   end)
+  if world > 1 then core.comm.barrier() end
 end
 
 -- Buffers and tied weights a Hugging Face file may carry that are not parameters here.

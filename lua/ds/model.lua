@@ -202,6 +202,7 @@ function Model:save(dir, optimizer, state)
   end
   local saved = {}
   for key, v in pairs(state) do saved[key] = v end
+  saved.export = saved.export or require('ds.export').table(self) -- what `dsrun ckpt export` writes
   saved.optimizer_t = optimizer and optimizer.t or 0
   saved.world_size = info.world
   saved.precision = {}

@@ -1,16 +1,22 @@
 /* `dsrun ckpt`: look inside a state checkpoint without training.
- *   inspect DIR               metadata, then every checksum of every shard verified
+ *   inspect [--pretty|--compact] DIR  metadata (the engine object indented on a terminal,
+ *                             on one line otherwise), then every checksum verified
  *   export DIR OUT.safetensors  the model's weights in one safetensors file, as the
  *                               engine's export table in meta.json names them */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "ckpt_export.h"
+#include "ds_json.h"
+#include "ds_json_read.h"
 #include "subcommands.h"
 
 static const char *CKPT_USAGE =
-    "usage: dsrun ckpt inspect DIR            metadata; verify every checksum\n"
+    "usage: dsrun ckpt inspect [--pretty|--compact] DIR\n"
+    "                                         metadata (the engine object indented on a\n"
+    "                                         terminal); verify every checksum\n"
     "       dsrun ckpt export DIR OUT.safetensors\n"
     "DIR is a checkpoint directory (its `latest` is followed) or a step-N directory.\n";
 
@@ -60,7 +66,22 @@ static int verify_shards(ds_ckpt *ck) {
     return bad ? 1 : 0;
 }
 
-static int inspect(const char *dir) {
+static void print_engine(const char *engine, int pretty) {
+    ds_err err = {""};
+    ds_jv *v = pretty ? ds_jv_parse(engine, strlen(engine), &err) : NULL;
+    if (!v) { /* compact, as saved (the canonical form) */
+        printf("engine: %s\n", engine);
+        return;
+    }
+    printf("engine: ");
+    ds_json j;
+    ds_json_init_file(&j, stdout, 1);
+    ds_jv_emit(&j, v);
+    ds_json_newline(&j);
+    ds_jv_free(v);
+}
+
+static int inspect(const char *dir, int pretty) {
     ds_err err = {""};
     ds_ckpt *ck = ds_ckpt_open(dir, &err);
     if (!ck) {
@@ -71,7 +92,7 @@ static int inspect(const char *dir) {
     printf("step %lld, saved by %d rank%s\n", (long long)ds_ckpt_step(ck), ds_ckpt_world(ck),
            ds_ckpt_world(ck) == 1 ? "" : "s");
     print_arrays(ck);
-    printf("engine: %s\n", ds_ckpt_meta_extra(ck));
+    print_engine(ds_ckpt_meta_extra(ck), pretty);
     int rc = verify_shards(ck);
     ds_ckpt_close(ck);
     return rc;
@@ -91,7 +112,10 @@ static int export(const char *dir, const char *out) {
 }
 
 int dsrun_ckpt_main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "inspect") == 0) return inspect(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "inspect") == 0) return inspect(argv[2], isatty(1));
+    if (argc == 4 && strcmp(argv[1], "inspect") == 0 &&
+        (!strcmp(argv[2], "--pretty") || !strcmp(argv[2], "--compact")))
+        return inspect(argv[3], !strcmp(argv[2], "--pretty"));
     if (argc == 4 && strcmp(argv[1], "export") == 0) return export(argv[2], argv[3]);
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(CKPT_USAGE, stdout);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ds_json_read.h"
+#include "kernel_math.h"
 #include "safetensors_dtype.h"
 
 typedef struct export_job {
@@ -15,6 +16,34 @@ typedef struct export_job {
     ds_st_kv *meta;
     size_t nmeta;
 } export_job;
+
+/* The dtype to write: the array's, or "dtype" (bf16 / fp16 from fp32). */
+static int out_dtype(const export_job *x, const ds_jv *t, size_t i, const char *name, ds_dtype from,
+                     ds_dtype *to, ds_err *err) {
+    const ds_jv *d = ds_jv_get(t, "dtype");
+    *to = from;
+    if (!d) return 0;
+    static const ds_dtype KNOWN[] = {DS_F32, DS_BF16, DS_F16};
+    for (size_t k = 0; d->type == DS_JV_STR && k < sizeof KNOWN / sizeof KNOWN[0]; k++) {
+        if (strcmp(d->str, ds_dtype_name(KNOWN[k]))) continue;
+        *to = KNOWN[k];
+        if (*to == from || from == DS_F32) return 0;
+        return ds_err_set(err, "%s.tensors[%zu] '%s': cannot write a %s array as %s", x->where, i,
+                          name, ds_dtype_name(from), d->str);
+    }
+    return ds_err_set(err, "%s.tensors[%zu] '%s': \"dtype\" must be \"fp32\", \"bf16\" or \"fp16\"",
+                      x->where, i, name);
+}
+
+/* fp32 elements into bf16 / fp16 in place (the 16-bit values take the front half). */
+static void narrow(unsigned char *buf, uint64_t n, ds_dtype to) {
+    uint16_t *out = (uint16_t *)buf;
+    for (uint64_t k = 0; k < n; k++) {
+        float f;
+        memcpy(&f, buf + 4 * k, 4);
+        out[k] = to == DS_BF16 ? ds_km_f32_to_bf16(f) : ds_km_f32_to_f16(f);
+    }
+}
 
 static int int_field(const export_job *x, const ds_jv *t, size_t i, const char *key,
                      long long *out, ds_err *err) {
@@ -63,16 +92,19 @@ static int load_tensor(export_job *x, const ds_jv *t, size_t i, ds_err *err) {
     if (transposed && st->ndim != 2)
         return ds_err_set(err, "%s.tensors[%zu] '%s': transpose needs a 2-D shape", x->where, i,
                           name->str);
-    if (ds_st_dtype_of(a.dtype, &st->dtype))
+    ds_dtype to;
+    if (out_dtype(x, t, i, name->str, a.dtype, &to, err)) return -1;
+    if (ds_st_dtype_of(to, &st->dtype))
         return ds_err_set(err, "export '%s': array dtype has no safetensors name", name->str);
     size_t esz = ds_st_dtype_size(st->dtype);
-    unsigned char *buf = malloc(numel * esz + 1), *out = buf;
+    unsigned char *buf = malloc(numel * ds_dtype_size(a.dtype) + 1), *out = buf;
     if (!buf) return ds_err_set(err, "export '%s': out of memory", name->str);
     st->name = name->str;
     st->data = buf; /* owned from here: freed with the job */
     st->nbytes = numel * esz;
     if (ds_ckpt_read_range(x->ck, array->str, (uint64_t)offset, (uint64_t)offset + numel, buf, err))
         return ds_err_prefix(err, "export '%s'", name->str);
+    if (to != a.dtype) narrow(buf, numel, to);
     if (transposed) {
         if (!(out = malloc(numel * esz + 1))) return ds_err_set(err, "out of memory");
         ds_transpose2d(out, buf, st->shape[0], st->shape[1], esz);

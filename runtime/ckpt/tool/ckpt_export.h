@@ -12,8 +12,10 @@
  *
  * Each tensor is elements [offset, offset + prod(shape)) of the logical array, of shape
  * `shape` (row-major); "transpose" (2-D only) writes it as shape reversed, transposed
- * (Hugging Face GPT-2 keeps its Conv1D weights as [in, out]). The dtype is the array's.
- * So the exporter knows no model: gpt.lua's naming rules travel in the table. */
+ * (Hugging Face GPT-2 keeps its Conv1D weights as [in, out]). The dtype is the array's,
+ * or "dtype" ("bf16" or "fp16" from an fp32 array, rounded to nearest even as the engine
+ * rounds a 16-bit stage's fp32 masters into its working copy). So the exporter knows no
+ * model: the engine writes the table (ds.export) and gpt.lua's naming rules travel in it. */
 #ifndef DS_CKPT_EXPORT_H
 #define DS_CKPT_EXPORT_H
 

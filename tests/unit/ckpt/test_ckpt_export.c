@@ -14,6 +14,7 @@
 
 #include "ckpt_export.h"
 #include "ckpt_test_util.h"
+#include "kernel_math.h"
 #include "safetensors.h"
 #include "subcommands.h"
 
@@ -97,6 +98,41 @@ static void test_export_gpt_names(void **state) {
     remove(keep);
 }
 
+/* "dtype": an fp32 array written as bf16 / fp16, rounded to nearest even (the engine's
+ * rounding of a 16-bit stage's masters), transposed after. */
+static void test_export_narrowed(void **state) {
+    fixture *f = *state;
+    ds_err err = {""};
+    char keep[4300];
+    snprintf(keep, sizeof keep, "%s.out", f->dir);
+    snprintf(f->out, sizeof f->out, "%s", keep);
+    const char *engine =
+        "{\"export\":{\"tensors\":["
+        "{\"name\":\"b\",\"array\":\"embed/params\",\"offset\":0,\"shape\":[2,3],"
+        "\"transpose\":true,\"dtype\":\"bf16\"},"
+        "{\"name\":\"h\",\"array\":\"embed/params\",\"offset\":6,\"shape\":[5],\"dtype\":\"fp16\"},"
+        "{\"name\":\"same\",\"array\":\"h/params\",\"offset\":0,\"shape\":[8],\"dtype\":\"bf16\"}]}}";
+    if (export_with(f, engine, &err)) fail_msg("export: %s", err.msg);
+    ds_st_file *st = ds_st_open(keep, &err);
+    if (!st) fail_msg("read back: %s", err.msg);
+    const float *src = f->a[0].data;
+    const ds_st_tensor *t = ds_st_find(st, "b");
+    assert_int_equal(t->dtype, DS_ST_BF16);
+    assert_int_equal(t->shape[0], 3);
+    uint16_t got[8];
+    memcpy(got, t->data, 6 * 2);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) assert_int_equal(got[j * 2 + i], ds_km_f32_to_bf16(src[i * 3 + j]));
+    t = ds_st_find(st, "h");
+    assert_int_equal(t->dtype, DS_ST_F16);
+    memcpy(got, t->data, 5 * 2);
+    for (int i = 0; i < 5; i++) assert_int_equal(got[i], ds_km_f32_to_f16(src[6 + i]));
+    t = ds_st_find(st, "same"); /* a bf16 array as bf16: as it is */
+    assert_memory_equal(t->data, f->a[1].data, 8 * 2);
+    ds_st_close(st);
+    remove(keep);
+}
+
 static void test_export_refusals(void **state) {
     fixture *f = *state;
     ds_err err = {""};
@@ -114,6 +150,10 @@ static void test_export_refusals(void **state) {
          "\"shape\":[4294967296,4294967296]}]}}", "bad size in \"shape\""},
         {"{\"export\":{\"metadata\":{\"a\":1},\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\","
          "\"offset\":0,\"shape\":[2]}]}}", "metadata.a: must be a string"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"h/params\",\"offset\":0,"
+         "\"shape\":[2],\"dtype\":\"fp32\"}]}}", "'x': cannot write a bf16 array as fp32"},
+        {"{\"export\":{\"tensors\":[{\"name\":\"x\",\"array\":\"embed/params\",\"offset\":0,"
+         "\"shape\":[2],\"dtype\":\"int8\"}]}}", "'x': \"dtype\" must be \"fp32\", \"bf16\" or \"fp16\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(export_with(f, cases[i].engine, &err), -1);
@@ -156,6 +196,14 @@ static void test_dsrun_ckpt(void **state) {
     assert_non_null(strstr(out, "embed/params"));
     assert_non_null(strstr(out, "0:[0,4) 1:[4,8) 2:[8,11)"));
     assert_non_null(strstr(out, "all checksums verified"));
+    /* not a terminal: the engine object on one line, as saved; --pretty indents it */
+    assert_non_null(strstr(out, "engine: {\"zero\":3,\"export\":{"));
+    char *pretty[] = {"ckpt", "inspect", "--pretty", f->dir};
+    assert_int_equal(run_cmd(out, sizeof out, 4, pretty), 0);
+    assert_non_null(strstr(out, "engine: {\n  \"zero\": 3,\n  \"export\": {\n    \"metadata\": {"));
+    char *compact[] = {"ckpt", "inspect", "--compact", f->dir};
+    assert_int_equal(run_cmd(out, sizeof out, 4, compact), 0);
+    assert_non_null(strstr(out, "engine: {\"zero\":3,"));
 
     char *export[] = {"ckpt", "export", f->dir, f->out};
     assert_int_equal(run_cmd(out, sizeof out, 4, export), 0);
@@ -181,6 +229,7 @@ static void test_dsrun_ckpt(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_export_gpt_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_export_narrowed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dsrun_ckpt, setup, teardown),
     };
