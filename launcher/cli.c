@@ -34,6 +34,7 @@ const char DS_CLI_HELP[] =
     "      --tee RANKS         ranks shown on the terminal: all, none, or 0,2-3\n"
     "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
     "      --force_ssh         start even this node's ranks over SSH\n"
+    "      --local_rank_arg    give a program --local_rank=N, as deepspeed does\n"
     "      --set S.KEY=VALUE   set any job spec key, e.g. --set engine.zero_stage=2\n"
     "      --export VAR[,VAR]  give every rank these variables of this environment\n"
     "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
@@ -65,6 +66,7 @@ static const opt OPTS[] = {
     {"tee", 0, O_STR, F(tee), 0, 0},
     {"log_dir", 0, O_STR, F(log_dir), 0, 0},
     {"force_ssh", 0, O_FLAG, F(force_ssh), 0, 0},
+    {"local_rank_arg", 0, O_FLAG, F(local_rank_arg), 0, 0},
     {"set", 0, O_SET, F(sets), 0, 0},
     {"export", 0, O_EXPORT, F(exports), 0, 0},
     {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
@@ -296,5 +298,6 @@ int ds_cli_apply(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
     if (cli->tee && replace(&spec->tee, strdup(cli->tee), err)) return -1;
     if (cli->log_dir && replace(&spec->log_dir, abs_path(cli->log_dir), err)) return -1;
     if (cli->force_ssh) spec->ssh_force = 1;
+    if (cli->local_rank_arg) spec->local_rank_arg = 1;
     return 0;
 }

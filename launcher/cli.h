@@ -31,6 +31,7 @@ typedef struct ds_cli {
     const char *tee;       /* --tee RANKS: overrides [logs] tee */
     const char *log_dir;   /* --log_dir DIR: overrides [logs] dir */
     int force_ssh;         /* --force_ssh: [ssh] force = true */
+    int local_rank_arg;    /* --local_rank_arg: [job] local_rank_arg = true */
     int dry_run;
     int help, version;
 } ds_cli;

@@ -83,6 +83,7 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
     bad |= config(b, "kind", ds_jobspec_is_lua(s) ? "lua" : "program") |
            config_int(b, "attempt", job->attempt) | config_int(b, "master_port", job->plan->master_port);
     for (int i = 0; i < s->ninterp; i++) bad |= config(b, "interp", s->interpreter[i]);
+    if (s->local_rank_arg) bad |= config_int(b, "local_rank_arg", 1);
     for (int r = 0; r < job->plan->world_size && !bad; r++) {
         if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
         bad |= ds_frame_append(b, DS_FRAME_RANK, (uint32_t)r, NULL, 0);

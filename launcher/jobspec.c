@@ -54,6 +54,7 @@ static const key_def KEYS[] = {
     {"job", "args", K_ARGS, 0, 0, 0, NULL, ALLOW_EMPTY},
     {"job", "command", K_COMMAND, 0, 0, 0, NULL, 0},
     {"job", "interpreter", K_INTERP, 0, 0, 0, NULL, 0},
+    {"job", "local_rank_arg", K_BOOL, F(local_rank_arg), 0, 1, NULL, 0},
     {"job", "workdir", K_PATH, F(workdir), 0, 0, NULL, 0},
     {"job", "dsrun", K_ABSPATH, F(dsrun), 0, 0, NULL, 0},
     {"resources", "hostfile", K_PATH, F(hostfile), 0, 0, NULL, 0},

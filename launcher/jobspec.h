@@ -41,6 +41,8 @@ typedef struct ds_jobspec {
     int nargs;
     char **interpreter; /* `interpreter`, split like args; NULL: the program's #! line */
     int ninterp;
+    int local_rank_arg; /* key local_rank_arg: a program (not Lua) gets --local_rank=N after its
+                           arguments, as DeepSpeed's launcher gives it; default false */
     char *workdir; /* default: the job spec's directory; always absolute after loading */
     char *dsrun;   /* absolute path of dsrun on the nodes; default: the dsrun beside the
                       running executable (bin/dsrun, or build/runtime/dsrun from

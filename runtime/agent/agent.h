@@ -35,6 +35,7 @@ typedef struct ds_agent {
     int attempt;       /* the job's attempt (keys of the store that are per attempt) */
     int master_port;   /* MASTER_PORT asked for; 0: any free port on node 0 */
     char **program_argv; /* the program's command line on this node (program.c) */
+    int local_rank_arg;  /* add --local_rank=N to a program's arguments (DeepSpeed's habit) */
 
     ds_agent_worker *workers;
     int nworkers;

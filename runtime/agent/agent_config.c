@@ -53,6 +53,7 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
     else if (KEY("rdzv_timeout_ms")) num = &a->rdzv_timeout_ms;
     else if (KEY("attempt")) num = &a->attempt;
     else if (KEY("master_port")) num = &a->master_port;
+    else if (KEY("local_rank_arg")) num = &a->local_rank_arg;
     else if (KEY("kind")) {
         if (strcmp(v, "lua") && strcmp(v, "program")) return ds_err_set(err, "config kind: '%s'", v);
         a->program = !strcmp(v, "program");

@@ -61,10 +61,10 @@ static void free_env(char **env) {
 
 /* dsrun worker --job ID --rank R SCRIPT.lua ARGS..., or for a program that is not Lua
  * dsrun worker --job ID --rank R --exec COMMAND... (the worker runs it as its child). */
-static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
+static char **build_argv(const ds_agent *a, const char *self, char *rankbuf, char *local_rank_arg) {
     int nprog = 0;
     while (a->program_argv && a->program_argv[nprog]) nprog++;
-    char **argv = calloc((size_t)(a->nargs + nprog + 9), sizeof *argv);
+    char **argv = calloc((size_t)(a->nargs + nprog + 10), sizeof *argv);
     if (!argv) return NULL;
     int n = 0;
     argv[n++] = (char *)self;
@@ -76,6 +76,7 @@ static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
     if (a->program) {
         argv[n++] = "--exec";
         for (int i = 0; i < nprog; i++) argv[n++] = a->program_argv[i];
+        if (a->local_rank_arg) argv[n++] = local_rank_arg;
         return argv;
     }
     argv[n++] = a->script;
@@ -126,10 +127,11 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
         for (int i = 0; i < npipes; i++) close(pipes[i][0]), close(pipes[i][1]);
         return ds_err_errno(err, e, "pipe");
     }
-    char rankbuf[16];
+    char rankbuf[16], local_rank_arg[32];
     snprintf(rankbuf, sizeof rankbuf, "%d", w->rank);
+    snprintf(local_rank_arg, sizeof local_rank_arg, "--local_rank=%d", (int)(w - a->workers)); /* plan order */
     char **env = build_env(a, w);
-    char **argv = build_argv(a, self, rankbuf);
+    char **argv = build_argv(a, self, rankbuf, local_rank_arg);
     pid_t agent_pid = getpid();
     pid_t pid = env && argv ? fork() : -1;
     int fork_errno = errno;

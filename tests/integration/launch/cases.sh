@@ -347,12 +347,12 @@ case_program_master_port() {
     printf '#!/bin/sh\necho "rank $RANK port $MASTER_PORT addr $MASTER_ADDR args $*"\n' > "$job/env.sh"
     chmod +x "$job/env.sh"
     write_job env.sh "[job]" "args = 'one two' three"
-    run_job
+    run_job --local_rank_arg
     [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
     port=$(sed -n 's/^\[127.0.0.2:0\] rank 0 port \([0-9]*\) .*/\1/p' "$job/out")
     [[ -n $port ]] || fail "rank 0 did not print its MASTER_PORT"
     for r in 0 1 2 3; do
-        grep -q "^\[127.0.0.$((2 + r / 2)):$r\] rank $r port $port addr 127.0.0.2 args one two three$" "$job/out" ||
+        grep -q "^\[127.0.0.$((2 + r / 2)):$r\] rank $r port $port addr 127.0.0.2 args one two three --local_rank=$((r % 2))$" "$job/out" ||
             fail "rank $r's line: $(grep "rank $r " "$job/out")"
     done
     coproc BUSY { "$SILENT_PORT" 127.0.0.2; }

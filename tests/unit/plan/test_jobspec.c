@@ -99,6 +99,7 @@ static void test_every_key(void **st) {
         "args = --lr 3e-4 'two words' \"a \\\"q\\\"\" back\\ slash ''\n"
         "workdir = ../work\n"
         "dsrun = /opt/ds/bin/dsrun\n"
+        "local_rank_arg = yes\n"
         "[resources]\n"
         "hostfile = hosts\n"
         "num_nodes = 2\n"
@@ -155,6 +156,7 @@ static void test_every_key(void **st) {
     assert_null(s.args[6]);
     assert_string_equal(s.workdir, "/work");
     assert_string_equal(s.dsrun, "/opt/ds/bin/dsrun");
+    assert_int_equal(s.local_rank_arg, 1);
     assert_string_equal(s.hostfile, "/jobs/hosts");
     assert_int_equal(s.num_nodes, 2);
     assert_int_equal(s.num_gpus, 8);
@@ -559,8 +561,9 @@ static void test_cli_apply(void **st) {
     assert_string_equal(parse(&s, MIN "[resources]\nhostfile = /h\nnum_nodes = 4\n[logs]\ntee = none\n"), "");
     assert_int_equal(cli(&c, &err, "job.ini", "--hostfile", "rel/hosts", "--num_nodes", "2",
                          "--master_addr", "m", "--master_port", "1000", "--tee", "1",
-                         "--log_dir", "/abs/logs", "--force_ssh", NULL), 0);
+                         "--log_dir", "/abs/logs", "--force_ssh", "--local_rank_arg", NULL), 0);
     assert_int_equal(ds_cli_apply(&c, &s, &err), 0);
+    assert_int_equal(s.local_rank_arg, 1);
     char cwd[512], want[600];
     assert_non_null(getcwd(cwd, sizeof cwd));
     snprintf(want, sizeof want, "%s/rel/hosts", cwd);
