@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds_buf.h"
 #include "ds_json.h"
 #include "launch_method.h"
 
@@ -169,6 +170,14 @@ static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
     return bad;
 }
 
+static int push_node_slots(char **env, int *n, const ds_plan_node *node) {
+    ds_buf b = {0};
+    for (int i = 0; i < node->nslots; i++) ds_buf_printf(&b, "%s%d", i ? "," : "", node->slots[i]);
+    int rc = b.oom ? -1 : push_env(env, n, "CUDA_VISIBLE_DEVICES", ds_buf_str(&b));
+    ds_buf_free(&b);
+    return rc;
+}
+
 /* The rest of what torchrun's elastic agent gives each worker, so torch.distributed's
  * env:// and what reads it (DeepSpeed, Accelerate) find everything they look for. */
 static int push_torchrun_env(char **env, int *n, const ds_plan *plan, const ds_plan_rank *rk,
@@ -208,8 +217,11 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     bad |= push_env(env, &n, "DS_JOB_ID", job_id ? job_id : "");
     bad |= push_int(env, &n, "DS_ATTEMPT", attempt);
     bad |= push_torchrun_env(env, &n, plan, rk, spec, job_id, attempt);
-    /* one device per rank, named by its physical index (the slot) */
-    if (plan->gpus) bad |= push_int(env, &n, "CUDA_VISIBLE_DEVICES", rk->slot);
+    /* one device per rank, named by its physical index (the slot); a program that is not
+     * Lua sees its node's slots in local-rank order and takes device LOCAL_RANK, as under
+     * torchrun and deepspeed */
+    if (plan->gpus && spec && !ds_jobspec_is_lua(spec)) bad |= push_node_slots(env, &n, node);
+    else if (plan->gpus) bad |= push_int(env, &n, "CUDA_VISIBLE_DEVICES", rk->slot);
     if (spec) bad |= push_engine_defaults(env, &n, spec);
     for (int i = 0; i < nenv && !bad; i++)
         bad |= push_env(env, &n, spec->env[i].key, spec->env[i].value);

@@ -110,7 +110,7 @@ static void test_env(void **st) {
     ds_plan p;
     ds_err err;
     load(&hl, "a slots=2\nb slots=4\n", "a@b:1,3", NULL, -1, -1);
-    spec_of(&spec, "[job]\nname=t\nscript=s\n[resources]\ndevice=cuda\n[env]\nNCCL_DEBUG=INFO\nX=\n");
+    spec_of(&spec, "[job]\nname=t\nscript=s.lua\n[resources]\ndevice=cuda\n[env]\nNCCL_DEBUG=INFO\nX=\n");
     assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 29500, &err), 0);
     assert_int_equal(p.gpus, 1);
     char **env = ds_plan_rank_env(&p, &spec, 3, "job-7", 2);
@@ -131,6 +131,17 @@ static void test_env(void **st) {
     ds_plan_env_free(env);
     assert_null(ds_plan_rank_env(&p, &spec, 4, "j", 0));
     assert_null(ds_plan_rank_env(&p, &spec, -1, "j", 0));
+    ds_plan_free(&p);
+    ds_jobspec_free(&spec);
+    /* a program that is not Lua sees its node's slots and takes device LOCAL_RANK */
+    spec_of(&spec, "[job]\nname=t\nscript=train.py\n[resources]\ndevice=cuda\n");
+    assert_int_equal(ds_plan_build(&p, &hl, &spec, NULL, 29500, &err), 0);
+    env = ds_plan_rank_env(&p, &spec, 3, "j", 0);
+    assert_string_equal(env[17], "CUDA_VISIBLE_DEVICES=1,3");
+    ds_plan_env_free(env);
+    env = ds_plan_rank_env(&p, &spec, 0, "j", 0);
+    assert_string_equal(env[17], "CUDA_VISIBLE_DEVICES=0,1");
+    ds_plan_env_free(env);
     ds_plan_free(&p);
     ds_jobspec_free(&spec);
     /* CPU slots: no CUDA_VISIBLE_DEVICES */
