@@ -32,6 +32,10 @@
 #include "ds_err.h"
 #include "ds_dtype.h"
 
+/* Host memory the Gloo backend keeps (category comm) once a reduce-scatter ran: the
+ * receive ring of its reduce-scatter (gloo_shim.cc). The memory planner counts it. */
+#define DS_COMM_GLOO_RING_BYTES ((size_t)4 << 20)
+
 typedef struct ds_comm ds_comm;
 typedef struct ds_comm_handle ds_comm_handle;
 

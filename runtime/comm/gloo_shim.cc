@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "alloc.h"
+#include "comm.h"
 #include "kernels.h"
 }
 
@@ -40,6 +41,8 @@ static const uint8_t kRingSlotPrefix = 0x40;
 // scratch memory is a fixed 4 MiB (counted as DS_MEM_COMM) whatever the buffer size.
 static const size_t kRingSegmentBytes = 1 << 20;
 static const size_t kRingDepth = 4;
+static_assert(kRingDepth * kRingSegmentBytes == DS_COMM_GLOO_RING_BYTES,
+              "comm.h states the ring's size for the memory planner");
 
 static int fail(ds_err* err, const char* what, const char* why) {
   return ds_err_set(err, "gloo %s: %s", what, why);

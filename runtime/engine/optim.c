@@ -15,6 +15,9 @@ static int check_range(const ds_stage *s, size_t lo, size_t hi, ds_err *err) {
     if (lo > hi || hi > s->numel)
         return ds_err_set(err, "stage '%s': range [%zu, %zu) outside its flat buffer of %zu",
                           s->name, lo, hi, s->numel);
+    if (s->described)
+        return ds_err_set(err, "stage '%s' is a description for the memory planner: nothing to "
+                               "step", s->name);
     if (!s->flat_params->data || !s->flat_grads->data)
         return ds_err_set(err, "stage '%s': its parameters or gradients are not resident "
                                "(released by ZeRO)", s->name);
@@ -113,7 +116,7 @@ void ds_scale_of(ds_dtype dt, void *x, float k, size_t n) {
 
 double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
     if (hi > s->numel) hi = s->numel;
-    if (lo >= hi || !s->flat_grads->data) return 0;
+    if (lo >= hi || !s->flat_grads || !s->flat_grads->data) return 0;
     ds_err err;
     double *d = ds_device_scalars(1, &err), out = NAN;
     if (!d) return NAN;
@@ -122,5 +125,5 @@ double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {
-    if (s->flat_grads->data) ds_scale_of(s->opts.precision, s->flat_grads->data, k, s->numel);
+    if (s->flat_grads && s->flat_grads->data) ds_scale_of(s->opts.precision, s->flat_grads->data, k, s->numel);
 }

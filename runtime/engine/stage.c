@@ -132,7 +132,8 @@ static int init_params(ds_stage *s, ds_err *err) {
     return 0;
 }
 
-static int layout(ds_stage *s, ds_err *err) {
+/* Offsets in the flat buffer and its length; the owner of every parameter. */
+static void lay_out(ds_stage *s) {
     size_t off = 0;
     for (int i = 0; i < s->nparams; i++) {
         s->params[i]->offset = off;
@@ -140,7 +141,10 @@ static int layout(ds_stage *s, ds_err *err) {
         off += (s->params[i]->numel + DS_PARAM_ALIGN - 1) / DS_PARAM_ALIGN * DS_PARAM_ALIGN;
     }
     s->numel = off;
-    int64_t n = (int64_t)(off ? off : DS_PARAM_ALIGN);
+}
+
+static int allocate(ds_stage *s, ds_err *err) {
+    int64_t n = (int64_t)(s->numel ? s->numel : DS_PARAM_ALIGN);
     if (!(s->flat_params = ds_tensor_new(s->opts.precision, DS_MEM_PARAMS, 1, &n, err)) ||
         !(s->flat_grads = ds_tensor_new(s->opts.precision, DS_MEM_GRADS, 1, &n, err)))
         return -1;
@@ -148,7 +152,13 @@ static int layout(ds_stage *s, ds_err *err) {
     return init_params(s, err);
 }
 
+static int refuse_description(const ds_stage *s, const char *what, ds_err *err) {
+    return ds_err_set(err, "stage '%s' %s: it is a description for the memory planner (no "
+                           "buffers)", s->name, what);
+}
+
 static int master_from_params(ds_stage *s, ds_err *err) {
+    if (s->described) return refuse_description(s, "master weights", err);
     if (!s->flat_params->data)
         return ds_err_set(err, "stage '%s': no resident working copy to make master weights from",
                           s->name);
@@ -197,7 +207,10 @@ static int insert_checkpoints(ds_stage *s, ds_layer **layers, int n, ds_err *err
 }
 
 static int add_layers(ds_stage *s, ds_layer **layers, int n, ds_err *err) {
-    if (s->opts.checkpoint > 0) return insert_checkpoints(s, layers, n, err);
+    if (!(s->layers = malloc((size_t)n * sizeof *s->layers))) return ds_err_set(err, "out of memory");
+    memcpy(s->layers, layers, (size_t)n * sizeof *layers);
+    s->nlayers = n;
+    if (s->opts.checkpoint > 0 && !s->described) return insert_checkpoints(s, layers, n, err);
     for (int i = 0; i < n; i++) {
         if (ds_layer_add_child(s->root, layers[i], err) != 0) return -1;
         layers[i] = NULL;
@@ -205,8 +218,8 @@ static int add_layers(ds_stage *s, ds_layer **layers, int n, ds_err *err) {
     return 0;
 }
 
-ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
-                       uint64_t seed, ds_err *err) {
+static ds_stage *build(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                       uint64_t seed, int described, ds_err *err) {
     ds_stage *s = calloc(1, sizeof *s);
     if (!s) {
         ds_err_set(err, "stage: out of memory");
@@ -214,7 +227,8 @@ ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stag
     }
     snprintf(s->name, sizeof s->name, "%s", name);
     s->opts = *opts;
-    if (opts->precision != DS_F32 && opts->precision != DS_BF16 && opts->precision != DS_F16) {
+    s->described = described;
+    if (!described && opts->precision != DS_F32 && opts->precision != DS_BF16 && opts->precision != DS_F16) {
         ds_err_set(err, "precision %s (fp32, bf16 or fp16)", ds_dtype_name(opts->precision));
         goto fail;
     }
@@ -230,7 +244,8 @@ ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stag
     for (int i = 0; i < n; i++)
         if (collect_params(s, layers[i], err) != 0) goto fail;
     if (check_unique_names(s, err) != 0 || add_layers(s, layers, n, err) != 0) goto fail;
-    if (layout(s, err) != 0) goto fail;
+    lay_out(s);
+    if (!described && allocate(s, err) != 0) goto fail;
     return s;
 fail:
     ds_stage_free(s);
@@ -240,9 +255,20 @@ fail_layers:
     return NULL;
 }
 
+ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                       uint64_t seed, ds_err *err) {
+    return build(name, layers, n, opts, seed, 0, err);
+}
+
+ds_stage *ds_stage_describe(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                            uint64_t seed, ds_err *err) {
+    return build(name, layers, n, opts, seed, 1, err);
+}
+
 void ds_stage_free(ds_stage *s) {
     if (!s) return;
     ds_layer_free(s->root);
+    free(s->layers);
     free(s->params);
     ds_tensor_free(s->flat_params);
     ds_tensor_free(s->flat_grads);
@@ -257,6 +283,7 @@ void ds_stage_free(ds_stage *s) {
 }
 
 int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err) {
+    if (s->described) return refuse_description(s, "forward", err);
     s->last_in = NULL;
     s->run = *r;
     if (!(in = ds_tensor_stage(&s->in_staged, in, DS_MEM_DATA, err)))
@@ -268,6 +295,7 @@ int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *
 }
 
 int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
+    if (s->described) return refuse_description(s, "backward", err);
     if (!s->last_in)
         return ds_err_set(err, "stage '%s' backward: no forward to go back through", s->name);
     if (!(dout = ds_tensor_stage(&s->dout_staged, dout, DS_MEM_ACTIVATIONS, err)))
@@ -286,7 +314,7 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
 }
 
 void ds_stage_zero_grad(ds_stage *s) {
-    ds_tensor_zero(s->flat_grads); /* nothing when ZeRO released it */
+    if (s->flat_grads) ds_tensor_zero(s->flat_grads); /* nothing when ZeRO released it */
 }
 
 void ds_stage_release(ds_stage *s) {

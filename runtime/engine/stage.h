@@ -18,6 +18,10 @@ typedef struct ds_stage {
     ds_stage_opts opts;
     uint64_t seed;
     ds_layer *root;    /* sequential over the layers, checkpoint spans inserted */
+    ds_layer **layers; /* the script's layers in order (inside root; not owned): what
+                        * the memory planner spans with checkpoints of its own choosing */
+    int nlayers;
+    int described;     /* 1: a description (ds_stage_describe): no buffers, no compute */
     ds_param **params; /* the parameters this stage owns, in flat-buffer order */
     int nparams;
     size_t numel;      /* flat buffer length, alignment padding included */
@@ -43,6 +47,12 @@ typedef struct ds_stage {
 ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
                        uint64_t seed, ds_err *err);
 void ds_stage_free(ds_stage *s);
+/* The same stage as a description only, for the memory planner: names, the parameter
+ * table and the flat layout (numel) as ds_stage_new makes them, but no buffer is
+ * allocated, nothing initialised and no checkpoint span inserted; opts are kept as given
+ * (the planner's 'auto', -1, included). Forward, backward and the optimizer refuse it. */
+ds_stage *ds_stage_describe(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
+                            uint64_t seed, ds_err *err);
 
 static inline int ds_stage_is_half(const ds_stage *s) { return s->opts.precision != DS_F32; }
 /* Points every parameter at its slice of the flat buffers (NULL where one is released):

@@ -138,7 +138,15 @@ ds_zero *ds_zero_new(ds_comm *comm, ds_stage **stages, int n, size_t bucket_elem
     z->world = ds_comm_size(comm);
     z->n = n;
     z->bucket_elems = bucket_elems ? bucket_elems : DS_ZERO_BUCKET_ELEMS;
-    for (int k = 0; k < n; k++) z->st[k].s = stages[k];
+    for (int k = 0; k < n; k++) {
+        if (stages[k]->described) {
+            ds_err_set(err, "zero: stage '%s' is a description for the memory planner",
+                       stages[k]->name);
+            ds_zero_free(z);
+            return NULL;
+        }
+        z->st[k].s = stages[k];
+    }
     /* Every rank starts from rank 0's parameters, as DeepSpeed does: initialisation is
      * seeded, but a script may have changed them on one rank only. */
     for (int k = 0; k < n && z->world > 1; k++) {

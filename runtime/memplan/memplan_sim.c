@@ -1,0 +1,511 @@
+/* The prediction: the engine's allocations replayed with sizes only (memplan.h). Each
+ * function below names the engine function it mirrors; keep them in step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "memplan_tree.h"
+#include "zero.h"
+
+typedef struct zstage {
+    const ds_stage *s;
+    ds_mp_choice c;
+    size_t es;                  /* bytes per element of the working copy */
+    int64_t numel, alloc_numel; /* flat length; what the engine allocates for it */
+    int64_t shard, padded;
+    mp_slot params, grads;      /* s->flat_params, s->flat_grads */
+    mp_slot pshard, gshard;     /* zs->param_shard, zs->grad_shard */
+    mp_slot m, v, master;       /* optimizer state (v unused by SGD) */
+    mp_slot in_staged, grad_in;
+    int gathered, inflight;     /* ZeRO-3 window: waited / started */
+    int deps[8], ndeps;
+    mp_node *root;
+    mp_shape in;                /* the stage's input of the last forward */
+} zstage;
+
+typedef struct sim {
+    const ds_mp_job *job;
+    zstage *st;
+    int n;
+    size_t cur[DS_MP_NLINES], peak[DS_MP_NLINES], at_peak[DS_MP_NLINES];
+    size_t cat_cur[DS_MEM_NCAT], cat_peak[DS_MEM_NCAT];
+    size_t total, total_peak;
+    char where[96], peak_at[96];
+    mp_slot bucket[2], ring, images, losses, dlogits, targets_staged, x, y;
+    size_t images_floats;
+    int count_flops, in_backward;
+    double fwd_flops, recompute_flops;
+} sim;
+
+/* ---- counting: alloc.c's count / uncount ---------------------------------------------- */
+
+static void take(sim *S, mp_slot *sl, size_t bytes, ds_mp_line line) {
+    ds_mem_cat cat = ds_mp_line_cat(line);
+    sl->bytes = bytes, sl->live = 1, sl->line = line;
+    S->cur[line] += bytes;
+    if (S->cur[line] > S->peak[line]) S->peak[line] = S->cur[line];
+    S->cat_cur[cat] += bytes;
+    if (S->cat_cur[cat] > S->cat_peak[cat]) S->cat_peak[cat] = S->cat_cur[cat];
+    S->total += bytes;
+    if (S->total > S->total_peak) {
+        S->total_peak = S->total;
+        memcpy(S->at_peak, S->cur, sizeof S->cur);
+        memcpy(S->peak_at, S->where, sizeof S->where);
+    }
+}
+
+static void drop(sim *S, mp_slot *sl) {
+    if (!sl->live) return;
+    S->cur[sl->line] -= sl->bytes;
+    S->cat_cur[ds_mp_line_cat(sl->line)] -= sl->bytes;
+    S->total -= sl->bytes;
+    sl->live = 0;
+}
+
+/* ds_tensor_ensure / ds_tensor_resize: storage again when the size changes. */
+static void ensure(sim *S, mp_slot *sl, size_t bytes, ds_mp_line line) {
+    if (sl->live && sl->bytes == bytes) return;
+    drop(S, sl);
+    take(S, sl, bytes, line);
+}
+
+/* zero.c's resize_keep: the new buffer exists before the old one goes. */
+static void resize_keep(sim *S, mp_slot *sl, size_t bytes) {
+    if (sl->live && sl->bytes == bytes) return;
+    mp_slot n = {0};
+    take(S, &n, bytes, sl->line);
+    drop(S, sl);
+    *sl = n;
+}
+
+/* Where the replay is, for "where the peak is": "step 2, backward of 'blocks'". */
+static void at(sim *S, int step, const char *what, const char *stage) {
+    if (stage) snprintf(S->where, sizeof S->where, "step %d, %s '%.40s'", step, what, stage);
+    else snprintf(S->where, sizeof S->where, "step %d, %s", step, what);
+}
+
+/* ---- layers: layer*.c ------------------------------------------------------------------ */
+
+static int64_t numel_of(const mp_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->d[i];
+    return n;
+}
+
+static size_t f32_bytes(const mp_shape *s) { return (size_t)numel_of(s) * 4; }
+
+static mp_shape with_last(const mp_shape *in, int64_t last) {
+    mp_shape o = *in;
+    o.d[o.ndim - 1] = last;
+    o.f32 = 1;
+    return o;
+}
+
+/* layer.c's make_images: one workspace buffer grown to the largest layer's need. */
+static void images(sim *S, const mp_node *n, int grads) {
+    size_t need = 0;
+    for (int p = 0; p < n->nparam; p++)
+        if (S->st[n->powner[p]].c.precision != DS_F32) need += n->pnumel[p] * (grads ? 2 : 1);
+    if (need <= S->images_floats) return;
+    drop(S, &S->images);
+    take(S, &S->images, need * 4, DS_MP_IMAGES);
+    S->images_floats = need;
+}
+
+static void release(sim *S, mp_node *n) {
+    for (int i = 0; i < n->nkids; i++) release(S, n->kids[i]);
+    if (n->kind != MP_SEQUENTIAL && n->kind != MP_DROPOUT) drop(S, &n->out);
+    for (int i = 0; i < MP_MAX_BUFS; i++) drop(S, &n->buf[i]);
+    if (n->gbuf)
+        for (int i = 0; i < n->nkids; i++) drop(S, &n->gbuf[i]);
+}
+
+static void count(sim *S, double flops) {
+    if (!S->count_flops) return;
+    if (S->in_backward) S->recompute_flops += flops;
+    else S->fwd_flops += flops;
+}
+
+static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err);
+
+static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept, ds_err *err) {
+    int64_t rows = in->ndim ? numel_of(in) / in->d[in->ndim - 1] : 0;
+    switch (n->kind) {
+    case MP_LINEAR:
+        n->out_shape = with_last(in, n->out_dim);
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        count(S, 2.0 * (double)rows * n->in_dim * n->out_dim);
+        return 0;
+    case MP_EMBEDDING:
+        if (in->ndim >= 4) return ds_err_set(err, "%s: token ids of %d dimensions", n->path, in->ndim);
+        n->out_shape = *in;
+        n->out_shape.d[n->out_shape.ndim++] = n->out_dim;
+        n->out_shape.f32 = 1;
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        return 0;
+    case MP_POSEMB:
+    case MP_GELU:
+        n->out_shape = with_last(in, in->d[in->ndim - 1]);
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        return 0;
+    case MP_LAYERNORM:
+        n->out_shape = with_last(in, in->d[in->ndim - 1]);
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->buf[0], (size_t)rows * 4, kept);
+        ensure(S, &n->buf[1], (size_t)rows * 4, kept);
+        return 0;
+    case MP_DROPOUT: /* out is the input, or the masked copy */
+        n->out_shape = *in;
+        if (n->dropout) ensure(S, &n->buf[0], f32_bytes(in), kept);
+        return 0;
+    case MP_ATTENTION: {
+        if (in->ndim != 3 || in->d[2] % 3 || n->heads < 1)
+            return ds_err_set(err, "%s: attention input is not [B,T,3C]", n->path);
+        int64_t B = in->d[0], T = in->d[1], C = in->d[2] / 3;
+        n->out_shape = with_last(in, C);
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->buf[0], (size_t)(B * n->heads * T * T) * 4, kept);
+        count(S, 4.0 * (double)B * (double)T * (double)T * (double)C);
+        return 0;
+    }
+    default: return ds_err_set(err, "%s: not a leaf", n->path);
+    }
+}
+
+/* ds_layer_forward and the containers' forward (layer_containers.c). */
+static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err) {
+    if (!in->ndim) return ds_err_set(err, "%s: input without a shape", n->path);
+    images(S, n, 0);
+    ds_mp_line kept = inside ? DS_MP_RECOMPUTE : DS_MP_ACT_KEPT;
+    switch (n->kind) {
+    case MP_SEQUENTIAL: {
+        const mp_shape *x = in;
+        for (int i = 0; i < n->nkids; i++) {
+            if (forward(S, n->kids[i], x, inside, err) != 0) return -1;
+            x = &n->kids[i]->out_shape;
+        }
+        n->out_shape = *x;
+        return 0;
+    }
+    case MP_RESIDUAL:
+        if (forward(S, n->kids[0], in, inside, err) != 0) return -1;
+        n->out_shape = *in;
+        ensure(S, &n->out, f32_bytes(in), kept);
+        return 0;
+    case MP_CHECKPOINT:
+        if (forward(S, n->kids[0], in, 1, err) != 0) return -1;
+        n->out_shape = n->kids[0]->out_shape;
+        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        release(S, n->kids[0]);
+        return 0;
+    default: return forward_leaf(S, n, in, kept, err);
+    }
+}
+
+/* ds_layer_backward and the containers' backward; din: a gradient for the input is wanted. */
+static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside, ds_err *err) {
+    images(S, n, 1);
+    switch (n->kind) {
+    case MP_ATTENTION: {
+        int64_t B = in->d[0], T = in->d[1];
+        ensure(S, &n->buf[1], (size_t)(B * n->heads * T * T) * 4, DS_MP_SCRATCH);
+        return 0;
+    }
+    case MP_SEQUENTIAL:
+        for (int i = n->nkids - 1; i >= 0; i--) {
+            const mp_shape *x = i ? &n->kids[i - 1]->out_shape : in;
+            int dx = din;
+            if (i) { /* boundary_grad */
+                dx = x->f32;
+                if (dx) ensure(S, &n->gbuf[i - 1], f32_bytes(x), inside ? DS_MP_RECOMPUTE : DS_MP_ACT_GRADS);
+            }
+            if (backward(S, n->kids[i], x, dx, inside, err) != 0) return -1;
+            if (!dx && i) return 0;
+        }
+        return 0;
+    case MP_RESIDUAL: return backward(S, n->kids[0], in, din, inside, err);
+    case MP_CHECKPOINT: {
+        int was = S->in_backward;
+        S->in_backward = 1; /* the recomputation's FLOPs */
+        int rc = forward(S, n->kids[0], in, 1, err);
+        S->in_backward = was;
+        if (rc == 0) rc = backward(S, n->kids[0], in, din, 1, err);
+        release(S, n->kids[0]);
+        return rc;
+    }
+    default: return 0;
+    }
+}
+
+/* ---- ZeRO: zero.c ---------------------------------------------------------------------- */
+
+static void start_gather(sim *S, int k) {
+    zstage *z = &S->st[k];
+    if (z->c.zero < 3 || z->gathered || z->inflight) return;
+    ensure(S, &z->params, (size_t)z->padded * z->es, DS_MP_PARAM_WINDOWS);
+    z->inflight = 1;
+}
+
+static void ensure_gathered(sim *S, int k) {
+    zstage *z = &S->st[k];
+    if (z->c.zero < 3 || z->gathered) return;
+    start_gather(S, k);
+    z->inflight = 0;
+    z->gathered = 1;
+}
+
+static void release_params(sim *S, int k) {
+    zstage *z = &S->st[k];
+    if (z->c.zero < 3 || !z->gathered) return;
+    drop(S, &z->params);
+    z->gathered = 0;
+}
+
+static int needs(const sim *S, int k, int dep) {
+    if (k < 0 || k >= S->n) return 0;
+    for (int i = 0; i < S->st[k].ndeps; i++)
+        if (S->st[k].deps[i] == dep) return 1;
+    return 0;
+}
+
+static void gather_deps(sim *S, int k) {
+    for (int i = 0; i < S->st[k].ndeps; i++) ensure_gathered(S, S->st[k].deps[i]);
+}
+
+static void prefetch_deps(sim *S, int k) {
+    if (k < 0 || k >= S->n || !S->job->prefetch) return;
+    for (int i = 0; i < S->st[k].ndeps; i++) start_gather(S, S->st[k].deps[i]);
+}
+
+static void release_deps(sim *S, int k, int next) {
+    for (int i = 0; i < S->st[k].ndeps; i++)
+        if (!needs(S, next, S->st[k].deps[i])) release_params(S, S->st[k].deps[i]);
+}
+
+static void ring(sim *S) { /* gloo_shim.cc: made by the first reduce-scatter */
+    if (S->job->world > 1 && S->job->gloo && !S->ring.live)
+        take(S, &S->ring, DS_COMM_GLOO_RING_BYTES, DS_MP_RING);
+}
+
+static void reduce_window(sim *S, int k) {
+    zstage *z = &S->st[k];
+    int64_t W = S->job->world;
+    int64_t bucket = S->job->bucket_elems > 0 ? S->job->bucket_elems : DS_ZERO_BUCKET_ELEMS;
+    int64_t col = bucket / W;
+    if (col < 1) col = 1;
+    if (col > z->shard) col = z->shard;
+    if (z->shard > 0) {
+        size_t bytes = (size_t)(col * W) * 4;
+        for (int b = 0; b < 2; b++)
+            if (!S->bucket[b].live || S->bucket[b].bytes < bytes) {
+                drop(S, &S->bucket[b]);
+                take(S, &S->bucket[b], bytes, DS_MP_BUCKETS);
+            }
+        ring(S);
+    }
+    drop(S, &z->grads);
+}
+
+static void setup_stage(sim *S, int k) {
+    zstage *z = &S->st[k];
+    int zero = z->c.zero;
+    if (zero == 1 || zero == 2) resize_keep(S, &z->params, (size_t)z->padded * z->es);
+    if (zero < 2) {
+        if (zero == 1) resize_keep(S, &z->grads, (size_t)z->padded * z->es);
+    } else {
+        take(S, &z->gshard, (size_t)(z->shard > 0 ? z->shard : 1) * z->es, DS_MP_GRADS);
+        drop(S, &z->grads);
+    }
+    if (zero == 3) {
+        take(S, &z->pshard, (size_t)(z->shard > 0 ? z->shard : 1) * z->es, DS_MP_PARAMS);
+        drop(S, &z->params);
+    }
+}
+
+/* ---- a run: ds.Stage, ds.Model, model:train_step, the optimizer --------------------------- */
+
+static void build_stages(sim *S) {
+    for (int k = 0; k < S->n; k++) {
+        zstage *z = &S->st[k];
+        at(S, 0, "building stage", z->s->name);
+        take(S, &z->params, (size_t)z->alloc_numel * z->es, DS_MP_PARAMS);
+        take(S, &z->grads, (size_t)z->alloc_numel * z->es, DS_MP_GRADS);
+        for (int i = 0; i < z->s->nparams; i++) { /* init_params */
+            mp_slot host = {0};
+            take(S, &host, z->s->params[i]->numel * 4, DS_MP_INIT);
+            drop(S, &host);
+        }
+    }
+    for (int k = 0; k < S->n; k++) {
+        at(S, 0, "ZeRO's layout of stage", S->st[k].s->name);
+        setup_stage(S, k);
+    }
+}
+
+static mp_shape batch_shape(const ds_mp_job *job) {
+    mp_shape s = {.ndim = job->batch_ndim, .f32 = job->batch_dtype == DS_F32};
+    for (int i = 0; i < job->batch_ndim && i < 4; i++) s.d[i] = job->batch[i];
+    return s;
+}
+
+static int micro_batch(sim *S, int step, ds_err *err) {
+    const ds_mp_job *job = S->job;
+    mp_shape x = batch_shape(job);
+    drop(S, &S->x); /* the last micro-batch's tensors, collected */
+    drop(S, &S->y);
+    take(S, &S->x, (size_t)numel_of(&x) * ds_dtype_size(job->batch_dtype), DS_MP_DATA);
+    take(S, &S->y, (size_t)job->targets * 4, DS_MP_DATA);
+    for (int k = 0; k < S->n; k++) {
+        zstage *z = &S->st[k];
+        at(S, step, "forward of", z->s->name);
+        gather_deps(S, k);
+        prefetch_deps(S, k + 1);
+        z->in = k ? S->st[k - 1].root->out_shape : x;
+        if (k == 0 && !job->host_device) ensure(S, &z->in_staged, S->x.bytes, DS_MP_DATA);
+        if (forward(S, z->root, &z->in, 0, err) != 0) return ds_err_prefix(err, "stage '%s'", z->s->name);
+        release_deps(S, k, k == S->n - 1 ? k : k + 1);
+    }
+    const mp_shape *logits = &S->st[S->n - 1].root->out_shape;
+    if (!logits->f32 || logits->ndim < 1) return ds_err_set(err, "the last stage's output is not logits");
+    int64_t rows = numel_of(logits) / logits->d[logits->ndim - 1];
+    if (rows != job->targets)
+        return ds_err_set(err, "%lld targets for %lld rows of logits", (long long)job->targets, (long long)rows);
+    at(S, step, "the loss", NULL);
+    if (!job->host_device) ensure(S, &S->targets_staged, S->y.bytes, DS_MP_DATA);
+    ensure(S, &S->losses, (size_t)rows * 4, DS_MP_ACT_KEPT);
+    ensure(S, &S->dlogits, f32_bytes(logits), DS_MP_ACT_GRADS);
+    for (int k = S->n - 1; k >= 0; k--) {
+        zstage *z = &S->st[k];
+        at(S, step, "backward of", z->s->name);
+        gather_deps(S, k);
+        for (int i = 0; i < z->ndeps; i++) {
+            zstage *d = &S->st[z->deps[i]];
+            if (d->c.zero >= 2 && !d->grads.live)
+                take(S, &d->grads, (size_t)d->padded * d->es, DS_MP_GRAD_WINDOWS);
+        }
+        prefetch_deps(S, k - 1);
+        if (z->in.f32) ensure(S, &z->grad_in, f32_bytes(&z->in), DS_MP_ACT_GRADS);
+        if (backward(S, z->root, &z->in, z->in.f32, 0, err) != 0) return ds_err_prefix(err, "stage '%s'", z->s->name);
+        if (z->c.zero >= 2) reduce_window(S, k);
+        release_deps(S, k, k - 1);
+    }
+    return 0;
+}
+
+static void optimizer_step(sim *S, int step) {
+    for (int k = 0; k < S->n; k++) {
+        zstage *z = &S->st[k];
+        at(S, step, "optimizer step of", z->s->name);
+        int half = z->c.precision != DS_F32;
+        size_t n = (size_t)(z->c.zero == 0 ? z->numel : (z->shard > 0 ? z->shard : 1)) * 4;
+        if (!z->m.live) take(S, &z->m, n, DS_MP_MOMENTS);
+        if (S->job->optim == DS_MP_ADAMW && !z->v.live) take(S, &z->v, n, DS_MP_MOMENTS);
+        if (z->c.zero > 0) release_params(S, k);
+        if (half && !z->master.live) take(S, &z->master, n, DS_MP_MASTERS);
+    }
+}
+
+static int run(sim *S, int steps, ds_err *err) {
+    build_stages(S);
+    for (int step = 1; step <= steps; step++) {
+        for (int micro = 1; micro <= S->job->accum; micro++) {
+            S->count_flops = step == 1 && micro == 1;
+            if (micro_batch(S, step, err) != 0) return -1;
+        }
+        S->count_flops = 0;
+        for (int k = 0; k < S->n; k++)
+            if (S->st[k].c.zero == 1) ring(S); /* zero.c's reduce: a reduce-scatter */
+        optimizer_step(S, step);
+    }
+    return 0;
+}
+
+/* ---- the model ---------------------------------------------------------------------------- */
+
+static int stage_index(const void *ctx, const ds_stage *owner) {
+    const ds_mp_model *m = ctx;
+    for (int k = 0; k < m->n; k++)
+        if (m->stages[k] == owner) return k;
+    return -1;
+}
+
+static void collect_deps(zstage *z, const mp_node *n) {
+    for (int p = 0; p < n->nparam; p++) {
+        int seen = 0;
+        for (int i = 0; i < z->ndeps; i++) seen |= z->deps[i] == n->powner[p];
+        if (!seen && z->ndeps < 8) z->deps[z->ndeps++] = n->powner[p];
+    }
+    for (int i = 0; i < n->nkids; i++) collect_deps(z, n->kids[i]);
+}
+
+static int check_choice(const ds_stage *s, const ds_mp_choice *c, ds_err *err) {
+    if (c->zero < 0 || c->zero > 3 || c->checkpoint < 0 ||
+        (c->precision != DS_F32 && c->precision != DS_BF16 && c->precision != DS_F16))
+        return ds_err_set(err, "planner: stage '%s': zero %d, checkpoint %d, precision %d is not "
+                               "a choice", s->name, c->zero, c->checkpoint, c->precision);
+    return 0;
+}
+
+static int setup(sim *S, const ds_mp_model *m, const ds_mp_choice *choice, mp_arena **arena,
+                 ds_err *err) {
+    int W = S->job->world;
+    for (int k = 0; k < m->n; k++) {
+        zstage *z = &S->st[k];
+        const ds_stage *s = m->stages[k];
+        if (check_choice(s, &choice[k], err) != 0) return -1;
+        z->s = s;
+        z->c = choice[k];
+        z->es = ds_dtype_size((ds_dtype)z->c.precision);
+        z->numel = (int64_t)s->numel;
+        z->alloc_numel = z->numel ? z->numel : DS_PARAM_ALIGN;
+        z->shard = (z->numel + W - 1) / W;
+        z->padded = z->shard * W;
+        if (!(z->root = mp_tree_build(arena, s, z->c.checkpoint, stage_index, m, err))) return -1;
+        z->deps[z->ndeps++] = k; /* itself first, then owners of tied weights */
+        collect_deps(z, z->root);
+    }
+    return 0;
+}
+
+static double comm_bytes(const sim *S) {
+    int W = S->job->world, A = S->job->accum;
+    double total = 0;
+    for (int k = 0; k < S->n && W > 1; k++) {
+        const zstage *z = &S->st[k];
+        double psi = (double)(z->c.zero == 0 ? z->numel : z->padded) * (double)z->es;
+        double times = z->c.zero <= 1 ? 2 : z->c.zero == 2 ? A + 1 : 3.0 * A;
+        total += times * psi * (W - 1) / W;
+    }
+    return total;
+}
+
+int ds_mp_predict(const ds_mp_model *m, const ds_mp_choice *choice, const ds_mp_job *job,
+                  int steps, ds_mp_pred *out, ds_err *err) {
+    memset(out, 0, sizeof *out);
+    if (m->n < 1 || job->world < 1 || job->accum < 1 || job->batch_ndim < 1 || job->batch_ndim > 3)
+        return ds_err_set(err, "planner: a model, a world >= 1, accum >= 1 and a batch shape are needed");
+    sim S = {.job = job, .n = m->n};
+    mp_arena *arena = NULL;
+    if (!(S.st = calloc((size_t)m->n, sizeof *S.st))) return ds_err_set(err, "planner: out of memory");
+    int rc = setup(&S, m, choice, &arena, err);
+    if (rc == 0) rc = run(&S, steps, err);
+    if (rc == 0) {
+        memcpy(out->line_at_peak, S.at_peak, sizeof S.at_peak);
+        memcpy(out->line_peak, S.peak, sizeof S.peak);
+        memcpy(out->cat_peak, S.cat_peak, sizeof S.cat_peak);
+        memcpy(out->cat_after, S.cat_cur, sizeof S.cat_cur);
+        for (int l = 0; l < DS_MP_NLINES; l++) out->cat_at_peak[ds_mp_line_cat((ds_mp_line)l)] += S.at_peak[l];
+        out->total_peak = S.total_peak;
+        memcpy(out->peak_at, S.peak_at, sizeof out->peak_at);
+        out->flops = 3.0 * S.fwd_flops * job->accum; /* backward: twice the forward */
+        out->recompute_flops = S.recompute_flops * job->accum;
+        out->comm_bytes = comm_bytes(&S);
+        if (job->gemm_flops > 0 && (job->world == 1 || job->link_bytes_s > 0))
+            out->step_s = (out->flops + out->recompute_flops) / job->gemm_flops +
+                          (job->world > 1 ? out->comm_bytes / job->link_bytes_s : 0);
+    }
+    mp_arena_free(arena);
+    free(S.st);
+    return rc;
+}
