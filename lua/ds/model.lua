@@ -53,6 +53,8 @@ function M.Stage(spec)
     if not nn.is_layer(l) then util.errorf('ds.Stage: element %d is not a layer (%s)', i, type(l)) end
     desc[i] = l
   end
+  -- `dsrun plan-memory`: a description of the stage, no memory (ds.memplan)
+  desc.describe = require('ds.memplan').planning() or nil
   return core.stage_new(desc)
 end
 
@@ -79,6 +81,9 @@ function M.Model(spec)
   if #m.stages == 0 then util.error('ds.Model: no stages') end
   local bucket = M.defaults().zero_bucket
   if spec.zero_bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', spec.zero_bucket, 'ds.Model zero_bucket') end
+  m.zero_bucket, m.zero_prefetch = bucket, spec.zero_prefetch ~= false
+  local memplan = require 'ds.memplan'
+  if memplan.planning() then return memplan.Plan(m, Model) end
   local fp16 = false
   for _, s in ipairs(m.stages) do fp16 = fp16 or s:info().precision == 'fp16' end
   if spec.loss_scaler ~= nil and type(spec.loss_scaler) ~= 'table' then

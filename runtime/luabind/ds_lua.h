@@ -66,5 +66,6 @@ void ds_lua_open_engine(lua_State *L);  /* engine/lua/: tensors, layers, optim *
 void ds_lua_open_data(lua_State *L);    /* data/lua/: token files, loader, safetensors */
 void ds_lua_open_comm(lua_State *L);    /* comm/lua/: collectives from Lua */
 void ds_lua_open_zero(lua_State *L);    /* zero/lua/: ZeRO over a model's stages */
+void ds_lua_open_memplan(lua_State *L); /* memplan/lua/: the memory planner */
 
 #endif

@@ -79,6 +79,7 @@ static int luaopen_ds_core(lua_State *L) {
     ds_lua_open_data(L);
     ds_lua_open_comm(L);
     ds_lua_open_zero(L);
+    ds_lua_open_memplan(L);
     ds_lua_open_ckpt(L);
     return 1;
 }

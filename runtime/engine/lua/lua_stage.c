@@ -50,7 +50,8 @@ static ds_stage_opts read_opts(lua_State *L, int idx) {
     return (ds_stage_opts){(int)v.zero, (int)v.checkpoint, (ds_dtype)v.precision};
 }
 
-/* core.stage_new{name=, seed=, zero=, checkpoint=, precision=, layer1, layer2, ...} */
+/* core.stage_new{name=, seed=, zero=, checkpoint=, precision=, describe=, layer1, ...};
+ * describe = true: a description for the memory planner (ds_stage_describe). */
 static int l_stage_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "name");
@@ -62,6 +63,9 @@ static int l_stage_new(lua_State *L) {
     uint64_t seed = (uint64_t)lua_tointeger(L, -1);
     lua_pop(L, 1);
     ds_stage_opts opts = read_opts(L, 1);
+    lua_getfield(L, 1, "describe");
+    int describe = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     int n = (int)luaL_len(L, 1);
     if (n < 1) return ds_lua_raise(L, "stage '%s' has no layers", name);
 
@@ -95,7 +99,8 @@ static int l_stage_new(lua_State *L) {
     u->s = NULL;
     luaL_setmetatable(L, STAGE_MT);
     int ud = lua_gettop(L);
-    ds_stage *s = ds_stage_new(name, layers, n, &opts, seed, &err);
+    ds_stage *s = describe ? ds_stage_describe(name, layers, n, &opts, seed, &err)
+                           : ds_stage_new(name, layers, n, &opts, seed, &err);
     free(layers);
     if (!s) return ds_lua_raise(L, "%s", err.msg);
     u->s = s;
@@ -137,6 +142,9 @@ void ds_lua_check_kept(lua_State *L, int ud, const char *key, const char *what) 
 /* ZeRO-3 keeps only the rank's shard of the parameters outside a stage's forward and
  * backward, ZeRO-2/3 only its shard of the gradients: no full buffer to view then. */
 static void check_present(lua_State *L, const ds_stage *s, const ds_tensor *flat, const char *what) {
+    if (s->described)
+        ds_lua_raise(L, "stage '%s' is a description for the memory planner: it has no %s",
+                     s->name, what);
     if (!flat->data)
         ds_lua_raise(L, "stage '%s' (ZeRO-%d) holds only this rank's shard of its %s now: "
                      "read them inside model:with_params(fn)", s->name, s->opts.zero, what);
