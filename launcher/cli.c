@@ -38,6 +38,9 @@ const char DS_CLI_HELP[] =
     "      --set S.KEY=VALUE   set any job spec key, e.g. --set engine.zero_stage=2\n"
     "      --export VAR[,VAR]  give every rank these variables of this environment\n"
     "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
+    "      --plan-memory       print each rank's predicted memory (docs/memory.md), start nothing;\n"
+    "                          with --all every choice that matters and the fastest that fits\n"
+    "      --no-plan-check     launch even when the memory plan predicts the job does not fit\n"
     "  -h, --help              this text\n"
     "  -V, --version           the version\n"
     "\n"
@@ -71,6 +74,9 @@ static const opt OPTS[] = {
     {"export", 0, O_EXPORT, F(exports), 0, 0},
     {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
     {"dry_run", 0, O_FLAG, F(dry_run), 0, 0},
+    {"plan-memory", 0, O_FLAG, F(plan_memory), 0, 0},
+    {"all", 0, O_FLAG, F(plan_all), 0, 0},
+    {"no-plan-check", 0, O_FLAG, F(no_plan_check), 0, 0},
     {"help", 'h', O_FLAG, F(help), 0, 0},
     {"version", 'V', O_FLAG, F(version), 0, 0},
 };

@@ -33,6 +33,8 @@ typedef struct ds_cli {
     int force_ssh;         /* --force_ssh: [ssh] force = true */
     int local_rank_arg;    /* --local_rank_arg: [job] local_rank_arg = true */
     int dry_run;
+    int plan_memory, plan_all; /* --plan-memory [--all] (launcher/plan_memory.h) */
+    int no_plan_check;         /* --no-plan-check */
     int help, version;
 } ds_cli;
 

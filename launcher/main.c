@@ -15,6 +15,7 @@
 #include "jobspec.h"
 #include "launch_method.h"
 #include "plan.h"
+#include "plan_memory.h"
 #include "slurm.h"
 #include "ssh_target.h"
 #include "ds_gpu.h"
@@ -109,6 +110,10 @@ int main(int argc, char **argv) {
                 DS_CLI_USAGE);
         return EXIT_USAGE;
     }
+    if (cli.plan_all && !cli.plan_memory) {
+        fprintf(stderr, "dslaunch: --all goes with --plan-memory\n%s\n", DS_CLI_USAGE);
+        return EXIT_USAGE;
+    }
     if (cli.help) {
         fputs(DS_CLI_HELP, stdout);
         return 0;
@@ -131,10 +136,16 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     int rc = 0;
-    if (cli.dry_run) {
+    if (cli.plan_memory) {
+        rc = ds_plan_memory_print(&plan, &spec, cli.plan_all, &err);
+        if (rc < 0) fprintf(stderr, "dslaunch: %s\n", err.msg), rc = 1;
+    } else if (cli.dry_run) {
         /* a real run's DS_JOB_ID is chosen by the controller; the plan shows the name */
         ds_plan_write_json_spec(&plan, &spec, spec.name, 0, 1, stdout);
         if (fflush(stdout) != 0) rc = 1;
+    } else if (!cli.no_plan_check && ds_plan_memory_check(&plan, &spec, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        rc = EXIT_USAGE;
     } else {
         rc = ds_controller_run(&spec, &plan);
     }

@@ -18,6 +18,7 @@ static const char *USAGE =
     "  run SCRIPT.lua [ARGS...]     run a script as one rank, no launcher\n"
     "  tokenize IN.txt OUT.tok      byte-level tokenizer: text -> token file\n"
     "  ckpt export|inspect ...      state checkpoints\n"
+    "  plan-memory SCRIPT.lua ...   predicted memory per rank, every choice, the fastest that fits\n"
     "  agent | worker               started by dslaunch, not by hand\n"
     "  --devices                    list CUDA devices\n"
     "  --blas                       OpenBLAS's build, the kernels it runs (its core) and why\n"
@@ -108,6 +109,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "worker")) return dsrun_worker_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return dsrun_tokenize_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt")) return dsrun_ckpt_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan-memory")) return dsrun_plan_memory_main(argc - 1, argv + 1);
     fprintf(stderr, "dsrun: unknown command '%s'\n%s", cmd, USAGE);
     return 2;
 }

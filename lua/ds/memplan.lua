@@ -34,7 +34,7 @@ end
 function M.job_defaults(t)
   local job = {}
   for k, v in pairs(t or {}) do job[k] = v end
-  local dev = core.memory().device
+  local dev = os.getenv('DS_PLAN_DEVICE') or core.memory().device
   if job.world == nil then job.world = core.world_size() end
   if job.host_device == nil then job.host_device = dev == 'cpu' end
   if job.gloo == nil then job.gloo = not dev:match('^cuda') end
@@ -77,7 +77,9 @@ function M.report(p, opts)
   for k, c in ipairs(p.choices or {}) do
     ch[k] = string.format('zero %s, checkpoint %s, %s', tostring(c.zero), tostring(c.checkpoint), tostring(c.precision))
   end
-  if #ch > 0 then add('choice per stage: %s', table.concat(ch, ' | ')) end
+  local same = true
+  for k = 2, #ch do same = same and ch[k] == ch[1] end
+  if #ch > 0 then add('choice%s: %s', same and ' (every stage)' or ' per stage', same and ch[1] or table.concat(ch, ' | ')) end
   add('%-32s %-12s %12s %12s  %s', 'line', 'category', 'at peak', 'own peak', 'formula')
   for _, l in ipairs(p.lines) do
     if l.peak > 0 or opts.all_lines then
@@ -106,7 +108,7 @@ function M.candidates(world, allow_fp16)
   local precs = {'fp32', 'bf16'}
   if allow_fp16 then precs[3] = 'fp16' end
   for z = 0, world > 1 and 3 or 0 do
-    for _, c in ipairs {0, 1, 2} do
+    for _, c in ipairs {'none', 'full', 'every:2'} do
       for _, p in ipairs(precs) do out[#out + 1] = {zero = z, checkpoint = c, precision = p} end
     end
   end
@@ -182,14 +184,13 @@ function M.does_not_fit(model, job, rows, limit)
   for _, p in ipairs(rows) do if p.total_peak < least.total_peak then least = p end end
   local out = {string.format('does not fit: the smallest peak is %s (%s) against a limit of %s',
                              hb(least.total_peak), M.choice_text(least.choice), hb(limit))}
-  local stages = stages_of(model)
   local j = M.job_defaults(job)
   local more = {}
   for k, v in pairs(j) do more[k] = v end
   more.world = j.world * 2
-  local c = {zero = 3, checkpoint = 1, precision = least.choice.precision}
-  local p2 = M.predict(model, more, uniform(stages, c))
-  out[#out + 1] = string.format('  more ranks: at world %d, %s needs %s%s', more.world, M.choice_text(c),
+  local p2
+  for _, q in ipairs((M.all(model, more))) do if not p2 or q.total_peak < p2.total_peak then p2 = q end end
+  out[#out + 1] = string.format('  more ranks: at world %d, %s needs %s%s', more.world, M.choice_text(p2.choice),
                                 hb(p2.total_peak), p2.total_peak <= limit and ' (fits)' or '')
   if j.batch[1] > 1 then
     local half = {}
