@@ -282,6 +282,13 @@ function M.plan_and_exit(model, job)
   local sp = M.machine()
   job.gemm_flops, job.link_bytes_s = sp.gemm_flops, sp.link_bytes_s
   local p = M.predict(model, job)
+  if M.has_auto(model.stages) then
+    local chosen = M.choose(model, p.job, limit, model.allow_fp16 or os.getenv('DS_PLAN_ALLOW_FP16') == '1')
+    if chosen then
+      print('auto: the planner chooses the fastest choice predicted to fit')
+      p = M.predict(model, job, chosen.choices)
+    end
+  end
   local nparams = 0
   for _, s in ipairs(model.stages) do
     for _, q in ipairs(s:param_table()) do nparams = nparams + q.numel end
@@ -293,6 +300,7 @@ function M.plan_and_exit(model, job)
                       sp.gemm_flops / 1e9, sp.link_bytes_s / 1e9))
   print(M.report(p))
   local fits = limit == 0 or p.total_peak <= limit
+  print(string.format('peak bytes: %d', p.total_peak))
   print(string.format('the job as written %s', limit == 0 and '(no limit to check)' or
                       (fits and 'fits' or 'does NOT fit')))
   local mode = os.getenv('DS_PLAN_MEMORY')
@@ -309,6 +317,140 @@ function M.plan_and_exit(model, job)
   end
   io.stdout:flush()
   os.exit(fits and 0 or 3, true)
+end
+
+-- ---- 'auto': the planner chooses ---------------------------------------------------------
+
+local AUTO_FIELDS = {'zero', 'checkpoint', 'precision'}
+local remembered = setmetatable({}, {__mode = 'k'}) -- stage -> {desc=, auto=}
+
+-- The fields of a stage description left to the planner ({zero = true, ...}), or nil.
+function M.auto_fields(desc)
+  local auto
+  for _, k in ipairs(AUTO_FIELDS) do
+    if desc[k] == 'auto' then auto = auto or {}; auto[k] = true end
+  end
+  return auto
+end
+
+function M.without_auto(desc)
+  local d = {}
+  for k, v in pairs(desc) do if v ~= 'auto' then d[k] = v end end
+  return d
+end
+
+function M.remember(stage, desc, auto) remembered[stage] = {desc = desc, auto = auto} end
+
+function M.has_auto(stages)
+  for _, s in ipairs(stages) do if remembered[s] and remembered[s].auto then return true end end
+  return false
+end
+
+-- A layer description built into a (described) stage, made buildable again.
+local function unbuild(layer)
+  layer._built, layer._stage = nil, nil
+  for _, c in ipairs(layer) do if type(c) == 'table' then unbuild(c) end end
+end
+
+-- The candidates with each stage's own fields kept where the script gave them.
+local function with_fixed(stages, c)
+  local t = {}
+  for k, s in ipairs(stages) do
+    local own, r = M.choice_of(s), remembered[s]
+    t[k] = {}
+    for _, f in ipairs(AUTO_FIELDS) do
+      t[k][f] = (r and r.auto and r.auto[f]) and c[f] or own[f]
+    end
+  end
+  return t
+end
+
+-- The fastest choice predicted to fit the limit, with the script's fixed fields kept
+-- (deterministic: the same on every rank, from FLOPs and bytes, not timings). Returns
+-- the per-stage choices, its prediction and how many fit; or nil and why.
+function M.choose(model, job, limit, allow_fp16)
+  local stages = stages_of(model)
+  local best, nfit, seen = nil, 0, {}
+  for _, c in ipairs(M.candidates(job.world or core.world_size(), allow_fp16)) do
+    local ch = with_fixed(stages, c)
+    local key = {}
+    for k, x in ipairs(ch) do key[k] = M.choice_text(x) end
+    key = table.concat(key, '|')
+    if not seen[key] then
+      seen[key] = true
+      local p = M.predict(model, job, ch)
+      if limit == 0 or p.total_peak <= limit then
+        nfit = nfit + 1
+        local cost, bcost = p.flops + p.recompute_flops, best and best.flops + best.recompute_flops
+        if not best or cost < bcost or (cost == bcost and (p.comm_bytes < best.comm_bytes or
+           (p.comm_bytes == best.comm_bytes and p.total_peak < best.total_peak))) then best = p end
+      end
+    end
+  end
+  if not best then return nil, 'no choice fits' end
+  return best, nfit
+end
+
+local function stage_names(stages)
+  local n = {}
+  for k, s in ipairs(stages) do n[k] = s:info().name end
+  return table.concat(n, ', ')
+end
+
+-- model:train_step's first call on a model with 'auto' stages: chooses from the batch's
+-- shapes, builds the stages for real and the model's ZeRO object, prints the choice.
+function M.resolve(model, t, model_mod)
+  local x, y = t.next_batch(1)
+  local next_batch, used = t.next_batch, false
+  t.next_batch = function(micro)
+    if micro == 1 and not used then used = true; return x, y end
+    return next_batch(micro)
+  end
+  local job = M.job_from_batch(x, y, t)
+  local limit = M.limit()
+  local p, nfit = M.choose(model, job, limit, model.allow_fp16)
+  if not p then
+    local rows = M.all(model, job, {limit = limit, allow_fp16 = model.allow_fp16})
+    util.errorf('auto: %s', M.does_not_fit(model, job, rows, limit))
+  end
+  -- Every stage again, in order: a later stage's tie (the GPT's head) reaches the
+  -- stage built here, not the description.
+  for k, s in ipairs(model.stages) do
+    local r = remembered[s]
+    if not r then util.errorf('auto: stage %d was not made by ds.Stage', k) end
+    local d = {}
+    for key, v in pairs(r.desc) do d[key] = v end
+    for _, f in ipairs(AUTO_FIELDS) do d[f] = p.choices[k][f] end
+    d.describe = nil
+    for _, l in ipairs(d) do unbuild(l) end
+    model.stages[k] = core.stage_new(d)
+  end
+  model.auto = nil
+  model_mod.attach_zero(model)
+  if core.rank() == 0 then
+    local ch = {}
+    for k, c in ipairs(p.choices) do ch[k] = M.choice_text(c) end
+    print(string.format('memory plan: auto chose %s for stages %s: predicted peak %s per rank%s, the fastest of %d %s',
+      table.concat(ch, ' | '), stage_names(model.stages), hb(p.total_peak),
+      limit > 0 and (' of a limit of ' .. hb(limit)) or ' (no limit)', nfit,
+      limit > 0 and 'choices that fit' or 'choices'))
+  end
+end
+
+-- What the planner recommends for a model that went past its memory limit.
+function M.advice(model, x, y, t)
+  local ok, text = pcall(function()
+    local job = M.job_from_batch(x, y, t)
+    local limit = M.limit()
+    local mine = M.predict(model, job)
+    local rows, rec = M.all(model, job, {limit = limit})
+    local head = string.format('memory plan: this choice needs %s per rank (%s)', hb(mine.total_peak), mine.peak_at)
+    if rec then
+      return string.format('%s; recommended: %s, predicted peak %s', head, M.choice_text(rec.choice), hb(rec.total_peak))
+    end
+    return head .. '; ' .. M.does_not_fit(model, job, rows, limit)
+  end)
+  return ok and text or ('memory plan: none (' .. tostring(text) .. ')')
 end
 
 local Plan = {}

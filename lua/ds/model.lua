@@ -15,10 +15,12 @@ for _, o in ipairs(OPTIONS) do if o.scope == 'stage' then STAGE_OPTS[o.name] = t
 
 -- Refuses unknown keys and values the engine would refuse, with what and the script's
 -- line in the message.
+-- zero, checkpoint and precision may be 'auto': the memory planner chooses (ds.memplan).
+local AUTO = {zero = true, checkpoint = true, precision = true}
 local function check_stage_opts(o, what)
   util.check_keys(o, STAGE_OPTS, what)
   for k, v in pairs(o) do
-    if type(k) == 'string' and k ~= 'name' then core.engine_option(k, v, what) end
+    if type(k) == 'string' and k ~= 'name' and not (AUTO[k] and v == 'auto') then core.engine_option(k, v, what) end
   end
 end
 M.check_stage_opts = check_stage_opts
@@ -53,9 +55,14 @@ function M.Stage(spec)
     if not nn.is_layer(l) then util.errorf('ds.Stage: element %d is not a layer (%s)', i, type(l)) end
     desc[i] = l
   end
-  -- `dsrun plan-memory`: a description of the stage, no memory (ds.memplan)
-  desc.describe = require('ds.memplan').planning() or nil
-  return core.stage_new(desc)
+  -- `dsrun plan-memory`, or an option left to the planner: a description of the stage,
+  -- no memory; ds.memplan builds it once it has chosen (at the first train_step)
+  local memplan = require 'ds.memplan'
+  local auto = memplan.auto_fields(desc)
+  desc.describe = (memplan.planning() or auto ~= nil) or nil
+  local s = core.stage_new(auto and memplan.without_auto(desc) or desc)
+  memplan.remember(s, desc, auto) -- a model with an 'auto' stage builds all of them again
+  return s
 end
 
 local Model = {}
@@ -70,7 +77,7 @@ Model.__index = Model
 -- every collective is a no-op. A model with an fp16 stage trains with a dynamic loss
 -- scaler (DeepSpeed's defaults unless loss_scaler says otherwise; docs/precision.md).
 function M.Model(spec)
-  util.check_keys(spec, util.set {'criterion', 'zero_bucket', 'zero_prefetch', 'loss_scaler'}, 'ds.Model')
+  util.check_keys(spec, util.set {'criterion', 'zero_bucket', 'zero_prefetch', 'loss_scaler', 'allow_fp16'}, 'ds.Model')
   local m = setmetatable({stages = {}, criterion = spec.criterion or nn.CrossEntropy()}, Model)
   for i, s in ipairs(spec) do
     if type(s) ~= 'userdata' or not pcall(s.info, s) then
@@ -82,15 +89,27 @@ function M.Model(spec)
   local bucket = M.defaults().zero_bucket
   if spec.zero_bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', spec.zero_bucket, 'ds.Model zero_bucket') end
   m.zero_bucket, m.zero_prefetch = bucket, spec.zero_prefetch ~= false
+  m.allow_fp16, m.loss_scaler_opts = spec.allow_fp16 == true, spec.loss_scaler
   local memplan = require 'ds.memplan'
   if memplan.planning() then return memplan.Plan(m, Model) end
+  if memplan.has_auto(m.stages) then
+    m.auto = true -- the planner chooses at the first train_step, from the batch's shapes
+    return m
+  end
+  return M.attach_zero(m)
+end
+
+-- The loss scaler (a model with an fp16 stage) and the ZeRO object over the stages.
+function M.attach_zero(m)
+  local spec = {loss_scaler = m.loss_scaler_opts}
+  local bucket = m.zero_bucket
   local fp16 = false
   for _, s in ipairs(m.stages) do fp16 = fp16 or s:info().precision == 'fp16' end
   if spec.loss_scaler ~= nil and type(spec.loss_scaler) ~= 'table' then
     util.error('ds.Model: loss_scaler must be a table of options')
   end
   if fp16 or spec.loss_scaler then m.scaler = core.loss_scaler(spec.loss_scaler or M.defaults().loss_scaler) end
-  local t = {bucket = bucket, prefetch = spec.zero_prefetch ~= false}
+  local t = {bucket = bucket, prefetch = m.zero_prefetch}
   for k, s in ipairs(m.stages) do t[k] = s end
   m.zero = core.zero_new(t)
   m.rank = m.zero:info().rank
@@ -263,6 +282,7 @@ end
 -- and the scaler backs off; otherwise the step removes the scale along with clipping.
 function Model:train_step(t)
   util.check_keys(t, util.set {'step', 'next_batch', 'accum', 'optimizer', 'clip', 'lr'}, 'model:train_step')
+  if self.auto then require('ds.memplan').resolve(self, t, M) end
   local accum = t.accum or 1
   if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
   self:zero_grad()
@@ -301,9 +321,24 @@ end
 do
   local monitor = require 'ds.monitor'
   local train_step = Model.train_step
+  -- Over the memory limit: the error says what the planner recommends.
+  local function explained(self, t)
+    local first
+    local tt = setmetatable({next_batch = function(micro)
+      local x, y = t.next_batch(micro)
+      first = first or {x, y}
+      return x, y
+    end}, {__index = t})
+    local ok, r = pcall(train_step, self, tt)
+    if ok then return r end
+    if type(r) == 'string' and r:find('memory_limit', 1, true) and first then
+      r = r .. '\n' .. require('ds.memplan').advice(self, first[1], first[2], t)
+    end
+    error(r, 0)
+  end
   function Model:train_step(t)
     local t0 = core.now()
-    local r = train_step(self, t)
+    local r = explained(self, t)
     monitor.train_step_done(self, t, r, t0)
     return r
   end
