@@ -1,14 +1,30 @@
 /* The cpu device: device memory is host memory and every operation is done when the call
  * returns, so streams and events are trivially in order. The engine's CPU path is this
  * device: its costs are an indirect call per kernel and nothing else. */
+#include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "device.h"
 
+/* Memory the engine frees stays in the process for the next step's buffers of the same
+ * sizes, as a GPU's caching allocator keeps it: with glibc's defaults, a buffer from a
+ * few hundred KiB up is mapped on allocation and unmapped (or trimmed) on free, and
+ * activation checkpointing, which frees a span's activations after its forward and
+ * makes them again in backward, paid a page fault per 4 KiB touched every step (it
+ * measured 3.5x the forward's time instead of 1x; docs/memory.md). Buffers above the
+ * largest mapping threshold glibc allows (32 MiB) are still mapped each time. */
+static void keep_freed_memory(void) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 static void *cpu_alloc(ds_device *d, size_t bytes, ds_err *err) {
     (void)d;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, keep_freed_memory);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (!rounded) rounded = 64;
     void *p = aligned_alloc(64, rounded);
