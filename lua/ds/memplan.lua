@@ -265,7 +265,18 @@ end
 -- ---- shapes-only mode (`dsrun plan-memory`) ----------------------------------------------
 
 -- DS_PLAN_MEMORY: 'report' (one prediction) or 'all' (every combination too).
-function M.planning() return (os.getenv('DS_PLAN_MEMORY') or '') ~= '' end
+local describing = false
+function M.planning() return describing or (os.getenv('DS_PLAN_MEMORY') or '') ~= '' end
+
+-- fn() with the ds library in its shapes-only mode: the models it makes are descriptions
+-- (Plans) to predict for, at any size, with no memory; returns what fn returns.
+function M.describe(fn)
+  describing = true
+  local ok, r = pcall(fn)
+  describing = false
+  if not ok then error(r, 0) end
+  return r
+end
 
 -- The limit a rank runs under: [engine] memory_limit, else DS_PLAN_DEVICE_BYTES (what the
 -- launcher read from the node's device), else none.

@@ -5,7 +5,9 @@
  * fp32/bf16, the same on every stage, at worlds 1, 2 and 4 (the tiny GPT), the small GPT
  * at world 2, and mixes across stages.
  *
- *   memplan_grid SCRIPT [FILTER]   FILTER: run only cases whose name contains it */
+ *   memplan_grid SCRIPT [FILTER]   FILTER: run only cases whose name contains it
+ *   memplan_grid SCRIPT --world W [key=value ...]   one case, the arguments the script's
+ *                                  (bench/memplan/run.sh) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,13 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: memplan_grid SCRIPT [FILTER]\n");
         return 2;
+    }
+    if (argc > 3 && !strcmp(argv[2], "--world")) {
+        grid_args a = {.script = argv[1]};
+        for (int i = 4; i < argc && a.nargs < 12; i++) a.args[a.nargs++] = argv[i];
+        int w = atoi(argv[3]);
+        if (w < 1) return fprintf(stderr, "--world %s: a count >= 1\n", argv[3]), 2;
+        return run_ranks(w, w, 600000, 3600, run_rank, &a) != 0;
     }
     const char *filter = argc > 2 ? argv[2] : NULL;
     static const char *const zeros[] = {"0", "1", "2", "3"};
