@@ -15,6 +15,8 @@ local core = require 'ds._core'
 
 local M = {}
 
+local AUTO_FIELDS = {'zero', 'checkpoint', 'precision'} -- what 'auto' may leave to the planner
+
 local CATS = {'params', 'grads', 'optimizer', 'activations', 'workspace', 'comm', 'data'}
 M.CATEGORIES = CATS
 
@@ -153,6 +155,19 @@ end
 function M.choice_text(c)
   return string.format('zero %d, checkpoint %s, %s', c.zero,
     type(c.checkpoint) == 'number' and ckpt_name(c.checkpoint) or tostring(c.checkpoint), c.precision)
+end
+
+-- Per-stage choices as text: one when every stage has the same.
+function M.choices_text(model, choices)
+  local t, same = {}, true
+  for k, c in ipairs(choices) do
+    t[k] = M.choice_text(c)
+    same = same and t[k] == t[1]
+  end
+  if same then return t[1] .. ' (every stage)' end
+  local stages = stages_of(model)
+  for k in ipairs(t) do t[k] = stages[k]:info().name .. ': ' .. t[k] end
+  return table.concat(t, '; ')
 end
 
 -- The table of every combination (dominated ones folded into a count).
@@ -320,8 +335,11 @@ function M.plan_and_exit(model, job)
     print('')
     print(M.all_report(rows, rec))
     if rec then
-      print(string.format('recommended: %s (peak %s, about %.1f ms per step)', M.choice_text(rec.choice),
-                          hb(rec.total_peak), rec.step_s * 1e3))
+      -- then stage by stage: the head or the embedding need not do what the blocks do
+      local allow16 = os.getenv('DS_PLAN_ALLOW_FP16') == '1'
+      local best = M.refine(model, j, rec, limit, allow16)
+      print(string.format('recommended: %s (peak %s, about %.1f ms per step)', M.choices_text(model, best.choices),
+                          hb(best.total_peak), best.step_s * 1e3))
     else
       print(M.does_not_fit(model, j, rows, limit))
     end
@@ -332,7 +350,6 @@ end
 
 -- ---- 'auto': the planner chooses ---------------------------------------------------------
 
-local AUTO_FIELDS = {'zero', 'checkpoint', 'precision'}
 local remembered = setmetatable({}, {__mode = 'k'}) -- stage -> {desc=, auto=}
 
 -- The fields of a stage description left to the planner ({zero = true, ...}), or nil.
@@ -376,6 +393,45 @@ local function with_fixed(stages, c)
   return t
 end
 
+-- Fewer FLOPs, then fewer bytes communicated, then a smaller peak.
+local function cheaper(a, b)
+  local ca, cb = a.flops + a.recompute_flops, b.flops + b.recompute_flops
+  if ca ~= cb then return ca < cb end
+  if a.comm_bytes ~= b.comm_bytes then return a.comm_bytes < b.comm_bytes end
+  return a.total_peak < b.total_peak
+end
+
+-- From prediction p, one stage at a time: the cheapest choice for that stage that keeps
+-- the whole within the limit, others as they are, until nothing changes (a stage that
+-- recomputes little or holds little need not do what the big one does). free(k): the
+-- fields of stage k the planner may change ({zero = true, ...}), or nil for none; nil
+-- free: all of them.
+function M.refine(model, job, p, limit, allow_fp16, free)
+  local stages = stages_of(model)
+  local cands = M.candidates(job.world or core.world_size(), allow_fp16)
+  for _ = 1, 4 do
+    local changed = false
+    for k in ipairs(stages) do
+      local f = free and free(k) or (not free and {zero = true, checkpoint = true, precision = true})
+      if f then
+        for _, c in ipairs(cands) do
+          local ch = {}
+          for i, x in ipairs(p.choices) do ch[i] = x end
+          local mine = {}
+          for _, fld in ipairs(AUTO_FIELDS) do mine[fld] = f[fld] and c[fld] or p.choices[k][fld] end
+          if M.choice_text(mine) ~= M.choice_text(p.choices[k]) then
+            ch[k] = mine
+            local q = M.predict(model, job, ch)
+            if (limit == 0 or q.total_peak <= limit) and cheaper(q, p) then p, changed = q, true end
+          end
+        end
+      end
+    end
+    if not changed then break end
+  end
+  return p
+end
+
 -- The fastest choice predicted to fit the limit, with the script's fixed fields kept
 -- (deterministic: the same on every rank, from FLOPs and bytes, not timings). Returns
 -- the per-stage choices, its prediction and how many fit; or nil and why.
@@ -399,13 +455,8 @@ function M.choose(model, job, limit, allow_fp16)
     end
   end
   if not best then return nil, 'no choice fits' end
-  return best, nfit
-end
-
-local function stage_names(stages)
-  local n = {}
-  for k, s in ipairs(stages) do n[k] = s:info().name end
-  return table.concat(n, ', ')
+  return M.refine(model, job, best, limit, allow_fp16, function(k) return remembered[stages[k]] and
+    remembered[stages[k]].auto end), nfit
 end
 
 -- model:train_step's first call on a model with 'auto' stages: chooses from the batch's
@@ -439,10 +490,8 @@ function M.resolve(model, t, model_mod)
   model.auto = nil
   model_mod.attach_zero(model)
   if core.rank() == 0 then
-    local ch = {}
-    for k, c in ipairs(p.choices) do ch[k] = M.choice_text(c) end
-    print(string.format('memory plan: auto chose %s for stages %s: predicted peak %s per rank%s, the fastest of %d %s',
-      table.concat(ch, ' | '), stage_names(model.stages), hb(p.total_peak),
+    print(string.format('memory plan: auto chose %s: predicted peak %s per rank%s, the fastest of %d uniform %s, then refined stage by stage',
+      M.choices_text(model, p.choices), hb(p.total_peak),
       limit > 0 and (' of a limit of ' .. hb(limit)) or ' (no limit)', nfit,
       limit > 0 and 'choices that fit' or 'choices'))
   end
@@ -457,7 +506,8 @@ function M.advice(model, x, y, t)
     local rows, rec = M.all(model, job, {limit = limit})
     local head = string.format('memory plan: this choice needs %s per rank (%s)', hb(mine.total_peak), mine.peak_at)
     if rec then
-      return string.format('%s; recommended: %s, predicted peak %s', head, M.choice_text(rec.choice), hb(rec.total_peak))
+      rec = M.refine(model, job, rec, limit)
+      return string.format('%s; recommended: %s, predicted peak %s', head, M.choices_text(model, rec.choices), hb(rec.total_peak))
     end
     return head .. '; ' .. M.does_not_fit(model, job, rows, limit)
   end)
