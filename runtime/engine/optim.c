@@ -125,5 +125,6 @@ double ds_stage_grad_sumsq(const ds_stage *s, size_t lo, size_t hi) {
 }
 
 void ds_stage_scale_grads(ds_stage *s, float k) {
-    if (s->flat_grads && s->flat_grads->data) ds_scale_of(s->opts.precision, s->flat_grads->data, k, s->numel);
+    if (s->flat_grads && s->flat_grads->data) /* none in a description */
+        ds_scale_of(s->opts.precision, s->flat_grads->data, k, s->numel);
 }

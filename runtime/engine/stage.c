@@ -228,7 +228,7 @@ static ds_stage *build(const char *name, ds_layer **layers, int n, const ds_stag
     snprintf(s->name, sizeof s->name, "%s", name);
     s->opts = *opts;
     s->described = described;
-    if (!described && opts->precision != DS_F32 && opts->precision != DS_BF16 && opts->precision != DS_F16) {
+    if (opts->precision != DS_F32 && opts->precision != DS_BF16 && opts->precision != DS_F16) {
         ds_err_set(err, "precision %s (fp32, bf16 or fp16)", ds_dtype_name(opts->precision));
         goto fail;
     }

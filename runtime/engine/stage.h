@@ -49,8 +49,9 @@ ds_stage *ds_stage_new(const char *name, ds_layer **layers, int n, const ds_stag
 void ds_stage_free(ds_stage *s);
 /* The same stage as a description only, for the memory planner: names, the parameter
  * table and the flat layout (numel) as ds_stage_new makes them, but no buffer is
- * allocated, nothing initialised and no checkpoint span inserted; opts are kept as given
- * (the planner's 'auto', -1, included). Forward, backward and the optimizer refuse it. */
+ * allocated, nothing initialised and no checkpoint span inserted (the planner spans
+ * s->layers as each choice it predicts would). Forward, backward and the optimizer
+ * refuse it. */
 ds_stage *ds_stage_describe(const char *name, ds_layer **layers, int n, const ds_stage_opts *opts,
                             uint64_t seed, ds_err *err);
 

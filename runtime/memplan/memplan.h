@@ -47,14 +47,13 @@ ds_mem_cat ds_mp_line_cat(ds_mp_line l);
 /* The formula of a line, in words and symbols (docs/memory.md has the same). */
 const char *ds_mp_line_formula(ds_mp_line l);
 
-/* One stage's choice. In a request, -1 in a field means 'auto' (the planner picks). */
+/* One stage's choice ('auto' is resolved in Lua, lua/ds/memplan.lua, by predicting each
+ * candidate). */
 typedef struct ds_mp_choice {
     int zero;       /* 0..3 */
     int checkpoint; /* 0 none, N >= 1 spans of N layers */
     int precision;  /* ds_dtype: DS_F32, DS_BF16, DS_F16 */
 } ds_mp_choice;
-
-#define DS_MP_AUTO (-1)
 
 typedef enum ds_mp_optim { DS_MP_ADAMW, DS_MP_SGD } ds_mp_optim;
 
