@@ -8,8 +8,10 @@
  * ENV ("KEY=VALUE") frames, then GO. Closing the agent's stdin means "stop the node":
  * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
  * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
- * worker, STDOUT/STDERR chunks, EXIT (payload: "exit N" or "signal N") per worker, ERROR
- * (a message) when the node cannot run, BYE just before it exits.
+ * worker, STDOUT/STDERR chunks, FAILURE (a rank's failure record, JSON, when it left
+ * one: runtime/worker/failure_record.h) just before its EXIT (payload: "exit N at T" or
+ * "signal N at T", T the wall-clock ms when the agent saw it end), ERROR (a message) when
+ * the node cannot run, BYE just before it exits.
  *
  * Started by srun (docs/slurm.md), an agent shares its stdin with every agent of the
  * step: there stdin carries only CONFIG link= and token= frames and GO; the agent
@@ -39,6 +41,7 @@ enum {
     DS_FRAME_BYE = 16,
     DS_FRAME_SIGNAL = 17,
     DS_FRAME_JOIN = 18,
+    DS_FRAME_FAILURE = 19,
 };
 
 #define DS_FRAME_HEADER 9

@@ -14,6 +14,8 @@
 
 #include "controller.h"
 #include "job.h"
+#include "restart.h"
+#include "run_dir.h"
 #include "srun.h"
 #include "ds_clock.h"
 #include "ds_signals.h"
@@ -27,17 +29,18 @@ static int make_job_id(ds_job *job, ds_err *err) {
     return 0;
 }
 
-static int make_log_dirs(ds_job *job, ds_err *err) {
+static int make_run_dir(ds_job *job, ds_err *err) {
     const ds_jobspec *s = job->spec;
     const char *dir = s->log_dir ? s->log_dir : "logs";
-    int rc = dir[0] == '/' ? asprintf(&job->log_root, "%s/%s", dir, s->name)
-                           : asprintf(&job->log_root, "%s/%s/%s", s->workdir, dir, s->name);
-    if (rc < 0 || asprintf(&job->attempt_dir, "%s/attempt-%d", job->log_root, job->attempt) < 0)
+    int rc = dir[0] == '/' ? asprintf(&job->job_dir, "%s/%s", dir, s->name)
+                           : asprintf(&job->job_dir, "%s/%s/%s", s->workdir, dir, s->name);
+    if (rc < 0) {
+        job->job_dir = NULL;
         return ds_err_set(err, "out of memory");
-    job->logs = ds_logs_open(job->attempt_dir, job->plan, s->tee, err); /* creates the dirs */
-    if (!job->logs) return -1;
+    }
+    if (ds_run_dir_create(job->job_dir, strrchr(job->id, '-') + 1, 0755, &job->run_dir, err) != 0) return -1;
     char path[4200];
-    snprintf(path, sizeof path, "%s/launcher.log", job->log_root);
+    snprintf(path, sizeof path, "%s/launcher.log", job->run_dir);
     job->ev = ds_events_open(path, err);
     return job->ev ? 0 : -1;
 }
@@ -200,13 +203,13 @@ static void check_heartbeats(ds_job *job) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
         int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
-        if (last < 0 || now - last <= job->spec->heartbeat_timeout_ms) continue;
+        /* (a heartbeat from before this attempt began was the previous agent's) */
+        if (last < job->t0_ms || now - last <= job->spec->heartbeat_timeout_ms) continue;
         char why[128];
         snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(now - last) / 1000);
+        ds_job_node_failed(job, n, why);
         ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, why);
         /* It will not answer a polite stop: kill its agent and ranks now. */
-        snprintf(n->error, sizeof n->error, "%s", why);
-        n->failed = 1;
         ds_job_kill_node(job, n);
         return;
     }
@@ -295,54 +298,130 @@ static void raise_fd_limit(void) {
 }
 
 static void job_free(ds_job *job) {
-    ds_srun_free(job);
-    if (job->nodes)
-        for (int i = 0; i < job->plan->nnodes; i++) ds_node_free(&job->nodes[i]);
-    free(job->nodes);
-    free(job->ranks);
+    ds_job_end_attempt(job);
     ds_store_server_stop(job->store);
-    ds_logs_close(job->logs);
     ds_events_close(job->ev);
-    free(job->log_root);
-    free(job->attempt_dir);
+    free(job->job_dir);
+    free(job->run_dir);
     memset(job->token, 0, sizeof job->token);
 }
 
-int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
-    ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_now_ms()};
+/* Starts every node of the attempt at once; a node that cannot start stops the job. */
+static void start_nodes(ds_job *job) {
     ds_err err = {{0}};
-    raise_fd_limit();
-    int sigfd = setup_signals(&err);
-    job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
-    job.ranks = calloc((size_t)plan->world_size, sizeof *job.ranks);
-    if (sigfd < 0 || !job.nodes || !job.ranks || make_job_id(&job, &err) != 0 ||
-        make_log_dirs(&job, &err) != 0 || start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {
-        fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
-        job_free(&job);
-        return 1;
-    }
-    ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
-             job.attempt_dir);
-    for (int i = 0; i < plan->nnodes; i++) {
-        ds_node *n = &job.nodes[i];
-        n->plan = &plan->nodes[i];
-        n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;
-        if (job.stopping) {
+    for (int i = 0; i < job->plan->nnodes; i++) {
+        ds_node *n = &job->nodes[i];
+        if (job->stopping) {
             n->state = DS_NODE_DONE;
             continue;
         }
         err.msg[0] = 0;
-        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &err) != 0) {
-            snprintf(n->error, sizeof n->error, "%s", err.msg);
-            n->failed = 1;
+        if (queue_plan(job, n, &err) != 0 || start_node(job, n, &err) != 0) {
+            ds_job_node_failed(job, n, err.msg);
             n->state = DS_NODE_DONE;
-            ds_job_stop(&job, "node %d (%s): %s", i, n->plan->host, err.msg);
+            ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
     }
-    ds_srun_launch(&job);
-    run_loop(&job, sigfd);
-    int status = ds_job_summary(&job);
+    ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
+}
+
+/* The backoff before a restart; a signal during it ends the invocation. */
+static void wait_backoff(ds_job *job, int sigfd, long long ms) {
+    long long until = ds_now_ms() + ms;
+    for (long long now = ds_now_ms(); now < until && !job->interrupted; now = ds_now_ms()) {
+        struct pollfd p = {.fd = sigfd, .events = POLLIN};
+        poll(&p, 1, (int)(until - now));
+        struct signalfd_siginfo si;
+        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+            if (si.ssi_signo != SIGCHLD) job->interrupted = (int)si.ssi_signo;
+    }
+    if (job->interrupted)
+        fprintf(stderr, "dslaunch: %s during the backoff: not restarting\n", sigabbrev_np(job->interrupted));
+}
+
+static double secs_since(long long t0) { return (double)(ds_now_ms() - t0) / 1000; }
+
+/* One attempt from start to end; returns 1 to run another (after *wait_ms). */
+static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_ms, ds_end *end) {
+    ds_err err = {{0}};
+    if (ds_job_begin_attempt(job, job->attempt, rs->plan, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        *end = DS_END_FAILED;
+        return 0;
+    }
+    ds_event(job->ev, "job %s attempt %d: %d ranks on %d nodes, logs in %s", job->id, job->attempt,
+             job->plan->world_size, job->plan->nnodes, job->attempt_dir);
+    start_nodes(job);
+    run_loop(job, sigfd);
+    if (!ds_job_attempt_ok(job)) ds_job_find_root(job);
+    int again = ds_restart_next(rs, job, wait_ms, end);
+    if (*end == DS_END_OK) return 0;
+    const char *why = job->root.found ? job->root.f.what : job->failure[0] ? job->failure : "not every rank exited 0";
+    if (again)
+        fprintf(stderr, "dslaunch: job %s attempt %d failed after %.1f s: %s\n", job->id, job->attempt,
+                secs_since(job->t0_ms), why);
+    else
+        fprintf(stderr, "dslaunch: job %s FAILED after %.1f s: %s\n", job->id, secs_since(job->run_t0_ms), why);
+    ds_event(job->ev, "attempt %d failed: %s", job->attempt, why);
+    ds_job_report_attempt(job);
+    if (again) {
+        fprintf(stderr, "dslaunch: restarting in %.1f s (restart %d of %d)\n", (double)*wait_ms / 1000,
+                rs->restarts, job->spec->max_restarts);
+        ds_event(job->ev, "restarting in %.1f s (restart %d of %d)", (double)*wait_ms / 1000, rs->restarts,
+                 job->spec->max_restarts);
+    } else if (*end == DS_END_FAILED && job->spec->max_restarts > 0) {
+        fprintf(stderr, "dslaunch: no restart left (%d of %d made)\n", rs->restarts, job->spec->max_restarts);
+    }
+    return again;
+}
+
+static int exit_status(const ds_job *job, ds_end end) {
+    switch (end) {
+    case DS_END_OK: return 0;
+    case DS_END_USER_ERROR: return 2;
+    case DS_END_INTERRUPTED: return 128 + job->interrupted;
+    default: return 1;
+    }
+}
+
+int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
+    ds_job job = {.spec = spec, .plan = plan, .run_t0_ms = ds_now_ms()};
+    ds_err err = {{0}};
+    raise_fd_limit();
+    int sigfd = setup_signals(&err);
+    if (sigfd < 0 || make_job_id(&job, &err) != 0 || make_run_dir(&job, &err) != 0 ||
+        start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
+        job_free(&job);
+        if (sigfd >= 0) close(sigfd);
+        return 1;
+    }
+    ds_restart rs;
+    ds_restart_init(&rs, spec, plan);
+    job.restart = &rs;
+    ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
+             job.run_dir);
+    ds_end end = DS_END_FAILED;
+    long long wait_ms = 0;
+    for (job.attempt = 0; run_attempt(&job, sigfd, &rs, &wait_ms, &end); job.attempt++) {
+        wait_backoff(&job, sigfd, wait_ms);
+        if (job.interrupted) {
+            end = DS_END_INTERRUPTED;
+            break;
+        }
+    }
+    if (end == DS_END_OK) {
+        char after[64] = "";
+        if (rs.restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs.restarts, rs.restarts == 1 ? "" : "s");
+        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s; logs in %s\n", job.id,
+                job.plan->world_size, secs_since(job.run_t0_ms), after, job.attempt_dir);
+        ds_event(job.ev, "job finished: success");
+    } else {
+        ds_event(job.ev, "job finished: FAILED");
+    }
+    int status = exit_status(&job, end);
     job_free(&job);
+    ds_restart_free(&rs);
     close(sigfd);
     return status;
 }

@@ -1,12 +1,16 @@
 /* One run of a job as the controller sees it: the nodes, every rank's state, why it is
- * stopping. Shared by the controller's loop (controller.c), the handling of what agents
- * report (job_report.c) and the final summary (summary.c). */
+ * stopping. One ds_job lives for the whole invocation (its id, run directory, store and
+ * launcher.log); each attempt (the first run and every restart) resets the per-attempt
+ * part (ds_job_begin_attempt). Shared by the controller's loop (controller.c), the
+ * handling of what agents report (job_report.c), the root cause (failure.c), the
+ * restart policy (restart.c) and the summaries (summary.c). */
 #ifndef DS_JOB_H
 #define DS_JOB_H
 
 #include <sys/types.h>
 
 #include "events.h"
+#include "failure.h"
 #include "jobspec.h"
 #include "logs.h"
 #include "node.h"
@@ -28,32 +32,49 @@ typedef struct ds_rank_status {
     pid_t pid;           /* on its node */
     int code, sig;       /* exit code, or the signal that killed it (sig > 0) */
     int after_stop;      /* it ended after the job began stopping */
+    long long ended_ms;  /* wall clock when it ended, as its agent saw it (0: unknown) */
+    ds_failure_record rec; /* what it wrote when it ended by an error (rec.kind[0] = 0: none) */
 } ds_rank_status;
+
+struct ds_restart;
 
 typedef struct ds_job {
     const ds_jobspec *spec;
-    const ds_plan *plan;
-    char id[192];          /* DS_JOB_ID: name-<8 hex>, unique per run */
-    char *log_root;        /* <logs.dir>/<name> */
-    char *attempt_dir;     /* <log_root>/attempt-K */
-    int attempt;
+    const ds_plan *plan;   /* this attempt's plan (restarts may replace or drop nodes) */
+    char id[192];          /* DS_JOB_ID: name-<8 hex>, unique per invocation */
+    char *job_dir;         /* <logs.dir>/<name> */
+    char *run_dir;         /* <job_dir>/<run id>: this invocation's logs, never reused */
+    char *attempt_dir;     /* <run_dir>/attempt-K */
     char token[65];
     ds_store_server *store;
     char rdzv[300];        /* host:port the ranks reach the store at */
     ds_events *ev;
+    struct ds_restart *restart; /* the policy's state across attempts (restart.h) */
+    long long run_t0_ms;   /* when the invocation began */
+    int interrupted;       /* the signal that asked us to stop, 0 if none */
+    int sched_signal;      /* a signal Slurm sent every process of the job (srun.c), 0 if none */
+
+    /* ---- per attempt (ds_job_begin_attempt resets these) ---- */
+    int attempt;
     ds_logs *logs;
     ds_node *nodes;
     ds_rank_status *ranks;
     int nstarted, nexited, nfailed_ranks;
     long long t0_ms, all_started_ms;
     int stopping;
+    long long stop_wall_ms; /* wall clock when stopping began: what ends later was stopped */
     long long kill_at_ms;  /* after this, agents still there are killed ... */
     long long drop_at_ms;  /* ... and after this, dropped */
-    int first_failed_rank; /* -1 when the job did not fail because of a rank */
-    char failure[1024];    /* why the job stops; empty while all is well */
-    int interrupted;       /* the signal that asked us to stop, 0 if none */
+    char failure[1024];    /* why the job stops, as first heard; empty while all is well */
+    ds_root_cause root;    /* after the attempt: the failure that caused the others */
     struct ds_srun_step *srun; /* [launch] method = srun: the step every agent runs in (srun.h) */
 } ds_job;
+
+/* Frees the previous attempt's part (if any) and sets up attempt `attempt` on plan:
+ * its log directory, nodes and ranks. -1 with err when the logs cannot be opened. */
+int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *err);
+/* Frees what the last attempt holds. */
+void ds_job_end_attempt(ds_job *job);
 
 /* Begins stopping every node (once); the first reason given is the one reported. */
 void ds_job_stop(ds_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -65,8 +86,16 @@ void ds_job_on_agent_line(void *job, ds_node *n, const char *line);
 void ds_job_on_node_done(ds_job *job, ds_node *n);
 /* Kills a node's agent and ranks without asking it (ds_node_kill_hard). */
 void ds_job_kill_node(ds_job *job, ds_node *n);
+/* Marks node n failed for why (once), with the time it was noticed. */
+void ds_job_node_failed(ds_job *job, ds_node *n, const char *why);
 
-/* Prints the end-of-job summary on stderr and returns dslaunch's exit status. */
-int ds_job_summary(ds_job *job);
+/* 1 when every rank of the attempt exited 0 and nothing else went wrong. */
+int ds_job_attempt_ok(const ds_job *job);
+/* After a failed attempt: fills job->root (failure.h) from what the ranks and nodes
+ * reported. */
+void ds_job_find_root(ds_job *job);
+/* Prints a failed attempt's ranks on stderr (each one's result, root cause and
+ * consequences), the last lines of the root cause's stderr and where the logs are. */
+void ds_job_report_attempt(const ds_job *job);
 
 #endif

@@ -23,13 +23,16 @@ static void text(const ds_frame *f, char *buf, size_t cap) {
         if ((unsigned char)buf[i] < 32) buf[i] = ' ';
 }
 
+/* "exit N at T" / "signal N at T" (T: the agent's wall clock, ms). */
 static void rank_exited(ds_job *job, ds_node *n, int r, const char *how) {
     ds_rank_status *rs = &job->ranks[r];
     if (rs->state == DS_RANK_EXITED) return;
     int v = 0;
-    if (sscanf(how, "signal %d", &v) == 1) rs->sig = v;
-    else if (sscanf(how, "exit %d", &v) == 1) rs->code = v;
+    long long at = 0;
+    if (sscanf(how, "signal %d at %lld", &v, &at) >= 1) rs->sig = v;
+    else if (sscanf(how, "exit %d at %lld", &v, &at) >= 1) rs->code = v;
     else rs->code = 255;
+    rs->ended_ms = at;
     rs->state = DS_RANK_EXITED;
     rs->after_stop = job->stopping;
     job->nexited++;
@@ -42,9 +45,20 @@ static void rank_exited(ds_job *job, ds_node *n, int r, const char *how) {
     }
     if (!rs->after_stop) job->nfailed_ranks++;
     if (job->stopping) return;
-    job->first_failed_rank = r;
     if (rs->sig) ds_job_stop(job, "rank %d on %s was killed by signal %d (%s)", r, n->plan->host, rs->sig, strsignal(rs->sig));
     else ds_job_stop(job, "rank %d on %s exited with code %d", r, n->plan->host, rs->code);
+}
+
+static void rank_record(ds_job *job, ds_node *n, int r, const ds_frame *f) {
+    ds_rank_status *rs = &job->ranks[r];
+    ds_err err = {{0}};
+    ds_failure_record_free(&rs->rec);
+    if (ds_failure_record_parse(&rs->rec, f->payload, f->len, &err) != 0) {
+        ds_event(job->ev, "rank %d on %s: unreadable failure record: %s", r, n->plan->host, err.msg);
+        return;
+    }
+    ds_event(job->ev, "rank %d on %s: %s error%s: %s", r, n->plan->host, rs->rec.kind,
+             rs->rec.transport ? " (after its communicator broke)" : "", rs->rec.message);
 }
 
 void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
@@ -52,7 +66,7 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     char buf[1024];
     int r = (int)f->rank;
     int needs_rank = f->type == DS_FRAME_STARTED || f->type == DS_FRAME_STDOUT ||
-                     f->type == DS_FRAME_STDERR || f->type == DS_FRAME_EXIT;
+                     f->type == DS_FRAME_STDERR || f->type == DS_FRAME_EXIT || f->type == DS_FRAME_FAILURE;
     if (needs_rank && !rank_of_node(job, n, f->rank)) {
         ds_job_stop(job, "node %d (%s): the agent spoke of rank %u, which is not on that node",
                     node_index(job, n), n->plan->host, f->rank);
@@ -80,14 +94,16 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     case DS_FRAME_STDERR:
         ds_logs_write(job->logs, r, f->type == DS_FRAME_STDOUT ? 1 : 2, f->payload, f->len);
         break;
+    case DS_FRAME_FAILURE:
+        rank_record(job, n, r, f);
+        break;
     case DS_FRAME_EXIT:
         text(f, buf, sizeof buf);
         rank_exited(job, n, r, buf);
         break;
     case DS_FRAME_ERROR:
         text(f, buf, sizeof buf);
-        snprintf(n->error, sizeof n->error, "%s", buf);
-        n->failed = 1;
+        ds_job_node_failed(job, n, buf);
         ds_event(job->ev, "node %d (%s): agent error: %s", node_index(job, n), n->plan->host, buf);
         ds_job_stop(job, "node %d (%s): %s", node_index(job, n), n->plan->host, buf);
         break;
@@ -122,13 +138,16 @@ void ds_job_on_node_done(ds_job *job, ds_node *n) {
     }
     ds_event(job->ev, "node %d (%s): agent gone%s%s", idx, n->plan->host, n->failed ? ": " : "",
              n->failed ? n->error : "");
-    if (job->stopping) return;
+    if (!n->failed && missing) {
+        char why[128];
+        snprintf(why, sizeof why, "the agent ended with %d rank(s) unreported", missing);
+        ds_job_node_failed(job, n, why);
+    }
     if (n->failed) ds_job_stop(job, "node %d (%s): %s", idx, n->plan->host, n->error);
-    else if (missing)
-        ds_job_stop(job, "node %d (%s): the agent ended with %d rank(s) unreported", idx, n->plan->host, missing);
 }
 
 void ds_job_kill_node(ds_job *job, ds_node *n) {
+    if (job->stopping && !n->failed) n->stop_kill = 1; /* what follows is our doing */
     /* kill -KILL AGENT -RANKGROUP...: every rank leads its own process group. */
     char cmd[8192];
     int len = snprintf(cmd, sizeof cmd, "kill -KILL -- %d", n->agent_pid);

@@ -73,6 +73,8 @@ static const key_def KEYS[] = {
     {"restart", "spares", K_INT, F(spares), 0, 100000, NULL, 0},
     {"restart", "heartbeat_interval", K_SECONDS, F(heartbeat_interval_ms), 1, 3600000, NULL, 0},
     {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
+    {"restart", "backoff", K_SECONDS, F(backoff_ms), 0, 3600000, NULL, 0},
+    {"restart", "backoff_max", K_SECONDS, F(backoff_max_ms), 0, 86400000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
@@ -420,6 +422,8 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->max_restarts = 0;
     spec->heartbeat_interval_ms = 5000;
     spec->heartbeat_timeout_ms = 30000;
+    spec->backoff_ms = 1000;
+    spec->backoff_max_ms = 60000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
     ds_engine_opts_init(&spec->engine);

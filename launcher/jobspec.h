@@ -71,6 +71,9 @@ typedef struct ds_jobspec {
                                     default 0 */
     int heartbeat_interval_ms;   /* key heartbeat_interval (s); default 5 s */
     int heartbeat_timeout_ms;    /* key heartbeat_timeout (s); default 30 s */
+    int backoff_ms;              /* key backoff (s): wait before the first restart, doubled
+                                    for each next one; default 1 s */
+    int backoff_max_ms;          /* key backoff_max (s): the longest wait; default 60 s */
 
     /* [logs] */
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent_proto.h"
+#include "run_dir.h"
 
 typedef struct rank_stream {
     int fd;          /* rank-R.out / .err */
@@ -28,19 +29,6 @@ struct ds_logs {
     int n;
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
 };
-
-static int mkdir_p(const char *dir, ds_err *err) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return ds_err_set(err, "path too long: %s", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
-        *p = '/';
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
-    return 0;
-}
 
 int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *err) {
     int all = !tee || !tee[0] || !strcmp(tee, "all");
@@ -84,7 +72,7 @@ ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_
     }
     l->n = plan->world_size;
     for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
-    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || mkdir_p(dir, err) != 0) goto fail;
+    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || ds_mkdir_p(dir, 0755, err) != 0) goto fail;
     for (int r = 0; r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
         const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];

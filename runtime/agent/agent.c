@@ -82,6 +82,24 @@ static ds_agent_worker *find_worker(ds_agent *a, pid_t pid) {
     return NULL;
 }
 
+/* The failure record the rank wrote before it exited, if any (failure_record.h): it is
+ * in the pipe whole, or not at all. A descendant that still holds the write end cannot
+ * make this wait: the read end is non-blocking. */
+static void forward_record(ds_agent *a, ds_agent_worker *w) {
+    if (w->rec_fd < 0) return;
+    char buf[65536];
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(w->rec_fd, buf + have, sizeof buf - have);
+        if (n > 0 && (have += (size_t)n) < sizeof buf) continue;
+        if (n < 0 && errno == EINTR) continue;
+        break;
+    }
+    close(w->rec_fd);
+    w->rec_fd = -1;
+    if (have) send_frame(a, DS_FRAME_FAILURE, w->rank, buf, have);
+}
+
 /* Reaps every exited child. As a child subreaper the agent also reaps the workers'
  * orphaned descendants, which are not reported. */
 static void reap(ds_agent *a) {
@@ -91,11 +109,13 @@ static void reap(ds_agent *a) {
         ds_agent_worker *w = find_worker(a, pid);
         if (!w || !w->running) continue;
         w->running = 0;
+        long long at = (long long)ds_wall_ms(); /* when it ended, as this node saw it */
         /* Output written before the exit is still in the pipes: send it first. */
         if (w->out_fd >= 0) forward(a, w, &w->out_fd, DS_FRAME_STDOUT);
         if (w->err_fd >= 0) forward(a, w, &w->err_fd, DS_FRAME_STDERR);
-        if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d", WTERMSIG(st));
-        else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d", WEXITSTATUS(st));
+        forward_record(a, w);
+        if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d at %lld", WTERMSIG(st), at);
+        else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d at %lld", WEXITSTATUS(st), at);
         /* Whatever the rank left behind in its group goes with it. */
         kill(-pid, SIGKILL);
     }

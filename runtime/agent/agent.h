@@ -18,6 +18,7 @@ typedef struct ds_agent_worker {
     int nenv;
     pid_t pid;     /* 0 until started */
     int out_fd, err_fd; /* read ends of its stdout / stderr pipes; -1 once at EOF */
+    int rec_fd;         /* read end of its failure-record pipe (DS_ERROR_FD), -1 once read */
     int running;
 } ds_agent_worker;
 
@@ -51,7 +52,8 @@ void ds_agent_free(ds_agent *a);
 int ds_agent_join(ds_agent *a, ds_err *err);
 
 /* Starts worker w (spawn.c): its own process group, stdout/stderr pipes, the lifeline as
- * fd 3, death signal tied to the agent, the plan's environment over the agent's. */
+ * fd 3, the failure-record pipe as fd 4, death signal tied to the agent, the plan's
+ * environment over the agent's. */
 int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err);
 
 

@@ -82,7 +82,7 @@ static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
         a->workers = w;
         memset(&w[a->nworkers], 0, sizeof *w);
         w[a->nworkers].rank = (int)f->rank;
-        w[a->nworkers].out_fd = w[a->nworkers].err_fd = -1;
+        w[a->nworkers].out_fd = w[a->nworkers].err_fd = w[a->nworkers].rec_fd = -1;
         a->nworkers++;
         return 0;
     }

@@ -25,7 +25,7 @@ static int env_has_key(char **env, int n, const char *kv) {
 
 /* The plan's variables and the agent's extras win over the agent's own environment. */
 static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
-    int next = 6, nenv = 0;
+    int next = 7, nenv = 0;
     while (environ[nenv]) nenv++;
     char **env = calloc((size_t)(nenv + w->nenv + next + 1), sizeof *env);
     if (!env) return NULL;
@@ -35,6 +35,7 @@ static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
     if (a->token) ok &= asprintf(&env[n++], "DS_STORE_TOKEN=%s", a->token) > 0;
     if (a->host) ok &= asprintf(&env[n++], "DS_HOST=%s", a->host) > 0;
     ok &= asprintf(&env[n++], "DS_AGENT_FD=3") > 0;
+    ok &= asprintf(&env[n++], "DS_ERROR_FD=4") > 0;
     ok &= asprintf(&env[n++], "DS_RDZV_TIMEOUT_MS=%d", a->rdzv_timeout_ms) > 0;
     for (int i = 0; i < n; i++) ok &= env[i] != NULL;
     int planned = n;
@@ -74,8 +75,8 @@ static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
-static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w, char **argv,
-                       char **env) {
+static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w, int rec_w,
+                       char **argv, char **env) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
@@ -89,10 +90,11 @@ static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w,
     }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
-        dup2(a->lifeline_r, 3) < 0)
+        dup2(a->lifeline_r, 3) < 0 || dup2(rec_w, 4) < 0)
         _exit(127);
     fcntl(3, F_SETFD, 0); /* dup2 onto itself would have kept close-on-exec */
-    close_range(4, ~0U, 0);
+    fcntl(4, F_SETFD, 0);
+    close_range(5, ~0U, 0);
     execve(argv[0], argv, env);
     static const char msg[] = "dsrun agent: cannot exec the worker\n";
     ssize_t ignored = write(2, msg, sizeof msg - 1);
@@ -107,12 +109,15 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
         if (n <= 0) return ds_err_errno(err, errno, "readlink /proc/self/exe");
         self[n] = 0;
     }
-    int out[2], errp[2];
-    if (pipe2(out, O_CLOEXEC) != 0) return ds_err_errno(err, errno, "pipe");
-    if (pipe2(errp, O_CLOEXEC) != 0) {
-        close(out[0]);
-        close(out[1]);
-        return ds_err_errno(err, errno, "pipe");
+    int out[2] = {-1, -1}, errp[2] = {-1, -1}, rec[2] = {-1, -1};
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 || pipe2(rec, O_CLOEXEC) != 0) {
+        int e = errno;
+        for (int i = 0; i < 2; i++) {
+            if (out[i] >= 0) close(out[i]);
+            if (errp[i] >= 0) close(errp[i]);
+            if (rec[i] >= 0) close(rec[i]);
+        }
+        return ds_err_errno(err, e, "pipe");
     }
     char rankbuf[16];
     snprintf(rankbuf, sizeof rankbuf, "%d", w->rank);
@@ -121,23 +126,27 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
     pid_t agent_pid = getpid();
     pid_t pid = env && argv ? fork() : -1;
     int fork_errno = errno;
-    if (pid == 0) exec_child(a, agent_pid, out[1], errp[1], argv, env);
+    if (pid == 0) exec_child(a, agent_pid, out[1], errp[1], rec[1], argv, env);
     if (env) free_env(env);
     free(argv);
     close(out[1]);
     close(errp[1]);
+    close(rec[1]);
     if (pid < 0) {
         close(out[0]);
         close(errp[0]);
+        close(rec[0]);
         return ds_err_errno(err, fork_errno, "starting rank %d", w->rank);
     }
     /* Also from the parent: the group must exist before the agent signals it. */
     setpgid(pid, pid);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    fcntl(rec[0], F_SETFL, O_NONBLOCK);
     w->pid = pid;
     w->out_fd = out[0];
     w->err_fd = errp[0];
+    w->rec_fd = rec[0];
     w->running = 1;
     return 0;
 }

@@ -51,6 +51,14 @@ const char *ds_comm_backend_name(ds_comm_backend b) {
     return "?";
 }
 
+int ds_comm_is_broken(ds_comm *c) {
+    if (!c) return 0;
+    pthread_mutex_lock(&c->mu);
+    int b = c->broken;
+    pthread_mutex_unlock(&c->mu);
+    return b;
+}
+
 int ds_comm_rank(const ds_comm *c) { return c->rank; }
 int ds_comm_size(const ds_comm *c) { return c->world; }
 ds_comm_backend ds_comm_backend_of(const ds_comm *c) { return c->vt->backend; }

@@ -66,6 +66,10 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
 /* No op may be in flight (wait every handle first). NULL is allowed. */
 void ds_comm_close(ds_comm *c);
 
+/* 1 once a transport failure broke c (a peer died, an op timed out): a rank's error
+ * after that is a consequence of another failure, which the failure record says. */
+int ds_comm_is_broken(ds_comm *c);
+
 int ds_comm_rank(const ds_comm *c);
 int ds_comm_size(const ds_comm *c);
 ds_comm_backend ds_comm_backend_of(const ds_comm *c);

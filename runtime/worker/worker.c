@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds_clock.h"
 #include "ds_context.h"
+#include "failure_record.h"
 #include "rank_device.h"
 #include "kernels.h"
 #include "lifeline.h"
@@ -100,13 +102,19 @@ int dsrun_worker_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);         /* a dead peer is an error to handle, not a death */
     ds_err err = {{0}};
     ds_context ctx;
+    ds_context_single(&ctx);
+    ds_failure_record_open();
     if (ds_lifeline_watch(&err) != 0 || context_from_env(&ctx, &err) != 0) {
         fprintf(stderr, "dsrun worker: %s\n", err.msg);
+        ds_failure_record_write(&ctx, "setup", err.msg, NULL, ds_wall_ms(), 0);
         return 1;
     }
     share_cores(&ctx);
-    if (connect_store(&ctx, &err) != 0 || ds_rank_open_device(&ctx, &err) != 0) {
+    int no_store = connect_store(&ctx, &err) != 0;
+    if (no_store || ds_rank_open_device(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
+        /* The store is the controller's: when it cannot be reached, something else failed. */
+        ds_failure_record_write(&ctx, "setup", err.msg, NULL, ds_wall_ms(), no_store);
         return 1;
     }
     int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);

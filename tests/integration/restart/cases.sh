@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Supervision cases: cases.sh CASE (see CMakeLists.txt for the list). Same environment
+# and helpers as the launch cases (../launch/lib.sh). Jobs run on this node (fork/exec)
+# unless a case needs SSH: restarts are the controller's business, not the transport's.
+set -uo pipefail
+
+case_name=${1:?usage: cases.sh CASE}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../launch/lib.sh"
+run_dir="$job/logs/$name/latest"
+
+# write_local_job SCRIPT RANKS [extra ini lines...]: a job of RANKS ranks on this node.
+write_local_job() {
+    local script=$1 ranks=$2
+    shift 2
+    {
+        printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n' "$name" "$script" "$DSRUN"
+        printf '[resources]\nnum_gpus = %s\ndevice = cpu\n' "$ranks"
+        for line in "$@"; do printf '%s\n' "$line"; done
+    } > "$job/job.ini"
+}
+
+# ---- cases ----
+
+# Attempt 0 fails (rank 1 exits 3); the restart succeeds. Each attempt has its own logs.
+case_restart_then_ok() {
+    write_local_job flaky.lua 3 "[restart]" "max_restarts = 2" "backoff = 0.1"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after a successful restart"
+    has "$job/err" "attempt 0 failed after .*: rank 1 on localhost exited with code 3" || fail "attempt 0's failure not reported"
+    has "$job/err" "restarting in 0.1 s (restart 1 of 2)" || fail "the restart was not announced"
+    has "$job/err" "all 3 ranks exited 0 .* (after 1 restart)" || fail "the success line does not count the restart"
+    for r in 0 1 2; do
+        has "$run_dir/attempt-0/rank-$r.out" "rank $r attempt 0" || fail "attempt-0/rank-$r.out lost its line"
+        has "$run_dir/attempt-1/rank-$r.out" "rank $r attempt 1" || fail "attempt-1/rank-$r.out lacks DS_ATTEMPT=1"
+        has "$run_dir/attempt-1/rank-$r.out" "rank $r done" || fail "rank $r did not finish attempt 1"
+    done
+    has "$run_dir/attempt-0/rank-1.err" "rank 1 fails in attempt 0" || fail "attempt 0's stderr was not kept"
+    [[ ! -e $run_dir/attempt-2 ]] || fail "a third attempt ran"
+    assert_no_orphans
+}
+
+# Every attempt fails: max_restarts restarts, then the job fails with status 1.
+case_restarts_exhausted() {
+    write_local_job always_fails.lua 2 "[restart]" "max_restarts = 2" "backoff = 0"
+    run_job
+    [[ $rc == 1 ]] || fail "exit status $rc, expected 1"
+    [[ -d $run_dir/attempt-2 && ! -e $run_dir/attempt-3 ]] || fail "expected attempts 0, 1 and 2: $(ls "$run_dir")"
+    [[ $(grep -c "rank 0 on localhost failed: .*rank 0 fails in attempt" "$job/err") == 3 ]] ||
+        fail "each attempt's root cause should be rank 0's error"
+    has "$job/err" "no restart left (2 of 2 made)" || fail "the end does not say the restarts ran out"
+    has "$job/err" "FAILED after" || fail "no final failure line"
+    assert_no_orphans
+}
+
+# Two runs of the same job: each has its own run directory; latest names the second;
+# nothing of the first is replaced.
+case_run_dirs() {
+    write_local_job hello.lua 2
+    run_job
+    [[ $rc == 0 ]] || fail "first run: exit status $rc"
+    first=$(readlink "$job/logs/$name/latest")
+    [[ -n $first ]] || fail "no latest link after the first run"
+    cp "$job/logs/$name/$first/attempt-0/rank-0.out" "$job/first-rank-0.out"
+    sleep 1.1 # run ids begin with the second they started; the random part differs anyway
+    run_job
+    [[ $rc == 0 ]] || fail "second run: exit status $rc"
+    second=$(readlink "$job/logs/$name/latest")
+    [[ $second != "$first" ]] || fail "the second run reused the first run's directory $first"
+    cmp -s "$job/first-rank-0.out" "$job/logs/$name/$first/attempt-0/rank-0.out" || fail "the first run's log changed"
+    has "$job/logs/$name/$first/launcher.log" "all 2 ranks exited 0" || fail "the first run's launcher.log was replaced"
+    id1=$(sed -n 's/.*job \(it-[^ ]*\) attempt 0:.*/\1/p' "$job/logs/$name/$first/launcher.log")
+    has "$job/logs/$name/$second/attempt-0/rank-0.out" "job $name-" || fail "second run's rank log missing"
+    ! has "$job/logs/$name/$second/attempt-0/rank-0.out" "job $id1" || fail "second run's log holds the first run's job id"
+    assert_no_orphans
+}
+
+# A script that cannot be loaded is the user's error: no restart, exit status 2.
+case_user_error() {
+    write_local_job syntax_error.lua 2 "[restart]" "max_restarts = 3" "backoff = 0"
+    run_job
+    [[ $rc == 2 ]] || fail "exit status $rc, expected 2 (user error)"
+    has "$job/err" "could not load its script" || fail "the summary does not say the script could not be loaded"
+    [[ ! -e $run_dir/attempt-1 ]] || fail "a user error was restarted"
+    assert_no_orphans
+}
+
+# 50 attempts of a 4-rank job (one invocation, 49 restarts): in each, a random rank fails
+# in a random way (Lua error, exit, SIGKILL, SIGSEGV, SIGABRT, an error raised in C) while
+# its peers are inside an all-reduce; the root cause named must be that rank every time.
+case_root_cause() {
+    local n=${ROOT_CAUSE_RUNS:-50}
+    write_local_job rootcause.lua 4 "[restart]" "max_restarts = $((n - 1))" "backoff = 0" \
+        "[env]" "RC_SEED = ${ROOT_CAUSE_SEED:-$$}" "DS_COMM_TIMEOUT_MS = 20000"
+    timeout -s KILL 300 "$DSLAUNCH" "$job/job.ini" > "$job/out" 2> "$job/err"
+    rc=$?
+    [[ $rc == 1 ]] || fail "exit status $rc, expected 1 (every attempt fails)"
+    for ((a = 0; a < n; a++)); do
+        plan=$(grep -a "plan attempt $a " "$run_dir/attempt-$a/rank-0.out") || fail "attempt $a: no plan line"
+        victim=$(sed 's/.* victim \([0-9]*\) .*/\1/' <<< "$plan")
+        named=$(sed -n "s/.*attempt $a failed: rank \([0-9]*\) .*/\1/p" "$run_dir/launcher.log")
+        [[ $named == "$victim" ]] || fail "attempt $a ($plan): root cause named rank '${named}', expected $victim"
+    done
+    assert_no_orphans
+}
+
+"case_$case_name"
+[[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
+echo "PASS [$case_name]"
