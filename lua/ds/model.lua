@@ -204,8 +204,10 @@ function Model:save(dir, optimizer, state)
   for key, v in pairs(state) do saved[key] = v end
   saved.optimizer_t = optimizer and optimizer.t or 0
   saved.world_size = info.world
-  saved.precision = {}
-  for _, s in ipairs(self.stages) do saved.precision[s:info().name] = s:info().precision end
+  saved.precision, saved.seeds = {}, {}
+  for _, s in ipairs(self.stages) do
+    saved.precision[s:info().name], saved.seeds[s:info().name] = s:info().precision, s:info().seed
+  end
   if self.scaler then saved.loss_scaler = self.scaler:state() end
   local ok, err = w:commit(saved, function() z:barrier() end)
   if not ok then util.errorf('model:save %s: %s', dir, tostring(err)) end
@@ -240,6 +242,35 @@ function Model:load(dir, optimizer)
   if optimizer then optimizer.t = state.optimizer_t or 0 end
   if self.scaler and type(state.loss_scaler) == 'table' then self.scaler:set_state(state.loss_scaler) end
   ck:close()
+  return state
+end
+
+-- Resumes training from dir's latest checkpoint (collective): returns the saved state
+-- table (state.step: the last step done), or nil when dir holds no checkpoint yet (no
+-- `latest`: a fresh start). A damaged checkpoint raises an error instead of starting
+-- over: a missing or malformed `latest`, shard or meta.json, a checksum that fails, a
+-- model that does not match. Restores the parameters, the optimizer's moments and step
+-- count, the loss scaler; the stages' seeds must be the saved ones, since dropout draws
+-- from (seed, step, layer, micro-batch): the step then restores the random streams, as
+-- it does the learning-rate schedule and ds.data's and ds.synth's (stateless) sampling.
+-- opts.data: a data source with :set_state(v) gets back the state.data it was saved with.
+function Model:resume(dir, optimizer, opts)
+  if type(dir) ~= 'string' then util.error('model:resume(dir, optimizer [, opts]): dir must be a string') end
+  util.check_keys(opts or {}, util.set {'data'}, 'model:resume')
+  local latest, err = core.ckpt_latest(dir)
+  if latest == nil and err ~= nil then util.errorf('model:resume: %s', tostring(err)) end
+  if latest == nil then return nil end
+  local state = self:load(dir, optimizer)
+  for _, s in ipairs(self.stages) do
+    local name, seed = s:info().name, s:info().seed
+    local saved = type(state.seeds) == 'table' and state.seeds[name]
+    if saved ~= nil and saved ~= seed then
+      util.errorf('model:resume %s: stage %s was saved with seed %s, this run has %s', dir, name,
+                  tostring(saved), tostring(seed))
+    end
+  end
+  local data = opts and opts.data
+  if data ~= nil and state.data ~= nil and data.set_state then data:set_state(state.data) end
   return state
 end
 

@@ -9,15 +9,54 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../launch/lib.sh"
 run_dir="$job/logs/$name/latest"
 
-# write_local_job SCRIPT RANKS [extra ini lines...]: a job of RANKS ranks on this node.
+# write_local_job SCRIPT RANKS [extra ini lines...]: a job of RANKS ranks on this node
+# ($JOB_ARGS, when set, are the script's arguments).
 write_local_job() {
     local script=$1 ranks=$2
     shift 2
     {
         printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n' "$name" "$script" "$DSRUN"
+        [[ -n ${JOB_ARGS:-} ]] && printf 'args = %s\n' "$JOB_ARGS"
         printf '[resources]\nnum_gpus = %s\ndevice = cpu\n' "$ranks"
         for line in "$@"; do printf '%s\n' "$line"; done
     } > "$job/job.ini"
+}
+
+# write_train_job NAME_SUFFIX RANKS [extra ini lines...]: the example GPT trainer, tiny,
+# through train_hook.lua, with ZeRO-2, dropout, a checkpoint every 3 steps and the final
+# weights exported; TRAIN_STEPS (default 12) steps.
+write_train_job() {
+    local ranks=$1
+    shift
+    cat > "$job/tiny.lua" <<EOF
+return {model = {vocab = 32, context = 16, d = 32, layers = 2, heads = 2, dropout = 0.1},
+        batch = 4, steps = ${TRAIN_STEPS:-12}, warmup = 2, log_every = 1, save_every = 3,
+        ckpt = 'ck', export = 'final.safetensors'}
+EOF
+    JOB_ARGS=tiny.lua write_local_job train_hook.lua "$ranks" "[engine]" "zero_stage = 2" \
+        "[env]" "TRAIN_LUA = $TRAIN_LUA" "$@"
+}
+
+# The final weights of the same job run without interruption, for comparison.
+reference_weights() {
+    local saved_name=$name
+    rm -rf "$job/ck"
+    run_job
+    [[ $rc == 0 ]] || fail "the uninterrupted reference run failed ($rc)"
+    mv "$job/final.safetensors" "$job/reference.safetensors"
+    rm -rf "$job/ck"
+}
+
+all_paused() {
+    local n=$1 at=$2
+    for ((r = 0; r < n; r++)); do has "$run_dir/attempt-0/rank-$r.out" "paused at step $at" || return 1; done
+}
+
+# The pid of rank R's worker (by its marker arguments).
+worker_pid() {
+    grep -lsazx -- "$name-[0-9a-f]\{8\}" /proc/[0-9]*/cmdline | while read -r f; do
+        tr '\0' ' ' < "$f" 2>/dev/null | grep -q " worker --job $name-[0-9a-f]* --rank $1 " && basename "$(dirname "$f")"
+    done
 }
 
 # ---- cases ----
@@ -101,6 +140,25 @@ case_root_cause() {
         named=$(sed -n "s/.*attempt $a failed: rank \([0-9]*\) .*/\1/p" "$run_dir/launcher.log")
         [[ $named == "$victim" ]] || fail "attempt $a ($plan): root cause named rank '${named}', expected $victim"
     done
+    assert_no_orphans
+}
+
+# A rank killed after step 5 (the last checkpoint: step 3): the restart resumes from
+# step 3 by itself and the final weights are bit for bit those of an uninterrupted run.
+case_resume_exact() {
+    write_train_job 2 "[restart]" "max_restarts = 1" "backoff = 0"
+    reference_weights
+    printf '[env]\nPAUSE_AT_STEP = 5\n' >> "$job/job.ini"
+    start_job_bg
+    wait_for 30 "both ranks to pause at step 5" all_paused 2 5
+    pid=$(worker_pid 1)
+    [[ -n $pid ]] || fail "cannot find rank 1's worker"
+    kill -KILL "$pid"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
+    has "$run_dir/attempt-1/rank-0.out" "resumed from ck at step 3" || fail "attempt 1 did not resume at step 3"
+    has "$job/err" "rank 1 on localhost was killed by signal 9" || fail "the root cause is not the killed rank"
+    cmp -s "$job/final.safetensors" "$job/reference.safetensors" || fail "the resumed run's weights differ from the uninterrupted run's"
     assert_no_orphans
 }
 

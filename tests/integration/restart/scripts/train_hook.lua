@@ -1,0 +1,31 @@
+-- Runs examples/gpt/train.lua (TRAIN_LUA) with a test hook: when PAUSE_AT_STEP is set,
+-- every rank of attempt 0 prints "paused at step N" once step N is done (before its
+-- checkpoint, if one is due) and then waits there, so the test can break something at a
+-- known step. Later attempts, and runs without PAUSE_AT_STEP, are plain train.lua.
+local ds = require 'ds'
+local model = require 'ds.model'
+local pause_at = math.tointeger(tonumber(os.getenv('PAUSE_AT_STEP') or ''))
+if pause_at and ds.attempt() == 0 then
+  local make = model.Model
+  model.Model = function(spec)
+    local m = make(spec)
+    local class = getmetatable(m)
+    if not class.paused_hook then
+      local train_step = class.train_step
+      class.train_step = function(self, t)
+        local r = train_step(self, t)
+        if t.step == pause_at then
+          print(string.format('paused at step %d', t.step))
+          io.stdout:flush()
+          while true do os.execute('sleep 0.05') end
+        end
+        return r
+      end
+      class.paused_hook = true
+    end
+    return m
+  end
+end
+local train = assert(os.getenv('TRAIN_LUA'), 'TRAIN_LUA not set')
+arg[0] = train
+dofile(train)
