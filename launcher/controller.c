@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "controller.h"
+#include "exit_codes.h"
 #include "job.h"
 #include "restart.h"
 #include "run_dir.h"
@@ -166,7 +167,9 @@ static void handle_signals(ds_job *job, int sigfd) {
             for (int i = 0; i < job->plan->nnodes; i++) ds_node_reap(&job->nodes[i]);
             continue;
         }
-        if (!job->stopping) {
+        if (!job->stopping && !job->drain_sig && (job->spec->drain_signals & 1 << sig)) {
+            ds_job_drain(job, sig);
+        } else if (!job->stopping) {
             job->interrupted = sig;
             fprintf(stderr, "dslaunch: %s: stopping every rank (again to kill at once)\n", sigabbrev_np(sig));
             ds_job_stop(job, "interrupted by SIG%s", sigabbrev_np(sig));
@@ -278,6 +281,7 @@ static void run_loop(ds_job *job, int sigfd) {
         long long now = ds_now_ms();
         if (now >= next_tick) {
             check_heartbeats(job);
+            ds_job_check_drain(job);
             for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
             /* often enough that a lost node is seen soon after heartbeat_timeout */
             int tick = job->spec->heartbeat_timeout_ms / 4;
@@ -325,18 +329,27 @@ static void start_nodes(ds_job *job) {
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
 }
 
-/* The backoff before a restart; a signal during it ends the invocation. */
-static void wait_backoff(ds_job *job, int sigfd, long long ms) {
+/* The backoff before a restart. A signal during it ends the invocation: a drain signal
+ * as drained (nothing runs; the next run resumes from the last checkpoint), any other
+ * as interrupted. */
+static ds_end wait_backoff(ds_job *job, int sigfd, long long ms) {
     long long until = ds_now_ms() + ms;
-    for (long long now = ds_now_ms(); now < until && !job->interrupted; now = ds_now_ms()) {
+    for (long long now = ds_now_ms(); now < until; now = ds_now_ms()) {
         struct pollfd p = {.fd = sigfd, .events = POLLIN};
         poll(&p, 1, (int)(until - now));
         struct signalfd_siginfo si;
-        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-            if (si.ssi_signo != SIGCHLD) job->interrupted = (int)si.ssi_signo;
+        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            int sig = (int)si.ssi_signo;
+            if (sig == SIGCHLD) continue;
+            int drain = job->spec->drain_signals & 1 << sig;
+            fprintf(stderr, "dslaunch: SIG%s during the backoff: not restarting\n", sigabbrev_np(sig));
+            ds_event(job->ev, "SIG%s during the backoff: not restarting", sigabbrev_np(sig));
+            if (drain) job->drain_sig = sig;
+            else job->interrupted = sig;
+            return drain ? DS_END_DRAINED : DS_END_INTERRUPTED;
+        }
     }
-    if (job->interrupted)
-        fprintf(stderr, "dslaunch: %s during the backoff: not restarting\n", sigabbrev_np(job->interrupted));
+    return DS_END_FAILED; /* go on */
 }
 
 static double secs_since(long long t0) { return (double)(ds_now_ms() - t0) / 1000; }
@@ -355,7 +368,7 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
     run_loop(job, sigfd);
     if (!ds_job_attempt_ok(job)) ds_job_find_root(job);
     int again = ds_restart_next(rs, job, wait_ms, end);
-    if (*end == DS_END_OK) return 0;
+    if (*end == DS_END_OK || *end == DS_END_DRAINED) return 0;
     const char *why = job->root.found ? job->root.f.what : job->failure[0] ? job->failure : "not every rank exited 0";
     if (again)
         fprintf(stderr, "dslaunch: job %s attempt %d failed after %.1f s: %s\n", job->id, job->attempt,
@@ -377,10 +390,31 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
 
 static int exit_status(const ds_job *job, ds_end end) {
     switch (end) {
-    case DS_END_OK: return 0;
-    case DS_END_USER_ERROR: return 2;
-    case DS_END_INTERRUPTED: return 128 + job->interrupted;
-    default: return 1;
+    case DS_END_OK: return DS_EXIT_OK;
+    case DS_END_USER_ERROR: return DS_EXIT_USER_ERROR;
+    case DS_END_DRAINED: return DS_EXIT_DRAINED;
+    case DS_END_INTERRUPTED: return DS_EXIT_INTERRUPTED_BASE + job->interrupted;
+    default: return DS_EXIT_FAILED;
+    }
+}
+
+static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
+    if (end == DS_END_OK) {
+        char after[64] = "";
+        if (rs->restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs->restarts, rs->restarts == 1 ? "" : "s");
+        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s; logs in %s\n", job->id,
+                job->plan->world_size, secs_since(job->run_t0_ms), after, job->attempt_dir);
+        ds_event(job->ev, "job finished: success");
+    } else if (end == DS_END_DRAINED) {
+        long long step = job->attempt_dir ? ds_job_drain_step(job) : -1;
+        char at[64] = "";
+        if (step >= 0) snprintf(at, sizeof at, " at step %lld", step);
+        fprintf(stderr, "dslaunch: job %s drained%s on SIG%s: every rank saved its state and exited; "
+                        "run the same command to resume (exit status %d: requeue); logs in %s\n",
+                job->id, at, sigabbrev_np(job->drain_sig), DS_EXIT_DRAINED, job->run_dir);
+        ds_event(job->ev, "job finished: drained%s", at);
+    } else {
+        ds_event(job->ev, "job finished: FAILED");
     }
 }
 
@@ -404,21 +438,10 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_end end = DS_END_FAILED;
     long long wait_ms = 0;
     for (job.attempt = 0; run_attempt(&job, sigfd, &rs, &wait_ms, &end); job.attempt++) {
-        wait_backoff(&job, sigfd, wait_ms);
-        if (job.interrupted) {
-            end = DS_END_INTERRUPTED;
-            break;
-        }
+        end = wait_backoff(&job, sigfd, wait_ms);
+        if (end != DS_END_FAILED) break;
     }
-    if (end == DS_END_OK) {
-        char after[64] = "";
-        if (rs.restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs.restarts, rs.restarts == 1 ? "" : "s");
-        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s; logs in %s\n", job.id,
-                job.plan->world_size, secs_since(job.run_t0_ms), after, job.attempt_dir);
-        ds_event(job.ev, "job finished: success");
-    } else {
-        ds_event(job.ev, "job finished: FAILED");
-    }
+    report_end(&job, &rs, end);
     int status = exit_status(&job, end);
     job_free(&job);
     ds_restart_free(&rs);

@@ -53,6 +53,7 @@ typedef struct ds_job {
     long long run_t0_ms;   /* when the invocation began */
     int interrupted;       /* the signal that asked us to stop, 0 if none */
     int sched_signal;      /* a signal Slurm sent every process of the job (srun.c), 0 if none */
+    int drain_sig;         /* the signal that asked for a drain, 0 if none (drain.c) */
 
     /* ---- per attempt (ds_job_begin_attempt resets these) ---- */
     int attempt;
@@ -65,6 +66,7 @@ typedef struct ds_job {
     long long stop_wall_ms; /* wall clock when stopping began: what ends later was stopped */
     long long kill_at_ms;  /* after this, agents still there are killed ... */
     long long drop_at_ms;  /* ... and after this, dropped */
+    long long drain_deadline_ms; /* a drain not done by then is stopped */
     char failure[1024];    /* why the job stops, as first heard; empty while all is well */
     ds_root_cause root;    /* after the attempt: the failure that caused the others */
     struct ds_srun_step *srun; /* [launch] method = srun: the step every agent runs in (srun.h) */
@@ -86,6 +88,14 @@ void ds_job_on_agent_line(void *job, ds_node *n, const char *line);
 void ds_job_on_node_done(ds_job *job, ds_node *n);
 /* Kills a node's agent and ranks without asking it (ds_node_kill_hard). */
 void ds_job_kill_node(ds_job *job, ds_node *n);
+/* Draining (drain.c): sig asked every rank to checkpoint at a common step and exit.
+ * When no rank of the attempt has polled for drains yet, the job is stopped instead. */
+void ds_job_drain(ds_job *job, int sig);
+/* Stops a drain that outlived [restart] drain_timeout. */
+void ds_job_check_drain(ds_job *job);
+/* The step the ranks drained at (from rank 0), or -1. */
+long long ds_job_drain_step(const ds_job *job);
+
 /* Marks node n failed for why (once), with the time it was noticed. */
 void ds_job_node_failed(ds_job *job, ds_node *n, const char *why);
 

@@ -10,6 +10,7 @@
 #include <ini.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,8 @@ typedef enum {
     K_BOOL,
     K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
     K_TEE,
+    K_SIGNALS, /* signal names (TERM, HUP, USR1, USR2) separated by commas or spaces, or
+                  none: stored as a mask of 1 << signal number */
 } key_type;
 
 #define ALLOW_EMPTY 1
@@ -75,6 +78,8 @@ static const key_def KEYS[] = {
     {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
     {"restart", "backoff", K_SECONDS, F(backoff_ms), 0, 3600000, NULL, 0},
     {"restart", "backoff_max", K_SECONDS, F(backoff_max_ms), 0, 86400000, NULL, 0},
+    {"restart", "drain_signals", K_SIGNALS, F(drain_signals), 0, 0, NULL, 0},
+    {"restart", "drain_timeout", K_SECONDS, F(drain_timeout_ms), 1, 86400000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
@@ -397,6 +402,28 @@ static void free_args(ds_jobspec *spec) {
     spec->nargs = 0;
 }
 
+/* "TERM, USR1" (commas or spaces, SIG prefix optional) or "none" -> mask of 1 << signo. */
+static int parse_signals(const char *s, int *mask) {
+    static const struct { const char *name; int sig; } SIGS[] = {
+        {"TERM", SIGTERM}, {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+    *mask = 0;
+    if (!strcmp(s, "none")) return 0;
+    const char *p = s;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        size_t n = strcspn(p, ", \t");
+        const char *w = p;
+        if (n > 3 && !strncmp(w, "SIG", 3)) w += 3, n -= 3;
+        int found = 0;
+        for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++)
+            if (strlen(SIGS[i].name) == n && !strncmp(w, SIGS[i].name, n)) *mask |= 1 << SIGS[i].sig, found = 1;
+        if (!found) return -1;
+        p = w + n;
+    }
+    return *mask ? 0 : -1;
+}
+
 /* ---- init / free ---- */
 
 void ds_jobspec_init(ds_jobspec *spec) {
@@ -424,6 +451,8 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->heartbeat_timeout_ms = 30000;
     spec->backoff_ms = 1000;
     spec->backoff_max_ms = 60000;
+    spec->drain_signals = 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2;
+    spec->drain_timeout_ms = 120000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
     ds_engine_opts_init(&spec->engine);
@@ -496,6 +525,7 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_BOOL: return "true or false";
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
+    case K_SIGNALS: return "none, or signal names among TERM, HUP, USR1, USR2 (e.g. TERM, USR1)";
     }
     return "?";
 }
@@ -603,6 +633,11 @@ static int set_key(parse_state *st, int ki, const char *value) {
         set_str((char **)field, strdup(value));
         return 1;
     }
+    case K_SIGNALS:
+        if (parse_signals(value, &b) != 0)
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = b;
+        return 1;
     }
     return fail(st, "internal: bad key type");
 }

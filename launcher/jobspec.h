@@ -74,6 +74,12 @@ typedef struct ds_jobspec {
     int backoff_ms;              /* key backoff (s): wait before the first restart, doubled
                                     for each next one; default 1 s */
     int backoff_max_ms;          /* key backoff_max (s): the longest wait; default 60 s */
+    int drain_signals;           /* key drain_signals: a mask of 1 << SIGxxx that drain the
+                                    job (checkpoint, exit for requeue) instead of stopping
+                                    it: "TERM, USR1, USR2" (default; any of TERM, HUP,
+                                    USR1, USR2) or "none" */
+    int drain_timeout_ms;        /* key drain_timeout (s): how long ranks may take to drain
+                                    before they are stopped; default 120 s */
 
     /* [logs] */
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir

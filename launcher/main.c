@@ -1,20 +1,20 @@
 /* dslaunch: the controller's entry point. Command line -> job spec (+ overrides) ->
  * hosts (hostfile or this node) -> filters -> plan; then either print the plan
- * (--dry-run) or run it. Every error before the run exits 2 and leaves nothing behind. */
+ * (--dry-run) or run it. Every error before the run exits 2 (DS_EXIT_USER_ERROR) and
+ * leaves nothing behind. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "controller.h"
+#include "exit_codes.h"
 #include "hostfile.h"
 #include "jobspec.h"
 #include "launch_method.h"
 #include "plan.h"
 #include "slurm.h"
 #include "ds_gpu.h"
-
-#define EXIT_USAGE 2
 
 static int local_gpu_count(void) { return ds_gpu_count(NULL, 0); }
 
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     if (ds_cli_parse(&cli, argc, argv, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n%s\n(dslaunch --help lists the options)\n", err.msg,
                 DS_CLI_USAGE);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     if (cli.help) {
         fputs(DS_CLI_HELP, stdout);
@@ -82,13 +82,13 @@ int main(int argc, char **argv) {
     ds_jobspec spec;
     if (ds_jobspec_load(&spec, cli.job, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     ds_plan plan;
     if (ds_cli_apply(&cli, &spec, &err) != 0 || plan_job(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_jobspec_free(&spec);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     int rc = 0;
     if (cli.dry_run) {

@@ -18,6 +18,10 @@ static long long backoff(const ds_restart *rs) {
 
 int ds_restart_next(ds_restart *rs, const ds_job *job, long long *wait_ms, ds_end *end) {
     *wait_ms = 0;
+    if (job->drain_sig && !job->interrupted) { /* a rank that failed while draining is not restarted */
+        *end = ds_job_attempt_ok(job) ? DS_END_DRAINED : DS_END_FAILED;
+        return 0;
+    }
     if (ds_job_attempt_ok(job)) {
         *end = DS_END_OK;
         return 0;

@@ -1,8 +1,8 @@
 /* The restart policy: after each attempt, whether to run another and on which plan. An
  * attempt that failed is restarted while `[restart] max_restarts` allows, after a
  * backoff (`backoff`, doubled each time up to `backoff_max`); one that failed because
- * the job itself is wrong (a script that cannot be loaded), was interrupted, or
- * succeeded ends the invocation. */
+ * the job itself is wrong (a script that cannot be loaded), was interrupted, was
+ * drained, or succeeded ends the invocation. */
 #ifndef DS_RESTART_H
 #define DS_RESTART_H
 
@@ -17,6 +17,7 @@ typedef enum {
     DS_END_FAILED,      /* failed, and no restart left */
     DS_END_USER_ERROR,  /* the job spec, hostfile or script is wrong */
     DS_END_INTERRUPTED, /* stopped by a signal that does not drain */
+    DS_END_DRAINED,     /* drained on request: every rank checkpointed and exited 0 */
 } ds_end;
 
 typedef struct ds_restart {

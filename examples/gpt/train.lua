@@ -8,7 +8,8 @@
 -- last logged loss is below X (the test suite uses it). ckpt = DIR with save_every = N
 -- saves a state checkpoint every N steps (and at the last) and, when DIR already holds
 -- one, resumes from it exactly (model:resume): a restarted job continues where its last
--- checkpoint left off.
+-- checkpoint left off. When dslaunch drains the job (a scheduler's SIGTERM/SIGUSR1),
+-- every rank stops after the same step, saves it, and exits 0.
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
 
@@ -106,7 +107,7 @@ local function save(step)
 end
 
 local metrics = S.metrics and assert(io.open(S.metrics, first > 1 and 'a' or 'w'))
-local t_last, tokens_since, last_loss = ds.now(), 0, nil
+local t_last, tokens_since, last_loss, drained = ds.now(), 0, nil, false
 for step = first, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
     lr = lr_at(step), next_batch = function(micro) return source:batch(step, micro) end}
@@ -128,9 +129,17 @@ for step = first, S.steps do
     t_last, tokens_since = ds.now(), 0
   end
   last_loss = st.loss
-  if S.ckpt and S.save_every > 0 and (step % S.save_every == 0 or step == S.steps) then save(step) end
+  local saved = S.ckpt and S.save_every > 0 and (step % S.save_every == 0 or step == S.steps)
+  if saved then save(step) end
+  if ds.drain_requested(step) then -- collective: every rank gets the same answer here
+    if S.ckpt and not saved then save(step) end
+    print(string.format('drained at step %d%s', step, S.ckpt and '' or ' (no ckpt= given: nothing saved)'))
+    drained = true
+    break
+  end
 end
 if metrics then metrics:close() end
+if drained then return end
 print(ds.memory_report())
 
 if S.export then

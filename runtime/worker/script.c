@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "drain.h"
 #include "ds_clock.h"
 #include "ds_lua.h"
 #include "failure_record.h"
@@ -64,6 +65,7 @@ static int luaopen_ds_core(lua_State *L) {
     ds_lua_open_comm(L);
     ds_lua_open_zero(L);
     ds_lua_open_ckpt(L);
+    ds_lua_open_drain(L);
     return 1;
 }
 

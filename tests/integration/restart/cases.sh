@@ -162,6 +162,46 @@ case_resume_exact() {
     assert_no_orphans
 }
 
+# SIGUSR1 while every rank waits after step 5: the ranks agree to stop after step 5,
+# save it and exit; dslaunch exits 3 (requeue). The same command then resumes at step 5
+# and ends with the weights of an uninterrupted run, byte for byte.
+case_drain_exact() {
+    write_train_job 2
+    reference_weights
+    printf '[env]\nPAUSE_AT_STEP = 5\nPAUSE_UNTIL = %s/go\n' "$job" >> "$job/job.ini"
+    start_job_bg
+    wait_for 30 "both ranks to pause at step 5" all_paused 2 5
+    kill -USR1 "$dl_pid"
+    draining() { has "$run_dir/launcher.log" "draining on SIGUSR1"; }
+    wait_for 10 "dslaunch to begin draining" draining
+    touch "$job/go"
+    wait_job_bg
+    [[ $rc == 3 ]] || fail "exit status $rc after SIGUSR1, expected 3 (drained)"
+    has "$job/err" "drained at step 5 on SIGUSR1" || fail "the summary does not say where it drained"
+    for r in 0 1; do has "$run_dir/attempt-0/rank-$r.out" "drained at step 5" || fail "rank $r did not drain at step 5"; done
+    [[ $(cat "$job/ck/latest") == step-5 ]] || fail "the checkpoint is $(cat "$job/ck/latest"), expected step-5"
+    assert_no_orphans
+    run_job
+    [[ $rc == 0 ]] || fail "the resumed run: exit status $rc"
+    has "$run_dir/attempt-0/rank-0.out" "resumed from ck at step 5" || fail "the second run did not resume at step 5"
+    cmp -s "$job/final.safetensors" "$job/reference.safetensors" || fail "drained and resumed weights differ from the uninterrupted run's"
+    assert_no_orphans
+}
+
+# A script that never polls for drains is stopped by SIGTERM as an interrupt (143).
+case_drain_unaware() {
+    cp "$here/../launch/scripts/spin.lua" "$job/"
+    write_local_job spin.lua 2
+    start_job_bg
+    all_ready() { for r in 0 1; do has "$run_dir/attempt-0/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    kill -TERM "$dl_pid"
+    wait_job_bg
+    [[ $rc == 143 ]] || fail "exit status $rc, expected 143"
+    has "$job/err" "the script does not drain" || fail "no word that the script does not drain"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"

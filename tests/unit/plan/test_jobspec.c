@@ -1,6 +1,7 @@
 /* The INI job spec: defaults, every key's validation, messages naming file:line:key;
  * and the command line (cli.c) that overrides it. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -437,8 +438,34 @@ static void test_cli_apply(void **st) {
     ds_jobspec_free(&s);
 }
 
+/* [restart]'s supervision keys: defaults, values, and what is refused. */
+static void test_restart_keys(void **st) {
+    (void)st;
+    ds_jobspec s;
+    assert_string_equal(parse(&s, MIN), "");
+    assert_int_equal(s.backoff_ms, 1000);
+    assert_int_equal(s.backoff_max_ms, 60000);
+    assert_int_equal(s.drain_signals, 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2);
+    assert_int_equal(s.drain_timeout_ms, 120000);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[restart]\nbackoff = 0\nbackoff_max = 2.5\ndrain_signals = SIGUSR1, HUP\n"
+                                      "drain_timeout = 30\n"), "");
+    assert_int_equal(s.backoff_ms, 0);
+    assert_int_equal(s.backoff_max_ms, 2500);
+    assert_int_equal(s.drain_signals, 1 << SIGUSR1 | 1 << SIGHUP);
+    assert_int_equal(s.drain_timeout_ms, 30000);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[restart]\ndrain_signals = none\n"), "");
+    assert_int_equal(s.drain_signals, 0);
+    ds_jobspec_free(&s);
+    expect_err(MIN "[restart]\ndrain_signals = KILL\n", ":5: [restart] drain_signals: 'KILL': expected none, or signal names");
+    expect_err(MIN "[restart]\ndrain_signals = ,\n", "drain_signals");
+    expect_err(MIN "[restart]\ndrain_timeout = 0\n", "out of range");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restart_keys),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_key),
         cmocka_unit_test(test_indent_and_inline_comment),

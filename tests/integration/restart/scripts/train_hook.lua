@@ -1,7 +1,8 @@
 -- Runs examples/gpt/train.lua (TRAIN_LUA) with a test hook: when PAUSE_AT_STEP is set,
 -- every rank of attempt 0 prints "paused at step N" once step N is done (before its
--- checkpoint, if one is due) and then waits there, so the test can break something at a
--- known step. Later attempts, and runs without PAUSE_AT_STEP, are plain train.lua.
+-- checkpoint, if one is due) and then waits there (until the file PAUSE_UNTIL exists,
+-- when that is set; else for ever), so the test can break something at a known step.
+-- Later attempts, and runs without PAUSE_AT_STEP, are plain train.lua.
 local ds = require 'ds'
 local model = require 'ds.model'
 local pause_at = math.tointeger(tonumber(os.getenv('PAUSE_AT_STEP') or ''))
@@ -17,7 +18,12 @@ if pause_at and ds.attempt() == 0 then
         if t.step == pause_at then
           print(string.format('paused at step %d', t.step))
           io.stdout:flush()
-          while true do os.execute('sleep 0.05') end
+          local until_file = os.getenv('PAUSE_UNTIL')
+          while true do
+            local f = until_file and io.open(until_file)
+            if f then f:close() break end
+            os.execute('sleep 0.05')
+          end
         end
         return r
       end
