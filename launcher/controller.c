@@ -81,7 +81,8 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
               config_int(b, "node", n->plan->node_rank) | config(b, "rdzv", job->rdzv) |
               config(b, "token", job->token) | config(b, "workdir", s->workdir) |
               config(b, "script", s->script) | config_int(b, "heartbeat_ms", s->heartbeat_interval_ms) |
-              config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms);
+              config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms) |
+              config_int(b, "progress_ms", ds_progress_interval_ms(s));
     for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
     for (int r = 0; r < job->plan->world_size && !bad; r++) {
         if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
@@ -282,9 +283,11 @@ static void run_loop(ds_job *job, int sigfd) {
         if (now >= next_tick) {
             check_heartbeats(job);
             ds_job_check_drain(job);
+            ds_job_check_progress(job);
             for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
             /* often enough that a lost node is seen soon after heartbeat_timeout */
-            int tick = job->spec->heartbeat_timeout_ms / 4;
+            int tick = job->spec->heartbeat_timeout_ms / 4, progress = ds_progress_interval_ms(job->spec);
+            if (progress && progress < tick) tick = progress;
             next_tick = now + (tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
         }
         if (job->nexited == job->plan->world_size)
@@ -366,6 +369,7 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
              job->plan->world_size, job->plan->nnodes, job->attempt_dir);
     start_nodes(job);
     run_loop(job, sigfd);
+    ds_job_note_resumed(job);
     if (!ds_job_attempt_ok(job)) ds_job_find_root(job);
     int again = ds_restart_next(rs, job, wait_ms, end);
     if (*end == DS_END_OK || *end == DS_END_DRAINED) return 0;

@@ -37,6 +37,8 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
     job->stop_wall_ms = job->kill_at_ms = job->drop_at_ms = 0;
     job->failure[0] = 0;
     memset(&job->root, 0, sizeof job->root);
+    memset(&job->hang, 0, sizeof job->hang);
+    job->resumed_step = -1;
     job->nodes = calloc((size_t)plan->nnodes, sizeof *job->nodes);
     job->ranks = calloc((size_t)plan->world_size, sizeof *job->ranks);
     if (!job->nodes || !job->ranks || asprintf(&job->attempt_dir, "%s/attempt-%d", job->run_dir, attempt) < 0) {

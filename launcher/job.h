@@ -27,6 +27,15 @@
 
 typedef enum { DS_RANK_PENDING, DS_RANK_RUNNING, DS_RANK_EXITED } ds_rank_state;
 
+/* What the controller last saw of a rank's progress report (progress.c). */
+typedef struct ds_rank_progress {
+    long long seq, step;       /* step -1: none started yet */
+    long long seq_ms, step_ms; /* (monotonic) when seq / step last changed */
+    long long op_ms;           /* how long it had waited in op at that report */
+    char op[96];               /* the collective it waits in, "" if none */
+    int reported;
+} ds_rank_progress;
+
 typedef struct ds_rank_status {
     ds_rank_state state;
     pid_t pid;           /* on its node */
@@ -34,6 +43,7 @@ typedef struct ds_rank_status {
     int after_stop;      /* it ended after the job began stopping */
     long long ended_ms;  /* wall clock when it ended, as its agent saw it (0: unknown) */
     ds_failure_record rec; /* what it wrote when it ended by an error (rec.kind[0] = 0: none) */
+    ds_rank_progress progress;
 } ds_rank_status;
 
 struct ds_restart;
@@ -68,6 +78,8 @@ typedef struct ds_job {
     long long drop_at_ms;  /* ... and after this, dropped */
     long long drain_deadline_ms; /* a drain not done by then is stopped */
     char failure[1024];    /* why the job stops, as first heard; empty while all is well */
+    ds_failure hang;       /* a hang found (progress.c); hang.what[0] = 0: none */
+    long long resumed_step; /* where the ranks said they resumed, -1 until they do */
     ds_root_cause root;    /* after the attempt: the failure that caused the others */
     struct ds_srun_step *srun; /* [launch] method = srun: the step every agent runs in (srun.h) */
 } ds_job;
@@ -95,6 +107,14 @@ void ds_job_drain(ds_job *job, int sig);
 void ds_job_check_drain(ds_job *job);
 /* The step the ranks drained at (from rank 0), or -1. */
 long long ds_job_drain_step(const ds_job *job);
+
+/* Reads the ranks' progress reports (progress.c): notes where they resumed, and stops
+ * the job as hung when a rank's step has not moved for [restart] hang_timeout. */
+void ds_job_check_progress(ds_job *job);
+/* Notes in launcher.log where the attempt's ranks said they resumed (once). */
+void ds_job_note_resumed(ds_job *job);
+/* How often ranks report progress for spec's hang_timeout (0: they do not). */
+int ds_progress_interval_ms(const ds_jobspec *spec);
 
 /* Marks node n failed for why (once), with the time it was noticed. */
 void ds_job_node_failed(ds_job *job, ds_node *n, const char *why);

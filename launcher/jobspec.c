@@ -80,6 +80,7 @@ static const key_def KEYS[] = {
     {"restart", "backoff_max", K_SECONDS, F(backoff_max_ms), 0, 86400000, NULL, 0},
     {"restart", "drain_signals", K_SIGNALS, F(drain_signals), 0, 0, NULL, 0},
     {"restart", "drain_timeout", K_SECONDS, F(drain_timeout_ms), 1, 86400000, NULL, 0},
+    {"restart", "hang_timeout", K_SECONDS, F(hang_timeout_ms), 0, 86400000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */

@@ -80,6 +80,9 @@ typedef struct ds_jobspec {
                                     USR1, USR2) or "none" */
     int drain_timeout_ms;        /* key drain_timeout (s): how long ranks may take to drain
                                     before they are stopped; default 120 s */
+    int hang_timeout_ms;         /* key hang_timeout (s): a rank whose training step does not
+                                    move for this long is stuck (the job is restarted);
+                                    0 (default) = no hang detection */
 
     /* [logs] */
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir

@@ -51,7 +51,7 @@ static void rank_failure(const ds_job *job, int r, ds_failure *f) {
     if (nl) *nl = 0;
 }
 
-/* Every failure of the attempt; returns how many (out has room for world + nodes + 1). */
+/* Every failure of the attempt; returns how many (out has room for world + nodes + 2). */
 static int collect(const ds_job *job, ds_failure *out) {
     int n = 0;
     for (int r = 0; r < job->plan->world_size; r++)
@@ -67,6 +67,7 @@ static int collect(const ds_job *job, ds_failure *out) {
         f->consequence = nd->stop_kill; /* dslaunch killed it while stopping */
         snprintf(f->what, sizeof f->what, "node %d (%.200s): %.700s", i, nd->plan->host, nd->error);
     }
+    if (job->hang.what[0]) out[n++] = job->hang;
     if (job->interrupted && job->stopping) { /* asked to stop: that is the cause */
         ds_failure *f = &out[n++];
         memset(f, 0, sizeof *f);
@@ -87,7 +88,7 @@ int ds_job_attempt_ok(const ds_job *job) {
 }
 
 void ds_job_find_root(ds_job *job) {
-    ds_failure *f = calloc((size_t)(job->plan->world_size + job->plan->nnodes + 1), sizeof *f);
+    ds_failure *f = calloc((size_t)(job->plan->world_size + job->plan->nnodes + 2), sizeof *f);
     if (!f) return;
     int n = collect(job, f);
     int root = ds_failure_pick_root(f, n);

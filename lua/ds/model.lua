@@ -271,6 +271,8 @@ function Model:resume(dir, optimizer, opts)
   end
   local data = opts and opts.data
   if data ~= nil and state.data ~= nil and data.set_state then data:set_state(state.data) end
+  -- (the controller's launcher.log notes where each attempt resumed)
+  if core.store and core.rank and core.rank() == 0 then core.store.set('resumed', tostring(state.step)) end
   return state
 end
 
@@ -290,6 +292,7 @@ function Model:train_step(t)
   util.check_keys(t, util.set {'step', 'next_batch', 'accum', 'optimizer', 'clip', 'lr'}, 'model:train_step')
   local accum = t.accum or 1
   if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
+  if core.report_step and math.type(t.step) == 'integer' then core.report_step(t.step) end -- hang detection
   self:zero_grad()
   local scale = self.scaler and self.scaler:scale() or 1.0
   local loss, tokens = 0, 0

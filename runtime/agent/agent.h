@@ -29,6 +29,7 @@ typedef struct ds_agent {
     char **args;
     int nargs;
     int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
+    int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
 
     ds_agent_worker *workers;
     int nworkers;

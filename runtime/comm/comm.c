@@ -15,6 +15,7 @@
 
 #include "comm_backend.h"
 #include "device.h"
+#include "ds_progress.h"
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -457,11 +458,13 @@ static int run_sync(ds_comm *c, ds_comm_handle proto, ds_err *err) {
         ds_comm_handle *h = dispatch(c, &proto, err);
         return h ? ds_comm_wait(h, err) : -1;
     }
+    ds_progress_enter(op_name(proto.kind), proto.count, ds_dtype_name(proto.dtype));
     int rc = run_op(&proto);
     if (rc == 0 && proto.ran && c->vt->finish) {
         rc = c->vt->finish(c->be, &proto, &proto.err);
         if (rc == 0 && proto.op == DS_COMM_AVG) finish_avg(&proto);
     }
+    ds_progress_leave();
     pthread_mutex_lock(&c->mu);
     settle(&proto, rc);
     pthread_mutex_unlock(&c->mu);
@@ -482,6 +485,7 @@ int ds_comm_wait(ds_comm_handle *h, ds_err *err) {
     if (!h) return ds_err_set(err, "comm: wait on a NULL handle");
     ds_comm *c = h->comm;
     int rc;
+    ds_progress_enter(op_name(h->kind), h->count, ds_dtype_name(h->dtype)); /* hang reports name it */
     if (c->vt->threaded) {
         pthread_mutex_lock(&c->mu);
         while (!h->done) pthread_cond_wait(&c->cv, &c->mu);
@@ -496,6 +500,7 @@ int ds_comm_wait(ds_comm_handle *h, ds_err *err) {
     } else {
         rc = h->rc;
     }
+    ds_progress_leave();
     if (rc != 0) *err = h->err;
     free(h);
     return rc;

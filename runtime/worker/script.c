@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "drain.h"
+#include "ds_progress.h"
 #include "ds_clock.h"
 #include "ds_lua.h"
 #include "failure_record.h"
@@ -45,6 +46,11 @@ static int l_job_id(lua_State *L) {
     lua_pushstring(L, ds_context_of(L)->job_id);
     return 1;
 }
+/* The engine's step, for the controller's hang detection (ds_progress.h). */
+static int l_report_step(lua_State *L) {
+    ds_progress_step((long long)luaL_checkinteger(L, 1));
+    return 0;
+}
 
 void ds_lua_open_runtime(lua_State *L) {
     static const luaL_Reg fns[] = {
@@ -52,6 +58,7 @@ void ds_lua_open_runtime(lua_State *L) {
         {"local_rank", l_local_rank}, {"local_world_size", l_local_world_size},
         {"node_rank", l_node_rank}, {"attempt", l_attempt},
         {"host", l_host},         {"job_id", l_job_id},
+        {"report_step", l_report_step},
         {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

@@ -13,6 +13,7 @@
 #include "rank_device.h"
 #include "kernels.h"
 #include "lifeline.h"
+#include "progress_reporter.h"
 #include "comm.h"
 #include "script.h"
 #include "store_client.h"
@@ -50,7 +51,7 @@ static int context_from_env(ds_context *ctx, ds_err *err) {
 }
 
 /* DS_RDZV is host:port (the last ':' separates, so a bracketless IPv6 works too). */
-static int connect_store(ds_context *ctx, ds_err *err) {
+static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_err *err) {
     const char *rdzv = getenv("DS_RDZV");
     if (!rdzv || !rdzv[0]) return 0; /* no store: a world that never meets */
     char host[256];
@@ -70,15 +71,20 @@ static int connect_store(ds_context *ctx, ds_err *err) {
     snprintf(token, sizeof token, "%s", tok ? tok : "");
     unsetenv("DS_STORE_TOKEN"); /* the script's children need not see it */
     ctx->store = ds_store_connect(host, port, token, timeout_ms, err);
-    memset(token, 0, sizeof token);
-    if (!ctx->store) return ds_err_prefix(err, "rendezvous %s", rdzv);
     /* Keys of one attempt never meet those of an earlier one (a restarted job reuses
      * the store). */
     char prefix[32];
     snprintf(prefix, sizeof prefix, "a%d/", ctx->attempt);
-    if (ds_store_set_prefix(ctx->store, prefix, err) != 0)
-        return ds_err_prefix(err, "rendezvous %s", rdzv);
-    return 0;
+    int rc = 0;
+    if (!ctx->store || ds_store_set_prefix(ctx->store, prefix, err) != 0) rc = -1;
+    int progress_ms = 0;
+    if (rc == 0 && getenv("DS_PROGRESS_MS") && env_int("DS_PROGRESS_MS", &progress_ms, err) != 0) rc = -1;
+    if (rc == 0 && progress_ms > 0) {
+        *reporter = ds_progress_reporter_start(host, port, token, prefix, ctx->rank, progress_ms, err);
+        if (!*reporter) rc = -1;
+    }
+    memset(token, 0, sizeof token);
+    return rc == 0 ? 0 : ds_err_prefix(err, "rendezvous %s", rdzv);
 }
 
 /* Ranks on one node share its cores: each takes cores / local ranks threads for its
@@ -110,7 +116,8 @@ int dsrun_worker_main(int argc, char **argv) {
         return 1;
     }
     share_cores(&ctx);
-    int no_store = connect_store(&ctx, &err) != 0;
+    ds_progress_reporter *reporter = NULL;
+    int no_store = connect_store(&ctx, &reporter, &err) != 0;
     if (no_store || ds_rank_open_device(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         /* The store is the controller's: when it cannot be reached, something else failed. */
@@ -118,6 +125,7 @@ int dsrun_worker_main(int argc, char **argv) {
         return 1;
     }
     int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);
+    ds_progress_reporter_stop(reporter);
     if (ds_rank_close_device(&err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         rc = 1;

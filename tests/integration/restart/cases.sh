@@ -202,6 +202,47 @@ case_drain_unaware() {
     assert_no_orphans
 }
 
+# Rank 1 sleeps inside step 5 while rank 0 waits for it in a collective: the controller
+# names rank 1 (not in a collective) within hang_timeout, restarts, and the job resumes
+# and finishes.
+case_hang() {
+    write_train_job 2 "[restart]" "max_restarts = 1" "backoff = 0" "hang_timeout = 2"
+    printf '[env]\nPAUSE_AT_STEP = 5\nPAUSE_RANK = 1\n' >> "$job/job.ini"
+    start_job_bg
+    paused() { has "$run_dir/attempt-0/rank-1.out" "paused at step 5"; }
+    wait_for 30 "rank 1 to pause at step 5" paused
+    start=$SECONDS
+    restarted() { has "$run_dir/launcher.log" "attempt 0 failed"; }
+    wait_for 15 "the hang to be noticed" restarted
+    ((SECONDS - start <= 6)) || fail "took $((SECONDS - start)) s to notice a 2 s hang"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
+    has "$job/err" "attempt 0 failed after .*: hang: no step progress for 2.0 s: rank 1 (localhost) at step 5 is not in a collective" ||
+        fail "the hang does not name rank 1 at step 5"
+    has "$job/err" "rank 0 at step 5 waiting in allreduce of 1 int32" || fail "the hang does not say where rank 0 waits"
+    has "$run_dir/launcher.log" "attempt 1 resumed at step 3" || fail "launcher.log does not say where attempt 1 resumed"
+    assert_no_orphans
+}
+
+# A worker stopped with SIGSTOP (alive, silent): hang detection names it, it is killed
+# (it cannot act on TERM), the job restarts and finishes.
+case_stopped_worker() {
+    write_train_job 2 "[restart]" "max_restarts = 1" "backoff = 0" "hang_timeout = 2"
+    printf '[env]\nPAUSE_AT_STEP = 5\nPAUSE_UNTIL = %s/go\n' "$job" >> "$job/job.ini"
+    start_job_bg
+    wait_for 30 "both ranks to pause at step 5" all_paused 2 5
+    pid=$(worker_pid 1)
+    [[ -n $pid ]] || fail "cannot find rank 1's worker"
+    kill -STOP "$pid"
+    touch "$job/go"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
+    # (its last report may predate step 5: it reports every 0.5 s)
+    has "$job/err" "hang: .*rank 1 (localhost) .*stopped reporting" || fail "the hang does not name the stopped rank 1"
+    has "$job/err" "<- root cause" || fail "no root cause marked"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"

@@ -2,6 +2,7 @@
 -- every rank of attempt 0 prints "paused at step N" once step N is done (before its
 -- checkpoint, if one is due) and then waits there (until the file PAUSE_UNTIL exists,
 -- when that is set; else for ever), so the test can break something at a known step.
+-- PAUSE_RANK: only that rank pauses (the others go on into the next step's collectives).
 -- Later attempts, and runs without PAUSE_AT_STEP, are plain train.lua.
 local ds = require 'ds'
 local model = require 'ds.model'
@@ -15,7 +16,8 @@ if pause_at and ds.attempt() == 0 then
       local train_step = class.train_step
       class.train_step = function(self, t)
         local r = train_step(self, t)
-        if t.step == pause_at then
+        local only = math.tointeger(tonumber(os.getenv('PAUSE_RANK') or ''))
+        if t.step == pause_at and (only == nil or only == ds.rank()) then
           print(string.format('paused at step %d', t.step))
           io.stdout:flush()
           local until_file = os.getenv('PAUSE_UNTIL')
