@@ -381,6 +381,12 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
         fprintf(stderr, "dslaunch: job %s FAILED after %.1f s: %s\n", job->id, secs_since(job->run_t0_ms), why);
     ds_event(job->ev, "attempt %d failed: %s", job->attempt, why);
     ds_job_report_attempt(job);
+    for (char *line = rs->note, *nl; *line; line = nl + 1) { /* excluded nodes, spares, shrinking */
+        if (!(nl = strchr(line, '\n'))) break;
+        if (nl == line) continue;
+        fprintf(stderr, "dslaunch: %.*s\n", (int)(nl - line), line);
+        ds_event(job->ev, "%.*s", (int)(nl - line), line);
+    }
     if (again) {
         fprintf(stderr, "dslaunch: restarting in %.1f s (restart %d of %d)\n", (double)*wait_ms / 1000,
                 rs->restarts, job->spec->max_restarts);
@@ -403,6 +409,9 @@ static int exit_status(const ds_job *job, ds_end end) {
 }
 
 static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
+    for (int i = 0; i < rs->nhosts; i++)
+        if (rs->hosts[i].excluded)
+            fprintf(stderr, "dslaunch: node %s was excluded from this run: %s\n", rs->hosts[i].host, rs->hosts[i].why);
     if (end == DS_END_OK) {
         char after[64] = "";
         if (rs->restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs->restarts, rs->restarts == 1 ? "" : "s");
@@ -437,6 +446,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_restart rs;
     ds_restart_init(&rs, spec, plan);
     job.restart = &rs;
+    job.spec = &rs.run_spec; /* restarts may change grad_accum */
     ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
              job.run_dir);
     ds_end end = DS_END_FAILED;

@@ -76,6 +76,8 @@ static const key_def KEYS[] = {
     {"restart", "spares", K_INT, F(spares), 0, 100000, NULL, 0},
     {"restart", "heartbeat_interval", K_SECONDS, F(heartbeat_interval_ms), 1, 3600000, NULL, 0},
     {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
+    {"restart", "node_retries", K_INT, F(node_retries), 1, 1000, NULL, 0},
+    {"restart", "min_nodes", K_INT, F(min_nodes), 0, 100000, NULL, 0},
     {"restart", "backoff", K_SECONDS, F(backoff_ms), 0, 3600000, NULL, 0},
     {"restart", "backoff_max", K_SECONDS, F(backoff_max_ms), 0, 86400000, NULL, 0},
     {"restart", "drain_signals", K_SIGNALS, F(drain_signals), 0, 0, NULL, 0},
@@ -450,6 +452,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->max_restarts = 0;
     spec->heartbeat_interval_ms = 5000;
     spec->heartbeat_timeout_ms = 30000;
+    spec->node_retries = 2;
     spec->backoff_ms = 1000;
     spec->backoff_max_ms = 60000;
     spec->drain_signals = 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2;

@@ -71,6 +71,10 @@ typedef struct ds_jobspec {
                                     default 0 */
     int heartbeat_interval_ms;   /* key heartbeat_interval (s); default 5 s */
     int heartbeat_timeout_ms;    /* key heartbeat_timeout (s); default 30 s */
+    int node_retries;            /* key node_retries: a node that fails this many times is
+                                    excluded for the rest of the job; default 2 */
+    int min_nodes;               /* key min_nodes: with no spare left, continue on fewer nodes
+                                    while at least this many remain; 0 (default) = never */
     int backoff_ms;              /* key backoff (s): wait before the first restart, doubled
                                     for each next one; default 1 s */
     int backoff_max_ms;          /* key backoff_max (s): the longest wait; default 60 s */

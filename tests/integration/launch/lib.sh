@@ -38,13 +38,15 @@ assert_no_orphans() {
     wait_for 3 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
 }
 
-# write_job SCRIPT [extra ini lines...]: job.ini for a 2-node x 2-slot job over SSH.
+# write_job SCRIPT [extra ini lines...]: job.ini for a 2-node x 2-slot job over SSH
+# ($JOB_ARGS, when set, are the script's arguments).
 write_job() {
     local script=$1
     shift
     printf '127.0.0.2 slots=2\n127.0.0.3 slots=2\n' > "$job/hosts"
     {
         printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n' "$name" "$script" "$DSRUN"
+        [[ -n ${JOB_ARGS:-} ]] && printf 'args = %s\n' "$JOB_ARGS"
         printf '[resources]\nhostfile = hosts\n'
         printf '[ssh]\nport = %s\nidentity = %s\nknown_hosts = %s\nconnect_timeout = 5\n' \
             "$SSHD_PORT" "$SSH_IDENTITY" "$SSH_KNOWN_HOSTS"

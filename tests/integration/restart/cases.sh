@@ -25,17 +25,30 @@ write_local_job() {
 # write_train_job NAME_SUFFIX RANKS [extra ini lines...]: the example GPT trainer, tiny,
 # through train_hook.lua, with ZeRO-2, dropout, a checkpoint every 3 steps and the final
 # weights exported; TRAIN_STEPS (default 12) steps.
-write_train_job() {
-    local ranks=$1
-    shift
+write_tiny_config() {
     cat > "$job/tiny.lua" <<EOF
 return {model = {vocab = 32, context = 16, d = 32, layers = 2, heads = 2, dropout = 0.1},
         batch = 4, steps = ${TRAIN_STEPS:-12}, warmup = 2, log_every = 1, save_every = 3,
         ckpt = 'ck', export = 'final.safetensors'}
 EOF
+}
+
+write_train_job() {
+    local ranks=$1
+    shift
+    write_tiny_config
     JOB_ARGS=tiny.lua write_local_job train_hook.lua "$ranks" "[engine]" "zero_stage = 2" \
         "[env]" "TRAIN_LUA = $TRAIN_LUA" "$@"
 }
+
+# write_train_job_ssh [extra ini lines...]: the same over SSH, 2 nodes x 2 ranks.
+write_train_job_ssh() {
+    write_tiny_config
+    JOB_ARGS=tiny.lua write_job train_hook.lua "[engine]" "zero_stage = 2" "[env]" "TRAIN_LUA = $TRAIN_LUA" "$@"
+}
+
+# The losses rank 0 logged (step loss), from a rank-0.out.
+losses() { sed -n 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/p' "$1"; }
 
 # The final weights of the same job run without interruption, for comparison.
 reference_weights() {
@@ -240,6 +253,41 @@ case_stopped_worker() {
     # (its last report may predate step 5: it reports every 0.5 s)
     has "$job/err" "hang: .*rank 1 (localhost) .*stopped reporting" || fail "the hang does not name the stopped rank 1"
     has "$job/err" "<- root cause" || fail "no root cause marked"
+    assert_no_orphans
+}
+
+# min_nodes = 1, no spare: node 1's agent is killed after step 5; with node_retries = 1
+# it is excluded and the job goes on with node 0's 2 ranks (grad_accum 1 -> 2, the same
+# global batch), resumed from step 3's checkpoint resharded from 4 ranks to 2; its losses
+# stay close to the uninterrupted 4-rank run's.
+case_shrink() {
+    write_train_job_ssh "[restart]" "max_restarts = 1" "backoff = 0" "node_retries = 1" "min_nodes = 1"
+    reference_weights
+    cp "$run_dir/attempt-0/rank-0.out" "$job/reference.out"
+    printf '[env]\nPAUSE_AT_STEP = 5\nPAUSE_UNTIL = %s/go\n' "$job" >> "$job/job.ini"
+    start_job_bg
+    wait_for 30 "every rank to pause at step 5" all_paused 4 5
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    kill -KILL "$agent"
+    touch "$job/go"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after shrinking"
+    has "$job/err" "node 127.0.0.3 excluded: failed 1 time (\[restart\] node_retries = 1)" || fail "the exclusion is not reported"
+    has "$job/err" "node 127.0.0.3 dropped (no spare left)" || fail "the shrink is not reported"
+    has "$job/err" "grad_accum 1 -> 2 for 2 ranks" || fail "grad_accum was not raised"
+    has "$job/err" "node 127.0.0.3 was excluded from this run" || fail "the final summary does not name the excluded node"
+    has "$run_dir/attempt-1/rank-0.out" "resumed from ck at step 3" || fail "attempt 1 did not resume at step 3"
+    has "$run_dir/attempt-1/rank-0.out" "accumulation 2" || fail "attempt 1 does not accumulate 2 micro-batches"
+    [[ ! -e $run_dir/attempt-1/rank-2.out ]] || fail "attempt 1 still has 4 ranks"
+    losses "$job/reference.out" > "$job/ref.losses"
+    losses "$run_dir/attempt-1/rank-0.out" > "$job/shrunk.losses"
+    [[ $(wc -l < "$job/shrunk.losses") == 9 ]] || fail "attempt 1 logged $(wc -l < "$job/shrunk.losses") steps, expected 4..12"
+    # Same global batch, other rows per micro-batch: close, not equal.
+    apart=$(awk 'NR == FNR { ref[$1] = $2; next }
+                 { d = ref[$1] - $2; if (d < 0) d = -d; if (d > 0.15) printf " step %s: %s vs %s;", $1, ref[$1], $2 }' \
+            "$job/ref.losses" "$job/shrunk.losses")
+    [[ -z $apart ]] || fail "the shrunk run's losses left the reference's:$apart"
     assert_no_orphans
 }
 
