@@ -12,8 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "controller.h"
 #include "exit_codes.h"
+#include "notify.h"
 #include "job.h"
 #include "restart.h"
 #include "run_dir.h"
@@ -42,8 +45,15 @@ static int make_run_dir(ds_job *job, ds_err *err) {
     if (ds_run_dir_create(job->job_dir, strrchr(job->id, '-') + 1, 0755, &job->run_dir, err) != 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/launcher.log", job->run_dir);
-    job->ev = ds_events_open(path, err);
-    return job->ev ? 0 : -1;
+    job->ev = ds_events_open(path, job->id, 0644, err);
+    if (!job->ev) return -1;
+    if (s->webhook) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        if (!(job->notify = ds_notify_start(s->webhook, s->notify_timeout_ms, err)))
+            return ds_err_prefix(err, "[notify] webhook");
+        ds_events_set_notify(job->ev, job->notify);
+    }
+    return 0;
 }
 
 static int start_store(ds_job *job, ds_err *err) {
@@ -306,6 +316,8 @@ static void raise_fd_limit(void) {
 
 static void job_free(ds_job *job) {
     ds_job_end_attempt(job);
+    int dropped = ds_notify_stop(job->notify); /* the last events get their chance */
+    if (dropped) fprintf(stderr, "dslaunch: %d event%s did not reach the webhook\n", dropped, dropped == 1 ? "" : "s");
     ds_store_server_stop(job->store);
     ds_events_close(job->ev);
     free(job->job_dir);
@@ -365,8 +377,19 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
         *end = DS_END_FAILED;
         return 0;
     }
-    ds_event(job->ev, "job %s attempt %d: %d ranks on %d nodes, logs in %s", job->id, job->attempt,
-             job->plan->world_size, job->plan->nnodes, job->attempt_dir);
+    ds_json *j = ds_event_begin(job->ev, "started");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kint(j, "world_size", job->plan->world_size);
+        ds_json_key(j, "nodes");
+        ds_json_arr(j);
+        for (int i = 0; i < job->plan->nnodes; i++) ds_json_str(j, job->plan->nodes[i].host);
+        ds_json_end(j);
+        ds_json_kint(j, "grad_accum", (long long)job->spec->engine.grad_accum);
+        ds_json_kstr(j, "logs", job->attempt_dir);
+    }
+    ds_event_end(job->ev, "job %s attempt %d: %d ranks on %d nodes, logs in %s", job->id, job->attempt,
+                 job->plan->world_size, job->plan->nnodes, job->attempt_dir);
     start_nodes(job);
     run_loop(job, sigfd);
     ds_job_note_resumed(job);
@@ -379,7 +402,18 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
                 secs_since(job->t0_ms), why);
     else
         fprintf(stderr, "dslaunch: job %s FAILED after %.1f s: %s\n", job->id, secs_since(job->run_t0_ms), why);
-    ds_event(job->ev, "attempt %d failed: %s", job->attempt, why);
+    ds_json *ev = ds_event_begin(job->ev, "attempt_failed");
+    if (ev) {
+        ds_json_kint(ev, "attempt", job->attempt);
+        ds_json_key(ev, "root_cause");
+        ds_json_obj(ev);
+        ds_json_kint(ev, "rank", job->root.found ? job->root.f.rank : -1);
+        ds_json_kint(ev, "node", job->root.found ? job->root.f.node : -1);
+        ds_json_kstr(ev, "what", why);
+        ds_json_end(ev);
+        ds_json_kint(ev, "consequences", job->root.nconsequences);
+    }
+    ds_event_end(job->ev, "attempt %d failed: %s", job->attempt, why);
     ds_job_report_attempt(job);
     for (char *line = rs->note, *nl; *line; line = nl + 1) { /* excluded nodes, spares, shrinking */
         if (!(nl = strchr(line, '\n'))) break;
@@ -390,8 +424,15 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
     if (again) {
         fprintf(stderr, "dslaunch: restarting in %.1f s (restart %d of %d)\n", (double)*wait_ms / 1000,
                 rs->restarts, job->spec->max_restarts);
-        ds_event(job->ev, "restarting in %.1f s (restart %d of %d)", (double)*wait_ms / 1000, rs->restarts,
-                 job->spec->max_restarts);
+        ds_json *r = ds_event_begin(job->ev, "restarting");
+        if (r) {
+            ds_json_kint(r, "attempt", job->attempt + 1);
+            ds_json_kint(r, "restart", rs->restarts);
+            ds_json_kint(r, "max_restarts", job->spec->max_restarts);
+            ds_json_knum(r, "in_s", (double)*wait_ms / 1000);
+        }
+        ds_event_end(job->ev, "restarting in %.1f s (restart %d of %d)", (double)*wait_ms / 1000, rs->restarts,
+                     job->spec->max_restarts);
     } else if (*end == DS_END_FAILED && job->spec->max_restarts > 0) {
         fprintf(stderr, "dslaunch: no restart left (%d of %d made)\n", rs->restarts, job->spec->max_restarts);
     }
@@ -417,7 +458,9 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
         if (rs->restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs->restarts, rs->restarts == 1 ? "" : "s");
         fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s; logs in %s\n", job->id,
                 job->plan->world_size, secs_since(job->run_t0_ms), after, job->attempt_dir);
-        ds_event(job->ev, "job finished: success");
+        ds_json *j = ds_event_begin(job->ev, "finished");
+        if (j) ds_json_kint(j, "exit_code", DS_EXIT_OK);
+        ds_event_end(job->ev, "job finished: success");
     } else if (end == DS_END_DRAINED) {
         long long step = job->attempt_dir ? ds_job_drain_step(job) : -1;
         char at[64] = "";
@@ -425,9 +468,23 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
         fprintf(stderr, "dslaunch: job %s drained%s on SIG%s: every rank saved its state and exited; "
                         "run the same command to resume (exit status %d: requeue); logs in %s\n",
                 job->id, at, sigabbrev_np(job->drain_sig), DS_EXIT_DRAINED, job->run_dir);
-        ds_event(job->ev, "job finished: drained%s", at);
+        ds_json *j = ds_event_begin(job->ev, "drained");
+        if (j) {
+            if (step >= 0) ds_json_kint(j, "step", step);
+            ds_json_kint(j, "exit_code", DS_EXIT_DRAINED);
+        }
+        ds_event_end(job->ev, "job finished: drained%s", at);
     } else {
-        ds_event(job->ev, "job finished: FAILED");
+        const char *why = end == DS_END_INTERRUPTED ? "interrupted"
+                          : end == DS_END_USER_ERROR ? "the job itself is wrong"
+                          : job->root.found          ? job->root.f.what
+                                                     : "failed";
+        ds_json *j = ds_event_begin(job->ev, "failed");
+        if (j) {
+            ds_json_kint(j, "exit_code", exit_status(job, end));
+            ds_json_kstr(j, "reason", why);
+        }
+        ds_event_end(job->ev, "job finished: FAILED: %s", why);
     }
 }
 

@@ -44,7 +44,12 @@ void ds_job_drain(ds_job *job, int sig) {
     job->drain_deadline_ms = ds_now_ms() + job->spec->drain_timeout_ms;
     fprintf(stderr, "dslaunch: SIG%s: draining: every rank finishes its step, saves a checkpoint and exits "
                     "(again to stop at once)\n", sigabbrev_np(sig));
-    ds_event(job->ev, "draining on SIG%s (attempt %d)", sigabbrev_np(sig), job->attempt);
+    ds_json *j = ds_event_begin(job->ev, "draining");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kstr(j, "signal", sigabbrev_np(sig));
+    }
+    ds_event_end(job->ev, "draining on SIG%s (attempt %d)", sigabbrev_np(sig), job->attempt);
 }
 
 void ds_job_check_drain(ds_job *job) {

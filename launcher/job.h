@@ -59,6 +59,7 @@ typedef struct ds_job {
     ds_store_server *store;
     char rdzv[300];        /* host:port the ranks reach the store at */
     ds_events *ev;
+    struct ds_notify *notify; /* the webhook's sender, NULL without one */
     struct ds_restart *restart; /* the policy's state across attempts (restart.h) */
     long long run_t0_ms;   /* when the invocation began */
     int interrupted;       /* the signal that asked us to stop, 0 if none */

@@ -44,6 +44,20 @@ static void rank_exited(ds_job *job, ds_node *n, int r, const char *how) {
         return;
     }
     if (!rs->after_stop) job->nfailed_ranks++;
+    ds_json *j = ds_event_begin(job->ev, "rank_failed");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kint(j, "rank", r);
+        ds_json_kstr(j, "host", n->plan->host);
+        if (rs->sig) ds_json_kint(j, "signal", rs->sig);
+        else ds_json_kint(j, "exit_code", rs->code);
+        if (rs->rec.kind[0]) {
+            ds_json_kstr(j, "error", rs->rec.message);
+            ds_json_kbool(j, "after_comm_broke", rs->rec.transport);
+        }
+        ds_json_kbool(j, "while_stopping", rs->after_stop);
+    }
+    ds_event_end(job->ev, "rank %d on %s failed: %s", r, n->plan->host, rs->rec.kind[0] ? rs->rec.message : how);
     if (job->stopping) return;
     if (rs->sig) ds_job_stop(job, "rank %d on %s was killed by signal %d (%s)", r, n->plan->host, rs->sig, strsignal(rs->sig));
     else ds_job_stop(job, "rank %d on %s exited with code %d", r, n->plan->host, rs->code);

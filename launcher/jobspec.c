@@ -31,6 +31,7 @@ typedef enum {
     K_BOOL,
     K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
     K_TEE,
+    K_URL,     /* an http:// or https:// URL */
     K_SIGNALS, /* signal names (TERM, HUP, USR1, USR2) separated by commas or spaces, or
                   none: stored as a mask of 1 << signal number */
 } key_type;
@@ -83,6 +84,8 @@ static const key_def KEYS[] = {
     {"restart", "drain_signals", K_SIGNALS, F(drain_signals), 0, 0, NULL, 0},
     {"restart", "drain_timeout", K_SECONDS, F(drain_timeout_ms), 1, 86400000, NULL, 0},
     {"restart", "hang_timeout", K_SECONDS, F(hang_timeout_ms), 0, 86400000, NULL, 0},
+    {"notify", "webhook", K_URL, F(webhook), 0, 0, NULL, 0},
+    {"notify", "timeout", K_SECONDS, F(notify_timeout_ms), 1, 600000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
@@ -91,7 +94,7 @@ static const key_def KEYS[] = {
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "rendezvous",
-                                 "restart", "logs", "engine"};
+                                 "restart", "notify", "logs", "engine"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -457,6 +460,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->backoff_max_ms = 60000;
     spec->drain_signals = 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2;
     spec->drain_timeout_ms = 120000;
+    spec->notify_timeout_ms = 5000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
     ds_engine_opts_init(&spec->engine);
@@ -467,7 +471,7 @@ void ds_jobspec_free(ds_jobspec *spec) {
     char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
                      &spec->ssh_identity, &spec->ssh_known_hosts, &spec->rdzv_addr,
-                     &spec->log_dir, &spec->tee};
+                     &spec->log_dir, &spec->tee, &spec->webhook};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     for (int i = 0; i < spec->nenv; i++) {
@@ -529,6 +533,7 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_BOOL: return "true or false";
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
+    case K_URL: return "an http:// or https:// URL";
     case K_SIGNALS: return "none, or signal names among TERM, HUP, USR1, USR2 (e.g. TERM, USR1)";
     }
     return "?";
@@ -637,6 +642,11 @@ static int set_key(parse_state *st, int ki, const char *value) {
         set_str((char **)field, strdup(value));
         return 1;
     }
+    case K_URL:
+        if (strncmp(value, "http://", 7) && strncmp(value, "https://", 8))
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        set_str((char **)field, strdup(value));
+        return 1;
     case K_SIGNALS:
         if (parse_signals(value, &b) != 0)
             return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
@@ -715,7 +725,7 @@ static char *read_line(char *str, int num, void *stream) {
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
                 fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
-                         "env, rendezvous, restart, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
+                         "env, rendezvous, restart, notify, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;

@@ -88,6 +88,10 @@ typedef struct ds_jobspec {
                                     move for this long is stuck (the job is restarted);
                                     0 (default) = no hang detection */
 
+    /* [notify] */
+    char *webhook;      /* key webhook: http(s) URL events are POSTed to; NULL: none */
+    int notify_timeout_ms; /* key timeout (s): per POST; default 5 s */
+
     /* [logs] */
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir
                         on the command line is made absolute from the current directory) */

@@ -40,7 +40,12 @@ void ds_job_note_resumed(ds_job *job) {
     if (ds_store_server_get(job->store, key, &v, NULL) != 1) return;
     job->resumed_step = strtoll(v, NULL, 10);
     free(v);
-    ds_event(job->ev, "attempt %d resumed at step %lld", job->attempt, job->resumed_step);
+    ds_json *j = ds_event_begin(job->ev, "resumed");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kint(j, "step", job->resumed_step);
+    }
+    ds_event_end(job->ev, "attempt %d resumed at step %lld", job->attempt, job->resumed_step);
 }
 
 /* Appends to buf (cap) without overflowing it. */
@@ -132,7 +137,13 @@ void ds_job_check_progress(ds_job *job) {
     }
     if (overdue) {
         describe_hang(job, stuck, nstuck, now, 2 * interval + 250);
-        ds_event(job->ev, "%s", job->hang.what);
+        ds_json *j = ds_event_begin(job->ev, "hang");
+        if (j) {
+            ds_json_kint(j, "attempt", job->attempt);
+            ds_json_kint(j, "rank", job->hang.rank);
+            ds_json_kstr(j, "what", job->hang.what);
+        }
+        ds_event_end(job->ev, "%s", job->hang.what);
         ds_job_stop(job, "%s", job->hang.what);
     }
     free(stuck);

@@ -69,6 +69,13 @@ static int account_nodes(ds_restart *rs, const ds_job *job) {
         else snprintf(h->why, sizeof h->why, "failed %d time%s ([restart] node_retries = %d), last: %.200s",
                       h->failures, h->failures == 1 ? "" : "s", rs->spec->node_retries, n->error);
         note(rs, "node %s excluded: %s\n", h->host, h->why);
+        ds_json *j = ds_event_begin(job->ev, "node_excluded");
+        if (j) {
+            ds_json_kstr(j, "host", h->host);
+            ds_json_kint(j, "failures", h->failures);
+            ds_json_kstr(j, "why", h->why);
+        }
+        ds_event_end(job->ev, "node %s excluded: %s", h->host, h->why);
         excluded++;
     }
     return excluded;

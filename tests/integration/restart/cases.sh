@@ -291,6 +291,46 @@ case_shrink() {
     assert_no_orphans
 }
 
+# start_http: the test's HTTP server on 127.0.0.1, serving $job/www; sets http_port.
+start_http() {
+    mkdir -p "$job/www"
+    coproc HTTP { "$HTTP_SERVER" "$job/www"; }
+    bg_pids+=("$HTTP_PID")
+    read -r http_port <&"${HTTP[0]}" || fail "the test's HTTP server did not start"
+}
+
+# Every typed event of a run that fails once and then succeeds reaches the webhook, as
+# the same JSON objects launcher.log holds.
+case_webhook() {
+    start_http
+    write_local_job flaky.lua 2 "[restart]" "max_restarts = 1" "backoff = 0" \
+        "[notify]" "webhook = http://127.0.0.1:$http_port/hook"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    ! has "$job/err" "warning: the webhook" || fail "a warning about a working webhook"
+    posts=$job/www/posts.jsonl
+    for kind in started rank_failed attempt_failed restarting finished; do
+        grep -q "\"event\":\"$kind\"" "$posts" || fail "the webhook did not receive a '$kind' event"
+    done
+    grep -q '"event":"rank_failed".*"rank":1.*"exit_code":3' "$posts" || fail "rank_failed does not say rank 1 exited 3"
+    grep -q '"event":"attempt_failed".*"root_cause":{"rank":1' "$posts" || fail "attempt_failed does not name rank 1"
+    [[ $(grep -c '"event":"started"' "$posts") == 2 ]] || fail "expected two started events (two attempts)"
+    typed=$(grep -vc '"event":"info"' "$run_dir/launcher.log")
+    [[ $(wc -l < "$posts") == "$typed" ]] || fail "the webhook got $(wc -l < "$posts") events, launcher.log has $typed"
+    assert_no_orphans
+}
+
+# A webhook nobody answers: one warning, the job itself unaffected.
+case_webhook_dead() {
+    write_local_job hello.lua 2 "[notify]" "webhook = http://127.0.0.1:9/hook" "timeout = 0.5"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc with a dead webhook, expected 0"
+    [[ $(grep -c "warning: the webhook http://127.0.0.1:9/hook does not take events" "$job/err") == 1 ]] ||
+        fail "expected exactly one warning about the dead webhook"
+    has "$run_dir/launcher.log" '"event":"finished"' || fail "launcher.log lacks the finished event"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"
