@@ -4,8 +4,9 @@
  * output travels as raw chunks tagged by rank and stream; lines are assembled by the
  * controller, so a chunk boundary never splits or mixes a line.
  *
- * Controller -> agent: CONFIG ("key=value") frames, then per rank a RANK frame and its
- * ENV ("KEY=VALUE") frames, then GO. Closing the agent's stdin means "stop the node":
+ * Controller -> agent: CONFIG ("key=value") frames, FILE ("<path>\n<bytes>": a fetched
+ * file the node gets, path relative to the workdir) each followed by FILE_DATA chunks
+ * holding its bytes, then per rank a RANK frame and its ENV ("KEY=VALUE") frames, then GO. Closing the agent's stdin means "stop the node":
  * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
  * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
  * worker, STDOUT/STDERR chunks, FAILURE (a rank's failure record, JSON, when it left
@@ -32,6 +33,8 @@ enum {
     DS_FRAME_RANK = 2,
     DS_FRAME_ENV = 3,
     DS_FRAME_GO = 4,
+    DS_FRAME_FILE = 5,
+    DS_FRAME_FILE_DATA = 6,
     DS_FRAME_HELLO = 10,
     DS_FRAME_STARTED = 11,
     DS_FRAME_STDOUT = 12,

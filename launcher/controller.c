@@ -94,6 +94,14 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
               config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms) |
               config_int(b, "progress_ms", ds_progress_interval_ms(s));
     for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
+    if (!bad && job->files.nfiles) {
+        /* The controller's own node reads them from the workdir it wrote them to. */
+        if (n->plan->local && !s->ssh_force) {
+            if (ds_fetch_place(&job->files, s->workdir, err) != 0) return -1;
+        } else if (ds_fetch_queue(&job->files, b, err) != 0) {
+            return -1;
+        }
+    }
     for (int r = 0; r < job->plan->world_size && !bad; r++) {
         if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
         bad |= ds_frame_append(b, DS_FRAME_RANK, (uint32_t)r, NULL, 0);
@@ -316,6 +324,7 @@ static void raise_fd_limit(void) {
 
 static void job_free(ds_job *job) {
     ds_job_end_attempt(job);
+    ds_fetch_free(&job->files);
     int dropped = ds_notify_stop(job->notify); /* the last events get their chance */
     if (dropped) fprintf(stderr, "dslaunch: %d event%s did not reach the webhook\n", dropped, dropped == 1 ? "" : "s");
     ds_store_server_stop(job->store);
@@ -323,6 +332,32 @@ static void job_free(ds_job *job) {
     free(job->job_dir);
     free(job->run_dir);
     memset(job->token, 0, sizeof job->token);
+}
+
+/* URLs as the script or arguments: fetched and checked before any rank starts. */
+static int fetch_files(ds_job *job, ds_restart *rs) {
+    const ds_jobspec *s = rs->spec;
+    int urls = ds_fetch_is_url(s->script);
+    for (int i = 0; i < s->nargs; i++) urls |= ds_fetch_is_url(s->args[i]);
+    if (!urls) return 0;
+    ds_err err = {{0}};
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (ds_fetch_resolve(&job->files, s->script, s->args, s->nargs, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_json *j = ds_event_begin(job->ev, "failed");
+        if (j) {
+            ds_json_kint(j, "exit_code", DS_EXIT_USER_ERROR);
+            ds_json_kstr(j, "reason", err.msg);
+        }
+        ds_event_end(job->ev, "job finished: FAILED before any rank started: %s", err.msg);
+        return -1;
+    }
+    rs->run_spec.script = job->files.script;
+    rs->run_spec.args = job->files.args;
+    for (int i = 0; i < job->files.nfiles; i++)
+        ds_event(job->ev, "fetched %s (%zu bytes, sha256 %s) as %s", job->files.files[i].url, job->files.files[i].size,
+                 job->files.files[i].sha, job->files.files[i].relpath);
+    return 0;
 }
 
 /* Starts every node of the attempt at once; a node that cannot start stops the job. */
@@ -503,7 +538,13 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_restart rs;
     ds_restart_init(&rs, spec, plan);
     job.restart = &rs;
-    job.spec = &rs.run_spec; /* restarts may change grad_accum */
+    job.spec = &rs.run_spec; /* restarts may change grad_accum; URLs become files */
+    if (fetch_files(&job, &rs) != 0) {
+        job_free(&job);
+        ds_restart_free(&rs);
+        close(sigfd);
+        return DS_EXIT_USER_ERROR;
+    }
     ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
              job.run_dir);
     ds_end end = DS_END_FAILED;

@@ -11,6 +11,7 @@
 
 #include "events.h"
 #include "failure.h"
+#include "fetch.h"
 #include "jobspec.h"
 #include "logs.h"
 #include "node.h"
@@ -60,6 +61,7 @@ typedef struct ds_job {
     char rdzv[300];        /* host:port the ranks reach the store at */
     ds_events *ev;
     struct ds_notify *notify; /* the webhook's sender, NULL without one */
+    ds_fetch_set files;    /* the script and arguments fetched by URL (fetch.h) */
     struct ds_restart *restart; /* the policy's state across attempts (restart.h) */
     long long run_t0_ms;   /* when the invocation began */
     int interrupted;       /* the signal that asked us to stop, 0 if none */

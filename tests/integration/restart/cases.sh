@@ -331,6 +331,56 @@ case_webhook_dead() {
     assert_no_orphans
 }
 
+# The script and a data file given by URL with their SHA-256, on 2 nodes over SSH (no
+# local node, so the ranks can only have them from their agents): fetched once, shipped,
+# run; a second run finds them in the cache with the server gone.
+case_url_script() {
+    start_http
+    cat > "$job/www/remote.lua" <<'EOF'
+local ds = require 'ds'
+local path = assert(arg[1]:match('^data=(.*)$'), 'expected data=PATH')
+local f = assert(io.open(path))
+local line = f:read('l')
+f:close()
+print(string.format('rank %d read "%s" from %s', ds.rank(), line, path))
+EOF
+    echo "the data by URL" > "$job/www/data.txt"
+    sum() { sha256sum "$job/www/$1" | cut -d' ' -f1; }
+    script_url="http://127.0.0.1:$http_port/remote.lua#sha256=$(sum remote.lua)"
+    JOB_ARGS="data=http://127.0.0.1:$http_port/data.txt#sha256=$(sum data.txt)" write_job "$script_url"
+    export XDG_CACHE_HOME=$job/cache # the controller's cache
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    for r in 0 1 2 3; do
+        has "$run_dir/attempt-0/rank-$r.out" "rank $r read \"the data by URL\" from .dslaunch-files/$(sum data.txt)/data.txt" ||
+            fail "rank $r did not run the fetched script on the fetched data"
+    done
+    [[ -f $job/cache/dslaunch/sha256/$(sum remote.lua) ]] || fail "the script is not in the cache"
+    has "$run_dir/launcher.log" "fetched http://127.0.0.1:$http_port/data.txt" || fail "launcher.log does not say what was fetched"
+    kill -KILL "$HTTP_PID" && wait "$HTTP_PID" 2>/dev/null
+    rm -rf "$job/.dslaunch-files"
+    run_job
+    [[ $rc == 0 ]] || fail "second run (server gone, files cached): exit status $rc"
+    has "$run_dir/attempt-0/rank-3.out" "rank 3 read \"the data by URL\"" || fail "the second run did not ship the cached files"
+    assert_no_orphans
+}
+
+# A URL whose content does not match its SHA-256 is refused before any rank starts.
+case_url_wrong_sha() {
+    start_http
+    echo 'print("must never run")' > "$job/www/evil.lua"
+    export XDG_CACHE_HOME=$job/cache
+    write_local_job "http://127.0.0.1:$http_port/evil.lua#sha256=$(printf '0%.0s' $(seq 64))" 2
+    run_job
+    [[ $rc == 2 ]] || fail "exit status $rc, expected 2"
+    has "$job/err" "SHA-256 mismatch" || fail "no clear mismatch error"
+    has "$job/err" "http://127.0.0.1:$http_port/evil.lua" || fail "the error does not name the URL"
+    [[ ! -e $run_dir/attempt-0 ]] || fail "an attempt started"
+    ! has "$job/out" "must never run" || fail "the script ran"
+    [[ -z $(ls "$job/cache/dslaunch/sha256" 2>/dev/null) ]] || fail "the bad download was kept in the cache"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"
