@@ -396,7 +396,7 @@ static int prepare(ds_comm *c, ds_comm_handle *h, ds_err *err) {
         return ds_err_prefix(err, "comm rank %d: %s", c->rank, op_name(h->kind));
     pthread_mutex_lock(&c->mu);
     int broken = c->broken;
-    if (broken) *err = c->broken_err;
+    if (broken && err) *err = c->broken_err;
     pthread_mutex_unlock(&c->mu);
     if (broken)
         return ds_err_prefix(err, "comm rank %d: %s refused: the communicator broke earlier",
@@ -429,7 +429,7 @@ static ds_comm_handle *dispatch(ds_comm *c, const ds_comm_handle *proto, ds_err 
     settle(h, rc);
     pthread_mutex_unlock(&c->mu);
     if (rc != 0) {
-        *err = h->err;
+        if (err) *err = h->err;
         free(h);
         return NULL;
     }
@@ -468,7 +468,7 @@ static int run_sync(ds_comm *c, ds_comm_handle proto, ds_err *err) {
     pthread_mutex_lock(&c->mu);
     settle(&proto, rc);
     pthread_mutex_unlock(&c->mu);
-    if (rc != 0) *err = proto.err;
+    if (rc != 0 && err) *err = proto.err;
     return rc;
 }
 
@@ -501,7 +501,7 @@ int ds_comm_wait(ds_comm_handle *h, ds_err *err) {
         rc = h->rc;
     }
     ds_progress_leave();
-    if (rc != 0) *err = h->err;
+    if (rc != 0 && err) *err = h->err; /* NULL: the caller (a finalizer) only waits */
     free(h);
     return rc;
 }

@@ -18,11 +18,11 @@
  * element r * count (runtime/zero/partition.h pads flat buffers so they split evenly).
  * In place is allowed where noted.
  *
- * Errors: -1 (or NULL) with err filled, naming the rank, the host and the op. After a
- * transport failure (a peer died, a timeout) the communicator is broken: every later op
- * fails at once with the first error; close it. Results are deterministic: for a fixed
- * world size and backend, the same inputs give bit-identical outputs on every rank and
- * on every run. */
+ * Errors: -1 (or NULL) with err filled (err may be NULL), naming the rank, the host and
+ * the op. After a transport failure (a peer died, a timeout) the communicator is broken:
+ * every later op fails at once with the first error; close it. Results are
+ * deterministic: for a fixed world size and backend, the same inputs give bit-identical
+ * outputs on every rank and on every run. */
 #ifndef DS_COMM_H
 #define DS_COMM_H
 
