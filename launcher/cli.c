@@ -37,6 +37,7 @@ const char DS_CLI_HELP[] =
     "  2    a user error: usage, job spec, hostfile, or a script that cannot be loaded\n"
     "  3    drained on TERM/USR1/USR2 ([restart] drain_signals): every rank saved a\n"
     "       checkpoint at the same step; run the same command to resume (requeue)\n"
+    "  4    every rank exited 0, but logs were lost (a full disk): the summary says how much\n"
     "  128+N  interrupted by signal N (130: Ctrl-C), or a second signal during a drain\n";
 
 typedef enum { O_STR, O_INT, O_FLAG } opt_kind;

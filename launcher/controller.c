@@ -175,6 +175,7 @@ static int setup_signals(ds_err *err) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, 0};
+    signal(SIGXFSZ, SIG_IGN); /* a log over the file size limit is a failed write, not our death */
     return ds_signals_fd(sigs, err);
 }
 
@@ -428,6 +429,7 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
     start_nodes(job);
     run_loop(job, sigfd);
     ds_job_note_resumed(job);
+    job->logs_lost += ds_job_report_lost_logs(job);
     if (!ds_job_attempt_ok(job)) ds_job_find_root(job);
     int again = ds_restart_next(rs, job, wait_ms, end);
     if (*end == DS_END_OK || *end == DS_END_DRAINED) return 0;
@@ -476,7 +478,7 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
 
 static int exit_status(const ds_job *job, ds_end end) {
     switch (end) {
-    case DS_END_OK: return DS_EXIT_OK;
+    case DS_END_OK: return job->logs_lost || ds_events_lost_bytes(job->ev) ? DS_EXIT_LOGS_LOST : DS_EXIT_OK;
     case DS_END_USER_ERROR: return DS_EXIT_USER_ERROR;
     case DS_END_DRAINED: return DS_EXIT_DRAINED;
     case DS_END_INTERRUPTED: return DS_EXIT_INTERRUPTED_BASE + job->interrupted;
@@ -491,10 +493,17 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
     if (end == DS_END_OK) {
         char after[64] = "";
         if (rs->restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs->restarts, rs->restarts == 1 ? "" : "s");
-        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s; logs in %s\n", job->id,
-                job->plan->world_size, secs_since(job->run_t0_ms), after, job->attempt_dir);
+        long long lost = job->logs_lost + ds_events_lost_bytes(job->ev);
+        char but[160] = "";
+        if (lost)
+            snprintf(but, sizeof but, ", BUT %lld bytes of logs were lost (exit status %d)", lost, DS_EXIT_LOGS_LOST);
+        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s%s; logs in %s\n", job->id,
+                job->plan->world_size, secs_since(job->run_t0_ms), after, but, job->attempt_dir);
         ds_json *j = ds_event_begin(job->ev, "finished");
-        if (j) ds_json_kint(j, "exit_code", DS_EXIT_OK);
+        if (j) {
+            ds_json_kint(j, "exit_code", exit_status(job, end));
+            ds_json_kint(j, "logs_lost_bytes", lost);
+        }
         ds_event_end(job->ev, "job finished: success");
     } else if (end == DS_END_DRAINED) {
         long long step = job->attempt_dir ? ds_job_drain_step(job) : -1;

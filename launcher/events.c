@@ -81,7 +81,11 @@ static void finish(ds_events *ev, const char *fmt, va_list ap) {
     ds_buf_put(&ev->j.text, "\n", 1);
     /* One write per line (O_APPEND): a crash loses nothing written before it. */
     size_t len = ds_buf_unread(&ev->j.text);
-    if (ev->fd >= 0 && ds_write_all(ev->fd, ds_buf_head(&ev->j.text), len) != 0) ev->lost += (long long)len;
+    if (ev->fd >= 0 && ds_write_all(ev->fd, ds_buf_head(&ev->j.text), len) != 0) {
+        if (!ev->lost)
+            fprintf(stderr, "dslaunch: warning: launcher.log: %s; events are being lost\n", strerror(errno));
+        ev->lost += (long long)len;
+    }
     ds_buf_free(&ev->j.text);
 }
 

@@ -66,6 +66,7 @@ typedef struct ds_job {
     long long run_t0_ms;   /* when the invocation began */
     int interrupted;       /* the signal that asked us to stop, 0 if none */
     int sched_signal;      /* a signal Slurm sent every process of the job (srun.c), 0 if none */
+    long long logs_lost;   /* bytes of rank logs lost so far (a full disk) */
     int drain_sig;         /* the signal that asked for a drain, 0 if none (drain.c) */
 
     /* ---- per attempt (ds_job_begin_attempt resets these) ---- */
@@ -127,6 +128,9 @@ int ds_job_attempt_ok(const ds_job *job);
 /* After a failed attempt: fills job->root (failure.h) from what the ranks and nodes
  * reported. */
 void ds_job_find_root(ds_job *job);
+/* Says on stderr (and in launcher.log) how many bytes of each rank's logs did not reach
+ * their files in this attempt (a full disk); returns the total, 0 when none. */
+long long ds_job_report_lost_logs(const ds_job *job);
 /* Prints a failed attempt's ranks on stderr (each one's result, root cause and
  * consequences), the last lines of the root cause's stderr and where the logs are. */
 void ds_job_report_attempt(const ds_job *job);

@@ -12,8 +12,10 @@
 #include "run_dir.h"
 
 typedef struct rank_stream {
-    int fd;          /* rank-R.out / .err */
+    int fd;          /* rank-R.out / .err; -1 after a write failed */
     ds_buf line;   /* the line being assembled for the terminal */
+    long long lost;  /* bytes that did not reach the file */
+    int why;         /* errno of the first failed write */
 } rank_stream;
 
 typedef struct rank_log {
@@ -27,6 +29,7 @@ typedef struct rank_log {
 struct ds_logs {
     rank_log *ranks;
     int n;
+    int warned;     /* warnings printed about lost logs */
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
 };
 
@@ -119,14 +122,39 @@ static void flush_terminal(ds_logs *l) {
     }
 }
 
+/* The bytes go to the file while it takes them; a full disk stops the file, not the job:
+ * what does not fit is counted, and the first loss of each file is said on the terminal
+ * (the terminal still shows the lines). */
+static void write_file(ds_logs *l, int rank, int stream, rank_stream *s, const void *p, size_t n) {
+    const char *b = p;
+    while (s->fd >= 0 && n > 0) {
+        ssize_t w = write(s->fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            s->why = w < 0 ? errno : ENOSPC;
+            close(s->fd);
+            s->fd = -1;
+            if (l->warned++ < 4)
+                fprintf(stderr, "dslaunch: warning: rank %d's %s log: %s; the rest of it is lost (the terminal "
+                                "still shows it)\n", rank, stream == 1 ? "stdout" : "stderr", strerror(s->why));
+            break;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    s->lost += (long long)n;
+}
+
+long long ds_logs_lost(const ds_logs *l, int rank, int stream) {
+    if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return 0;
+    return l->ranks[rank].s[stream - 1].lost;
+}
+
 void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
     if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return;
     rank_log *rl = &l->ranks[rank];
     rank_stream *s = &rl->s[stream - 1];
-    if (s->fd >= 0 && ds_write_all(s->fd, p, n) != 0) {
-        close(s->fd); /* a full disk stops the file, not the job */
-        s->fd = -1;
-    }
+    write_file(l, rank, stream, s, p, n);
     const unsigned char *b = p;
     while (n > 0) {
         const unsigned char *nl = memchr(b, '\n', n);

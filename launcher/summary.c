@@ -126,6 +126,39 @@ static void print_tail(const ds_job *job, int r) {
     for (int i = 0; i < n; i++) fprintf(stderr, "    %s\n", lines[i]);
 }
 
+static void human(long long bytes, char *buf, size_t cap) {
+    if (bytes < 10 * 1024) snprintf(buf, cap, "%lld bytes", bytes);
+    else if (bytes < 10 * 1024 * 1024) snprintf(buf, cap, "%.1f KiB", (double)bytes / 1024);
+    else snprintf(buf, cap, "%.1f MiB", (double)bytes / (1024 * 1024));
+}
+
+long long ds_job_report_lost_logs(const ds_job *job) {
+    long long total = 0;
+    char line[1024] = "", a[32], b[32];
+    int listed = 0;
+    for (int r = 0; r < job->plan->world_size; r++) {
+        long long out = ds_logs_lost(job->logs, r, 1), err = ds_logs_lost(job->logs, r, 2);
+        if (!out && !err) continue;
+        total += out + err;
+        human(out, a, sizeof a);
+        human(err, b, sizeof b);
+        size_t len = strlen(line);
+        if (listed++ < 8 && len + 100 < sizeof line)
+            snprintf(line + len, sizeof line - len, "%srank %d: %s of stdout, %s of stderr", listed > 1 ? "; " : "", r, a, b);
+    }
+    if (!total) return 0;
+    human(total, a, sizeof a);
+    fprintf(stderr, "dslaunch: LOGS LOST in attempt %d: %s did not reach %s (%s%s)\n", job->attempt, a, job->attempt_dir,
+            line, listed > 8 ? "; ..." : "");
+    ds_json *j = ds_event_begin(job->ev, "logs_lost");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kint(j, "bytes", total);
+    }
+    ds_event_end(job->ev, "%s of rank logs lost in attempt %d: %s", a, job->attempt, line);
+    return total;
+}
+
 void ds_job_report_attempt(const ds_job *job) {
     int world = job->plan->world_size, clean = 0, stopped = 0, shown = 0;
     int root_rank = job->root.found ? job->root.f.rank : -1;

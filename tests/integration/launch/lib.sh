@@ -11,6 +11,7 @@ cp "$here"/scripts/*.lua "$job/"
 bg_pids=()
 
 cleanup() {
+    [[ -n ${on_cleanup:-} ]] && eval "$on_cleanup" # a case's own (e.g. umount)
     for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
     # Belt and braces: anything of this job still around after a failed case goes too.
     for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done

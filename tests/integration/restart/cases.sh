@@ -105,22 +105,24 @@ case_restarts_exhausted() {
     assert_no_orphans
 }
 
-# Two runs of the same job: each has its own run directory; latest names the second;
-# nothing of the first is replaced.
+# Two runs of the same job, the first with 3 ranks, the second with 2: each has its own
+# run directory; latest names the second; nothing of the first is replaced, and the
+# second's holds no stale rank-2 logs of the first.
 case_run_dirs() {
-    write_local_job hello.lua 2
+    write_local_job hello.lua 3
     run_job
     [[ $rc == 0 ]] || fail "first run: exit status $rc"
     first=$(readlink "$job/logs/$name/latest")
     [[ -n $first ]] || fail "no latest link after the first run"
     cp "$job/logs/$name/$first/attempt-0/rank-0.out" "$job/first-rank-0.out"
-    sleep 1.1 # run ids begin with the second they started; the random part differs anyway
+    write_local_job hello.lua 2
     run_job
     [[ $rc == 0 ]] || fail "second run: exit status $rc"
     second=$(readlink "$job/logs/$name/latest")
     [[ $second != "$first" ]] || fail "the second run reused the first run's directory $first"
     cmp -s "$job/first-rank-0.out" "$job/logs/$name/$first/attempt-0/rank-0.out" || fail "the first run's log changed"
-    has "$job/logs/$name/$first/launcher.log" "all 2 ranks exited 0" || fail "the first run's launcher.log was replaced"
+    has "$job/logs/$name/$first/launcher.log" "all 3 ranks exited 0" || fail "the first run's launcher.log was replaced"
+    [[ ! -e $job/logs/$name/$second/attempt-0/rank-2.out ]] || fail "the 2-rank run's logs hold a rank-2.out"
     id1=$(sed -n 's/.*job \(it-[^ ]*\) attempt 0:.*/\1/p' "$job/logs/$name/$first/launcher.log")
     has "$job/logs/$name/$second/attempt-0/rank-0.out" "job $name-" || fail "second run's rank log missing"
     ! has "$job/logs/$name/$second/attempt-0/rank-0.out" "job $id1" || fail "second run's log holds the first run's job id"
@@ -378,6 +380,50 @@ case_url_wrong_sha() {
     [[ ! -e $run_dir/attempt-0 ]] || fail "an attempt started"
     ! has "$job/out" "must never run" || fail "the script ran"
     [[ -z $(ls "$job/cache/dslaunch/sha256" 2>/dev/null) ]] || fail "the bad download was kept in the cache"
+    assert_no_orphans
+}
+
+# A full disk under the logs: a 512 KB tmpfs (or, where mounting is not allowed, a 512 KB
+# file size limit) takes part of 2 x 950 KB of rank output; then a full one (or a limit
+# of 0) takes nothing, launcher.log included. Each time: a warning on the terminal, the
+# lost bytes per rank in the summary, and exit status 4 although every rank exited 0.
+# Runs the job with the file size limit $limit (if set); its terminal output goes through
+# a pipe, which no file size limit touches, to $job/err.
+run_limited() {
+    (
+        [[ -n $limit ]] && ulimit -f "$limit"
+        timeout -s KILL 45 "$DSLAUNCH" "$job/job.ini" 2>&1
+    ) | cat > "$job/err"
+    rc=${PIPESTATUS[0]}
+}
+
+case_logs_lost() {
+    local logs=$job/small
+    mkdir -p "$logs"
+    local limit=""
+    if [[ -z ${LOGS_LOST_NO_MOUNT:-} ]] && mount -t tmpfs -o size=512k tmpfs "$logs" 2>/dev/null; then
+        on_cleanup="umount '$logs' 2>/dev/null"
+    else
+        limit=512
+    fi
+    write_local_job big_output.lua 2 "[logs]" "dir = $logs" "tee = none"
+    run_limited
+    [[ $rc == 4 ]] || fail "exit status $rc with a full disk, expected 4"
+    has "$job/err" "warning: rank [01]'s stdout log: \(No space left on device\|File too large\)" || fail "no warning on the terminal"
+    has "$job/err" "LOGS LOST in attempt 0: .*rank 0: .* of stdout" || fail "the summary does not count rank 0's lost bytes"
+    has "$job/err" "all 2 ranks exited 0 .*, BUT [0-9]* bytes of logs were lost (exit status 4)" || fail "the end line hides the loss"
+    kept=$(cat "$logs/$name"/latest/attempt-0/rank-*.out | wc -c)
+    ((kept < 2 * 950000)) || fail "the logs kept $kept bytes: nothing was lost?"
+    # full: nothing fits, launcher.log included
+    if [[ -z $limit ]]; then
+        dd if=/dev/zero of="$logs/filler" bs=4k 2>/dev/null
+    else
+        limit=0
+    fi
+    run_limited
+    [[ $rc == 4 ]] || fail "exit status $rc with a full disk, expected 4 ($(tail -3 "$job/err"))"
+    has "$job/err" "warning: launcher.log: \(No space left on device\|File too large\)" || fail "no warning about launcher.log"
+    has "$job/err" "LOGS LOST in attempt 0" || fail "the summary does not count the lost bytes"
     assert_no_orphans
 }
 
