@@ -116,26 +116,6 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
 
 /* ---- starting the nodes ---- */
 
-/* Single quotes for the remote shell. */
-static char *shell_quote(const char *s) {
-    size_t n = 3;
-    for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
-    char *q = malloc(n), *o = q;
-    if (!q) return NULL;
-    *o++ = '\'';
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'') {
-            memcpy(o, "'\\''", 4);
-            o += 4;
-        } else {
-            *o++ = *p;
-        }
-    }
-    *o++ = '\'';
-    *o = 0;
-    return q;
-}
-
 static int start_node(ds_job *job, ds_node *n, ds_err *err) {
     const ds_jobspec *s = job->spec;
     char node[16];
@@ -148,7 +128,7 @@ static int start_node(ds_job *job, ds_node *n, ds_err *err) {
                  (int)n->local.pid);
         return 0;
     }
-    char *dsrun = shell_quote(s->dsrun), *id = shell_quote(job->id), *cmd = NULL;
+    char *dsrun = ds_shell_quote(s->dsrun), *id = ds_shell_quote(job->id), *cmd = NULL;
     int ok = dsrun && id && asprintf(&cmd, "exec %s agent --job %s --node %s", dsrun, id, node) > 0;
     free(dsrun);
     free(id);

@@ -87,12 +87,17 @@ void ds_job_on_frame(void *ctx, ds_node *n, const ds_frame *f) {
         return;
     }
     switch (f->type) {
-    case DS_FRAME_HELLO:
-        text(f, buf, sizeof buf);
+    case DS_FRAME_HELLO: { /* "pid\ncgroup PATH" or "pid\nsubreaper (why)" */
+        snprintf(buf, sizeof buf, "%.*s", (int)(f->len < sizeof buf - 1 ? f->len : sizeof buf - 1),
+                 (const char *)f->payload);
         n->state = DS_NODE_RUNNING;
         n->agent_pid = atoi(buf);
-        ds_event(job->ev, "node %d (%s): agent up, pid %s", node_index(job, n), n->plan->host, buf);
+        const char *track = strchr(buf, '\n');
+        if (track && !strncmp(track + 1, "cgroup ", 7)) snprintf(n->cgroup, sizeof n->cgroup, "%s", track + 8);
+        ds_event(job->ev, "node %d (%s): agent up, pid %d; the ranks' descendants tracked by %s", node_index(job, n),
+                 n->plan->host, n->agent_pid, track ? track + 1 : "their process groups");
         break;
+    }
     case DS_FRAME_STARTED:
         text(f, buf, sizeof buf);
         job->ranks[r].state = DS_RANK_RUNNING;
@@ -162,13 +167,22 @@ void ds_job_on_node_done(ds_job *job, ds_node *n) {
 
 void ds_job_kill_node(ds_job *job, ds_node *n) {
     if (job->stopping && !n->failed) n->stop_kill = 1; /* what follows is our doing */
-    /* kill -KILL AGENT -RANKGROUP...: every rank leads its own process group. */
+    /* kill -KILL AGENT -RANKGROUP...: every rank leads its own process group. Without
+     * cgroups, the ranks that can still run sweep their own descendants when their agent
+     * dies (their lifelines): their groups are killed a moment later, for those that
+     * cannot (stopped ones). */
     char cmd[8192];
-    int len = snprintf(cmd, sizeof cmd, "kill -KILL -- %d", n->agent_pid);
+    int len = snprintf(cmd, sizeof cmd, "kill -KILL -- %d%s", n->agent_pid, n->cgroup[0] ? "" : "; sleep 0.5; kill -KILL --");
     for (int r = 0; r < job->plan->world_size && len < (int)sizeof cmd - 32; r++) {
         const ds_rank_status *rs = &job->ranks[r];
         if (job->plan->ranks[r].node_rank == n->plan->node_rank && rs->state == DS_RANK_RUNNING && rs->pid > 0)
             len += snprintf(cmd + len, sizeof cmd - (size_t)len, " -%d", (int)rs->pid);
+    }
+    if (n->cgroup[0] && len < (int)sizeof cmd - 64 - (int)strlen(n->cgroup) * 2) {
+        /* and whatever left the ranks' groups: their cgroups (each rank-R under the node's) */
+        char *q = ds_shell_quote(n->cgroup);
+        if (q) len += snprintf(cmd + len, sizeof cmd - (size_t)len, "; for f in %s/rank-*/cgroup.kill; do echo 1 > \"$f\"; done", q);
+        free(q);
     }
     if (n->via_ssh && n->agent_pid <= 0) {
         ds_node_abandon(n, "did not stop, and its agent never said hello");

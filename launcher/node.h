@@ -38,6 +38,7 @@ typedef struct ds_node {
     long long failed_wall_ms; /* wall clock when the failure was noticed */
     int stop_kill;       /* killed by dslaunch because it did not stop in time */
     int agent_pid;       /* on its node, from HELLO (0 until then) */
+    char cgroup[1024];   /* the node's cgroup for the job, from HELLO ("" when none) */
     char *kill_cmd;      /* SSH: the command ds_node_kill_hard runs on a second channel */
     int kill_sent;
     char last_agent_line[512]; /* the agent's (or its shell's) last stderr line */

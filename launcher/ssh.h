@@ -26,6 +26,9 @@ typedef struct ds_ssh_opts {
 
 typedef struct ds_ssh ds_ssh;
 
+/* s in single quotes for the remote shell (malloc'd; NULL when out of memory). */
+char *ds_shell_quote(const char *s);
+
 /* Once per process, before any session. */
 int ds_ssh_global_init(ds_err *err);
 

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "cgroup.h"
+#include "ds_proctree.h"
 #include "store_client.h"
 #include "subcommands.h"
 #include "ds_signals.h"
@@ -116,8 +118,9 @@ static void reap(ds_agent *a) {
         forward_record(a, w);
         if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d at %lld", WTERMSIG(st), at);
         else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d at %lld", WEXITSTATUS(st), at);
-        /* Whatever the rank left behind in its group goes with it. */
+        /* Whatever the rank left behind in its group, or anywhere (its cgroup), goes with it. */
         kill(-pid, SIGKILL);
+        if (w->cgroup) ds_cgroup_kill(w->cgroup);
     }
 }
 
@@ -254,29 +257,16 @@ static int connect_store(ds_agent *a, ds_err *err) {
 
 static int start_workers(ds_agent *a, ds_err *err) {
     if (chdir(a->workdir) != 0) return ds_err_errno(err, errno, "workdir %s", a->workdir);
+    for (int i = 0; a->cg_base && i < a->nworkers; i++) {
+        ds_agent_worker *w = &a->workers[i];
+        if (!(w->cgroup = ds_cgroup_rank_create(a->cg_base, w->rank)))
+            return ds_err_errno(err, errno, "cgroup for rank %d under %s", w->rank, a->cg_base);
+    }
     for (int i = 0; i < a->nworkers; i++) {
         if (ds_agent_spawn(a, &a->workers[i], err) != 0) return -1;
         send_text(a, DS_FRAME_STARTED, a->workers[i].rank, "%d", (int)a->workers[i].pid);
     }
     return 0;
-}
-
-/* Kills what is left under the agent: as a subreaper it inherits every orphaned
- * descendant (say, a daemon a rank started in a new session), which its process-group
- * kills cannot reach. Each round kills the current children and reaps them; their own
- * children come back to the agent for the next round. */
-static void kill_descendants(void) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-    for (int round = 0; round < 100; round++) {
-        FILE *f = fopen(path, "r");
-        if (!f) return;
-        int pids[1024], n = 0;
-        while (n < 1024 && fscanf(f, "%d", &pids[n]) == 1) kill(pids[n++], SIGKILL);
-        fclose(f);
-        if (n == 0) return;
-        for (int i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
-    }
 }
 
 int dsrun_agent_main(int argc, char **argv) {
@@ -296,7 +286,11 @@ int dsrun_agent_main(int argc, char **argv) {
         fprintf(stderr, "dsrun agent: %s\n", err.msg);
         rc = 1;
     } else {
-        send_text(&a, DS_FRAME_HELLO, -1, "%d", (int)getpid());
+        a.cg_base = ds_cgroup_node_create(a.node, a.cg_why, sizeof a.cg_why);
+        /* HELLO: the pid, then how the ranks' descendants are tracked (for launcher.log
+         * and the controller's last-resort kill) */
+        if (a.cg_base) send_text(&a, DS_FRAME_HELLO, -1, "%d\ncgroup %s", (int)getpid(), a.cg_base);
+        else send_text(&a, DS_FRAME_HELLO, -1, "%d\nsubreaper (%s)", (int)getpid(), a.cg_why);
         if (start_workers(&a, &err) != 0) {
             send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
             begin_stop(&a, "a worker could not start");
@@ -307,7 +301,8 @@ int dsrun_agent_main(int argc, char **argv) {
     /* Nothing of the node outlives the agent. */
     signal_workers(&a, SIGKILL);
     close(a.lifeline_w);
-    kill_descendants();
+    ds_kill_descendants(); /* as a subreaper it inherited every orphan of its ranks */
+    ds_cgroup_node_remove(a.cg_base);
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
     if (a.store) ds_store_close(a.store);
     ds_agent_free(&a);

@@ -19,6 +19,7 @@ typedef struct ds_agent_worker {
     pid_t pid;     /* 0 until started */
     int out_fd, err_fd; /* read ends of its stdout / stderr pipes; -1 once at EOF */
     int rec_fd;         /* read end of its failure-record pipe (DS_ERROR_FD), -1 once read */
+    char *cgroup;       /* its cgroup (cgroup.h), NULL when the node has none for it */
     int running;
 } ds_agent_worker;
 
@@ -30,6 +31,8 @@ typedef struct ds_agent {
     int nargs;
     int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
     int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
+    char *cg_base;   /* this node's cgroup for the job (cgroup.h), NULL: subreapers */
+    char cg_why[256];/* why there is none */
 
     ds_agent_worker *workers;
     int nworkers;

@@ -234,6 +234,8 @@ void ds_agent_free(ds_agent *a) {
     for (int i = 0; i < a->nworkers; i++) {
         for (int j = 0; j < a->workers[i].nenv; j++) free(a->workers[i].env[j]);
         free(a->workers[i].env);
+        free(a->workers[i].cgroup);
     }
     free(a->workers);
+    free(a->cg_base);
 }

@@ -25,7 +25,7 @@ static int env_has_key(char **env, int n, const char *kv) {
 
 /* The plan's variables and the agent's extras win over the agent's own environment. */
 static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
-    int next = 8, nenv = 0;
+    int next = 9, nenv = 0;
     while (environ[nenv]) nenv++;
     char **env = calloc((size_t)(nenv + w->nenv + next + 1), sizeof *env);
     if (!env) return NULL;
@@ -38,6 +38,7 @@ static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
     ok &= asprintf(&env[n++], "DS_ERROR_FD=4") > 0;
     ok &= asprintf(&env[n++], "DS_RDZV_TIMEOUT_MS=%d", a->rdzv_timeout_ms) > 0;
     if (a->progress_ms > 0) ok &= asprintf(&env[n++], "DS_PROGRESS_MS=%d", a->progress_ms) > 0;
+    if (w->cgroup) ok &= asprintf(&env[n++], "DS_CGROUP_PATH=%s", w->cgroup) > 0;
     for (int i = 0; i < n; i++) ok &= env[i] != NULL;
     int planned = n;
     for (int i = 0; i < nenv && ok; i++) {
@@ -77,8 +78,13 @@ static char **build_argv(const ds_agent *a, const char *self, char *rankbuf) {
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
 static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w, int rec_w,
-                       char **argv, char **env) {
+                       const char *cgroup_procs, char **argv, char **env) {
     setpgid(0, 0);
+    if (cgroup_procs) { /* into the rank's cgroup before anything it starts */
+        int fd = open(cgroup_procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1) _exit(126);
+        close(fd);
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
     ds_signals_unblock(); /* what a process started by hand would have */
@@ -125,9 +131,11 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
     char **env = build_env(a, w);
     char **argv = build_argv(a, self, rankbuf);
     pid_t agent_pid = getpid();
+    char procs[4200];
+    if (w->cgroup) snprintf(procs, sizeof procs, "%s/cgroup.procs", w->cgroup);
     pid_t pid = env && argv ? fork() : -1;
     int fork_errno = errno;
-    if (pid == 0) exec_child(a, agent_pid, out[1], errp[1], rec[1], argv, env);
+    if (pid == 0) exec_child(a, agent_pid, out[1], errp[1], rec[1], w->cgroup ? procs : NULL, argv, env);
     if (env) free_env(env);
     free(argv);
     close(out[1]);

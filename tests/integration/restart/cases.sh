@@ -427,6 +427,64 @@ case_logs_lost() {
     assert_no_orphans
 }
 
+# Ranks leave setsid daemons (out of their group and session) and node 1's agent is
+# killed with SIGKILL: no process of the job may survive anywhere (cgroup.kill where the
+# node has cgroup v2, else each worker's own sweep as a subreaper).
+escape_after() {
+    write_job escape.lua "$@"
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$run_dir/attempt-0/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    daemons() { [[ $(job_pids | xargs -r ps -o comm= -p 2>/dev/null | grep -c sleep) -ge 12 ]]; }
+    wait_for 10 "every rank's daemons" daemons
+}
+
+case_escape_agent_killed() {
+    escape_after
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    kill -KILL "$agent"
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after an agent died"
+    has "$run_dir/launcher.log" "descendants tracked by cgroup" || has "$run_dir/launcher.log" "descendants tracked by subreaper" ||
+        fail "launcher.log does not say how descendants are tracked"
+    assert_no_orphans
+}
+
+# The same where cgroups are not used (DS_CGROUP=off for the agents): the workers, as
+# subreapers, sweep their own descendants when their agent dies.
+case_escape_subreaper() {
+    printf '#!/bin/sh\nDS_CGROUP=off exec %s "$@"\n' "$DSRUN" > "$job/dsrun-nocg"
+    chmod +x "$job/dsrun-nocg"
+    DSRUN=$job/dsrun-nocg escape_after
+    has "$run_dir/launcher.log" "descendants tracked by subreaper (DS_CGROUP=off)" || fail "the agents did not use subreapers"
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    kill -KILL "$agent"
+    wait_job_bg
+    assert_no_orphans
+}
+
+# An agent that no longer answers (SIGSTOP) is killed with its ranks over a second SSH
+# channel: their daemons must go too, with cgroups and without.
+second_channel() {
+    escape_after "[restart]" "heartbeat_interval = 0.2" "heartbeat_timeout = 1"
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    bg_pids+=("$agent")
+    kill -STOP "$agent"
+    wait_job_bg
+    has "$run_dir/launcher.log" "killing its agent and ranks over a second channel" || fail "no second-channel kill"
+    assert_no_orphans
+}
+
+case_escape_second_channel() {
+    second_channel
+    printf '#!/bin/sh\nDS_CGROUP=off exec %s "$@"\n' "$DSRUN" > "$job/dsrun-nocg"
+    chmod +x "$job/dsrun-nocg"
+    DSRUN=$job/dsrun-nocg second_channel
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"
