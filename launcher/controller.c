@@ -42,10 +42,10 @@ static int make_run_dir(ds_job *job, ds_err *err) {
         job->job_dir = NULL;
         return ds_err_set(err, "out of memory");
     }
-    if (ds_run_dir_create(job->job_dir, strrchr(job->id, '-') + 1, 0755, &job->run_dir, err) != 0) return -1;
+    if (ds_run_dir_create(job->job_dir, strrchr(job->id, '-') + 1, s->log_mode, &job->run_dir, err) != 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/launcher.log", job->run_dir);
-    job->ev = ds_events_open(path, job->id, 0644, err);
+    job->ev = ds_events_open(path, job->id, s->log_mode & 0666, err);
     if (!job->ev) return -1;
     if (s->webhook) {
         curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -92,7 +92,7 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
               config(b, "token", job->token) | config(b, "workdir", s->workdir) |
               config(b, "script", s->script) | config_int(b, "heartbeat_ms", s->heartbeat_interval_ms) |
               config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms) |
-              config_int(b, "progress_ms", ds_progress_interval_ms(s));
+              config_int(b, "progress_ms", ds_progress_interval_ms(s)) | config_int(b, "ckpt_mode", s->ckpt_mode);
     for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
     if (!bad && job->files.nfiles) {
         /* The controller's own node reads them from the workdir it wrote them to. */

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,7 @@ ds_events *ds_events_open(const char *path, const char *job_id, int mode, ds_err
         free(ev);
         return NULL;
     }
+    fchmod(ev->fd, (mode_t)mode);
     clock_gettime(CLOCK_MONOTONIC, &ev->t0);
     return ev;
 }

@@ -50,7 +50,7 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
         n->plan = &plan->nodes[i];
         n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;
     }
-    job->logs = ds_logs_open(job->attempt_dir, plan, job->spec->tee, err); /* creates the dir */
+    job->logs = ds_logs_open(job->attempt_dir, plan, job->spec->tee, job->spec->log_mode, err); /* creates the dir */
     return job->logs ? 0 : -1;
 }
 

@@ -32,6 +32,7 @@ typedef enum {
     K_ENUM,    /* one of choices ("a|b|c"), stored as its index */
     K_TEE,
     K_URL,     /* an http:// or https:// URL */
+    K_MODE,    /* file mode bits in octal, 0700..0777 (the owner keeps rwx) */
     K_SIGNALS, /* signal names (TERM, HUP, USR1, USR2) separated by commas or spaces, or
                   none: stored as a mask of 1 << signal number */
 } key_type;
@@ -88,19 +89,21 @@ static const key_def KEYS[] = {
     {"notify", "timeout", K_SECONDS, F(notify_timeout_ms), 1, 600000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
+    {"logs", "mode", K_MODE, F(log_mode), 0, 0, NULL, 0},
+    {"checkpoint", "mode", K_MODE, F(ckpt_mode), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
 };
 #undef F
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "rendezvous",
-                                 "restart", "notify", "logs", "engine"};
+                                 "restart", "notify", "logs", "checkpoint", "engine"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 static const char *RESERVED_ENV[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
-                                     "CUDA_VISIBLE_DEVICES"};
+                                     "CUDA_VISIBLE_DEVICES", "DS_CKPT_MODE"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
@@ -463,6 +466,8 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->notify_timeout_ms = 5000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
+    spec->log_mode = 0700;
+    spec->ckpt_mode = 0700;
     ds_engine_opts_init(&spec->engine);
 }
 
@@ -534,6 +539,7 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
     case K_URL: return "an http:// or https:// URL";
+    case K_MODE: return "octal permission bits that keep the owner's rwx, 0700..0777 (e.g. 0750)";
     case K_SIGNALS: return "none, or signal names among TERM, HUP, USR1, USR2 (e.g. TERM, USR1)";
     }
     return "?";
@@ -642,6 +648,14 @@ static int set_key(parse_state *st, int ki, const char *value) {
         set_str((char **)field, strdup(value));
         return 1;
     }
+    case K_MODE: {
+        char *end;
+        long m = strtol(value, &end, 8);
+        if (*end || value[0] != '0' || strlen(value) < 3 || m < 0700 || m > 0777)
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = (int)m;
+        return 1;
+    }
     case K_URL:
         if (strncmp(value, "http://", 7) && strncmp(value, "https://", 8))
             return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
@@ -725,7 +739,7 @@ static char *read_line(char *str, int num, void *stream) {
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
                 fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
-                         "env, rendezvous, restart, notify, logs, engine)", (int)(n > 60 ? 60 : n), str + 1);
+                         "env, rendezvous, restart, notify, logs, checkpoint, engine)", (int)(n > 60 ? 60 : n), str + 1);
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;

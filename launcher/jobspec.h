@@ -96,6 +96,12 @@ typedef struct ds_jobspec {
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir
                         on the command line is made absolute from the current directory) */
     char *tee;       /* which ranks show on the terminal: "all" (default), "none", "0,2-3" */
+    int log_mode;    /* key mode: octal, of the directories dslaunch creates for logs (files get
+                        it without execute bits); default 0700: logs carry environments */
+
+    /* [checkpoint] */
+    int ckpt_mode;   /* key mode: octal, of the directories a checkpoint save creates (files
+                        without execute bits), passed to ranks as DS_CKPT_MODE; default 0700 */
 
     /* [engine]: every rank's engine options (common/engine_opts.h has the keys, types,
      * ranges and defaults); a script may override the stage options per stage */

@@ -55,18 +55,19 @@ int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *e
     return 0;
 }
 
-static int open_rank(rank_log *rl, const char *dir, int rank, ds_err *err) {
+static int open_rank(rank_log *rl, const char *dir, int rank, int mode, ds_err *err) {
     static const char *ext[2] = {"out", "err"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%d.%s", dir, rank, ext[k]);
-        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)(mode & 0666));
         if (rl->s[k].fd < 0) return ds_err_errno(err, errno, "%s", path);
+        fchmod(rl->s[k].fd, (mode_t)(mode & 0666));
     }
     return 0;
 }
 
-ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_err *err) {
+ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, int mode, ds_err *err) {
     ds_logs *l = calloc(1, sizeof *l);
     unsigned char *show = calloc((size_t)plan->world_size + 1, 1);
     if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks))) {
@@ -75,13 +76,13 @@ ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_
     }
     l->n = plan->world_size;
     for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
-    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || ds_mkdir_p(dir, 0755, err) != 0) goto fail;
+    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || ds_mkdir_p(dir, mode, err) != 0) goto fail;
     for (int r = 0; r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
         const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];
         snprintf(rl->tag, sizeof rl->tag, "[%s:%d] ", node->host, r);
         rl->show = show[r];
-        if (open_rank(rl, dir, r, err) != 0) goto fail;
+        if (open_rank(rl, dir, r, mode, err) != 0) goto fail;
     }
     free(show);
     return l;

@@ -15,7 +15,8 @@ int ds_mkdir_p(const char *dir, int mode, ds_err *err) {
         if (*p != '/' && *p) continue;
         char c = *p;
         *p = 0;
-        if (mkdir(path, (mode_t)mode) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
+        if (mkdir(path, (mode_t)mode) == 0) chmod(path, (mode_t)mode); /* exactly mode, whatever the umask */
+        else if (errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
         *p = c;
         if (!c) return 0;
     }
@@ -36,6 +37,7 @@ int ds_run_dir_create(const char *job_dir, const char *suffix, int mode, char **
     }
     /* A new directory, never an old one: the suffix is random, so EEXIST is a real clash. */
     if (mkdir(*run_dir, (mode_t)mode) != 0) return ds_err_errno(err, errno, "mkdir %s", *run_dir);
+    chmod(*run_dir, (mode_t)mode);
     /* latest: a new link renamed over the old one, so it is never missing or half made. */
     char tmp[4200], latest[4200];
     snprintf(tmp, sizeof tmp, "%s/.latest-%s", job_dir, id);

@@ -8,7 +8,8 @@
 
 #include "ds_err.h"
 
-/* mkdir -p with mode for the directories it creates (existing ones are left alone). */
+/* mkdir -p with exactly mode (the umask aside) for the directories it creates; existing
+ * ones are left alone. */
 int ds_mkdir_p(const char *dir, int mode, ds_err *err);
 
 /* Creates job_dir/<run id> (mode) and points job_dir/latest at it; *run_dir gets its

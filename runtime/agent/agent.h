@@ -31,6 +31,7 @@ typedef struct ds_agent {
     int nargs;
     int node, heartbeat_ms, grace_ms, rdzv_timeout_ms;
     int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
+    int ckpt_mode;   /* > 0: the mode of checkpoint directories (DS_CKPT_MODE) */
     char *cg_base;   /* this node's cgroup for the job (cgroup.h), NULL: subreapers */
     char cg_why[256];/* why there is none */
 

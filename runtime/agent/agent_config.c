@@ -56,6 +56,7 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
     else if (KEY("grace_ms")) num = &a->grace_ms;
     else if (KEY("rdzv_timeout_ms")) num = &a->rdzv_timeout_ms;
     else if (KEY("progress_ms")) num = &a->progress_ms;
+    else if (KEY("ckpt_mode")) num = &a->ckpt_mode;
     else if (KEY("arg")) {
         char *s = strdup(v);
         if (!s || push_str(&a->args, &a->nargs, s) != 0) return ds_err_set(err, "out of memory");

@@ -485,6 +485,37 @@ case_escape_second_channel() {
     DSRUN=$job/dsrun-nocg second_channel
 }
 
+# Logs and checkpoints are private by default (directories 0700, files 0600, whatever
+# the umask); [logs] mode and [checkpoint] mode share them.
+mode_of() { stat -c %a "$1"; }
+case_permissions() {
+    umask 022
+    write_train_job 2
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc"
+    run=$(readlink -f "$run_dir")
+    for d in "$job/logs" "$job/logs/$name" "$run" "$run/attempt-0" "$job/ck" "$job/ck/step-12"; do
+        [[ $(mode_of "$d") == 700 ]] || fail "$d has mode $(mode_of "$d"), expected 700"
+    done
+    for f in "$run/launcher.log" "$run/attempt-0/rank-0.out" "$run/attempt-0/rank-1.err" "$job/ck/latest" \
+             "$job/ck/step-12/meta.json" "$job/ck/step-12/rank-1-of-2.bin"; do
+        [[ $(mode_of "$f") == 600 ]] || fail "$f has mode $(mode_of "$f"), expected 600"
+    done
+    rm -rf "$job/logs" "$job/ck"
+    umask 077
+    printf '[logs]\nmode = 0750\n[checkpoint]\nmode = 0750\n' >> "$job/job.ini"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc with modes"
+    run=$(readlink -f "$run_dir")
+    for d in "$run" "$run/attempt-0" "$job/ck" "$job/ck/step-12"; do
+        [[ $(mode_of "$d") == 750 ]] || fail "$d has mode $(mode_of "$d"), expected 750"
+    done
+    for f in "$run/attempt-0/rank-0.out" "$job/ck/step-12/rank-0-of-2.bin" "$job/ck/step-12/meta.json"; do
+        [[ $(mode_of "$f") == 640 ]] || fail "$f has mode $(mode_of "$f"), expected 640"
+    done
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"

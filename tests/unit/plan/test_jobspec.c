@@ -461,6 +461,24 @@ static void test_restart_keys(void **st) {
     expect_err(MIN "[restart]\ndrain_signals = KILL\n", ":5: [restart] drain_signals: 'KILL': expected none, or signal names");
     expect_err(MIN "[restart]\ndrain_signals = ,\n", "drain_signals");
     expect_err(MIN "[restart]\ndrain_timeout = 0\n", "out of range");
+    /* [logs] and [checkpoint] mode: private by default; octal, the owner keeps rwx */
+    assert_string_equal(parse(&s, MIN), "");
+    assert_int_equal(s.log_mode, 0700);
+    assert_int_equal(s.ckpt_mode, 0700);
+    assert_int_equal(s.hang_timeout_ms, 0);
+    assert_int_equal(s.node_retries, 2);
+    assert_int_equal(s.min_nodes, 0);
+    assert_null(s.webhook);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[logs]\nmode = 0750\n[checkpoint]\nmode = 0777\n[notify]\nwebhook = https://h/x\n"), "");
+    assert_int_equal(s.log_mode, 0750);
+    assert_int_equal(s.ckpt_mode, 0777);
+    assert_string_equal(s.webhook, "https://h/x");
+    ds_jobspec_free(&s);
+    expect_err(MIN "[logs]\nmode = 0644\n", ":5: [logs] mode: '0644': expected octal permission bits");
+    expect_err(MIN "[checkpoint]\nmode = 750\n", "expected octal");
+    expect_err(MIN "[checkpoint]\nmode = 0758\n", "expected octal");
+    expect_err(MIN "[notify]\nwebhook = ftp://h/x\n", "expected an http:// or https:// URL");
 }
 
 int main(void) {
