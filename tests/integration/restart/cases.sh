@@ -516,6 +516,19 @@ case_permissions() {
     assert_no_orphans
 }
 
+# A known_hosts entry without [host]:port is for port 22 only, as OpenSSH reads it: our
+# sshd's port is not 22, so plain entries must not vouch for it.
+case_known_hosts_port() {
+    write_job hello.lua
+    sed "s/^\[\(127\.0\.0\.[0-9]*\)\]:[0-9]* /\1 /" "$SSH_KNOWN_HOSTS" > "$job/known_hosts"
+    grep -q "^127.0.0.2 ssh-ed25519 " "$job/known_hosts" || fail "could not write plain entries"
+    sed -i "s#^known_hosts = .*#known_hosts = $job/known_hosts#" "$job/job.ini"
+    run_job
+    [[ $rc != 0 ]] || fail "a port-22 entry was accepted for port $SSHD_PORT"
+    has "$job/err" "host key of \[127.0.0.[23]\]:$SSHD_PORT is unknown" || fail "the host key was not reported unknown"
+    assert_no_orphans
+}
+
 "case_$case_name"
 [[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
 echo "PASS [$case_name]"
