@@ -60,9 +60,10 @@ reference_weights() {
     rm -rf "$job/ck"
 }
 
+# all_paused N STEP [ATTEMPT]: ranks 0..N-1 of the attempt (default 0) wait at STEP.
 all_paused() {
-    local n=$1 at=$2
-    for ((r = 0; r < n; r++)); do has "$run_dir/attempt-0/rank-$r.out" "paused at step $at" || return 1; done
+    local n=$1 at=$2 a=${3:-0}
+    for ((r = 0; r < n; r++)); do has "$run_dir/attempt-$a/rank-$r.out" "paused at step $at" || return 1; done
 }
 
 # The pid of rank R's worker (by its marker arguments).
@@ -526,6 +527,61 @@ case_known_hosts_port() {
     run_job
     [[ $rc != 0 ]] || fail "a port-22 entry was accepted for port $SSHD_PORT"
     has "$job/err" "host key of \[127.0.0.[23]\]:$SSHD_PORT is unknown" || fail "the host key was not reported unknown"
+    assert_no_orphans
+}
+
+# Chaos: 2 nodes x 2 ranks and a spare, each node in a network namespace of its own with
+# its own sshd, a tiny GPT with ZeRO-2 saving every 3 steps. Attempt 0: a worker is killed
+# after step 4; attempt 1: node 0's agent after step 8; attempt 2: the whole of node 1
+# (sshd and all) after step 12; attempt 3 cannot reach node 1, which is excluded for the
+# spare; attempt 4 resumes at step 9 and finishes. Every root cause is what was killed,
+# every attempt keeps its logs, nothing of the job is left, and the final weights are an
+# uninterrupted run's, bit for bit.
+case_chaos() {
+    local tag="dsc$$" nets=$job/netns
+    on_cleanup="'$here/netns.sh' down $tag '$nets'"
+    "$here/netns.sh" up "$tag" 3 "$SSHD_DIR" "$nets" || fail "cannot set up the network namespaces"
+    . "$nets/net"
+    mapfile -t ip < "$nets/hosts"
+    printf '%s slots=2\n%s slots=2\n%s slots=2 spare\n' "${ip[0]}" "${ip[1]}" "${ip[2]}" > "$job/hosts"
+    TRAIN_STEPS=15 write_tiny_config
+    {
+        printf '[job]\nname = %s\nscript = train_hook.lua\nargs = tiny.lua\ndsrun = %s\n' "$name" "$DSRUN"
+        printf '[resources]\nhostfile = hosts\n[rendezvous]\naddr = %s\n' "$BRIDGE_ADDR"
+        printf '[ssh]\nport = %s\nidentity = %s\nknown_hosts = %s\nconnect_timeout = 3\n' \
+            "$SSHD_PORT" "$SSH_IDENTITY" "$nets/known_hosts"
+        printf '[engine]\nzero_stage = 2\n[env]\nTRAIN_LUA = %s\n' "$TRAIN_LUA"
+        printf '[restart]\nmax_restarts = 4\nbackoff = 0\nnode_retries = 2\n'
+    } > "$job/job.ini"
+    reference_weights
+    printf '[env]\nPAUSE_AT = 0:4,1:8,2:12\nPAUSE_UNTIL = %s/go-%%a\n' "$job" >> "$job/job.ini"
+    start_job_bg
+    wait_for 30 "attempt 0 to pause at step 4" all_paused 4 4 0
+    pid=$(worker_pid 1)
+    [[ -n $pid ]] || fail "cannot find rank 1's worker"
+    kill -KILL "$pid"
+    touch "$job/go-0"
+    wait_for 30 "attempt 1 to pause at step 8" all_paused 4 8 1
+    agent=$(agent_pid 0)
+    [[ -n $agent ]] || fail "cannot find node 0's agent"
+    kill -KILL "$agent"
+    touch "$job/go-1"
+    wait_for 30 "attempt 2 to pause at step 12" all_paused 4 12 2
+    for p in $(ip netns pids "$tag-2"); do kill -KILL "$p"; done
+    touch "$job/go-2"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after 4 restarts"
+    root() { sed -n "s/.*\"event\":\"attempt_failed\",\"attempt\":$1,\"root_cause\":{\"rank\":\(-\?[0-9]*\),\"node\":\(-\?[0-9]*\).*/\1 \2/p" "$run_dir/launcher.log"; }
+    [[ $(root 0) == "1 0" ]] || fail "attempt 0's root cause is '$(root 0)', expected rank 1 (node 0)"
+    [[ $(root 1) == "-1 0" ]] || fail "attempt 1's root cause is '$(root 1)', expected node 0"
+    [[ $(root 2) == "-1 1" ]] || fail "attempt 2's root cause is '$(root 2)', expected node 1"
+    [[ $(root 3) == "-1 1" ]] || fail "attempt 3's root cause is '$(root 3)', expected node 1 (unreachable)"
+    has "$job/err" "node ${ip[1]} excluded: could not be started" || fail "node 1 was not excluded"
+    has "$job/err" "node ${ip[1]} replaced by spare ${ip[2]}" || fail "the spare did not replace node 1"
+    for a in 0 1 2 3 4; do [[ -d $run_dir/attempt-$a ]] || fail "attempt-$a's logs are missing"; done
+    for a in 0 1 2; do has "$run_dir/attempt-$a/rank-3.out" "paused at step" || fail "attempt-$a lost rank 3's log"; done
+    has "$run_dir/attempt-4/rank-2.out" "resumed from ck at step 9" || fail "attempt 4 did not resume at step 9"
+    cmp -s "$job/final.safetensors" "$job/reference.safetensors" || fail "the final weights differ from the uninterrupted run's"
     assert_no_orphans
 }
 

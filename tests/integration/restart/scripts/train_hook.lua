@@ -1,13 +1,17 @@
--- Runs examples/gpt/train.lua (TRAIN_LUA) with a test hook: when PAUSE_AT_STEP is set,
--- every rank of attempt 0 prints "paused at step N" once step N is done (before its
--- checkpoint, if one is due) and then waits there (until the file PAUSE_UNTIL exists,
--- when that is set; else for ever), so the test can break something at a known step.
--- PAUSE_RANK: only that rank pauses (the others go on into the next step's collectives).
--- Later attempts, and runs without PAUSE_AT_STEP, are plain train.lua.
+-- Runs examples/gpt/train.lua (TRAIN_LUA) with a test hook: every rank prints "paused at
+-- step N" once step N is done (before its checkpoint, if one is due) and then waits there
+-- (until the file PAUSE_UNTIL exists, when that is set, with %a replaced by the attempt;
+-- else for ever), so the test can break something at a known step. Where: PAUSE_AT =
+-- "A:S,..." pauses attempt A at step S; PAUSE_AT_STEP = S is "0:S". PAUSE_RANK: only that
+-- rank pauses (the others go on into the next step's collectives). Otherwise it is plain
+-- train.lua.
 local ds = require 'ds'
 local model = require 'ds.model'
-local pause_at = math.tointeger(tonumber(os.getenv('PAUSE_AT_STEP') or ''))
-if pause_at and ds.attempt() == 0 then
+local pause_at
+for a, s in ((os.getenv('PAUSE_AT') or '') .. ',0:' .. (os.getenv('PAUSE_AT_STEP') or '')):gmatch('(%d+):(%d+)') do
+  if tonumber(a) == ds.attempt() then pause_at = math.tointeger(tonumber(s)) end
+end
+if pause_at then
   local make = model.Model
   model.Model = function(spec)
     local m = make(spec)
@@ -21,6 +25,7 @@ if pause_at and ds.attempt() == 0 then
           print(string.format('paused at step %d', t.step))
           io.stdout:flush()
           local until_file = os.getenv('PAUSE_UNTIL')
+          if until_file then until_file = until_file:gsub('%%a', tostring(ds.attempt())) end
           while true do
             local f = until_file and io.open(until_file)
             if f then f:close() break end
