@@ -14,7 +14,7 @@ pid=
 trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() {
     echo "FAIL: $*"
-    for f in "$tmp"/out "$tmp"/err "$tmp"/logs/live/launcher.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    for f in "$tmp"/out "$tmp"/err "$tmp"/logs/live/latest/launcher.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
     exit 1
 }
 N=6
@@ -45,7 +45,7 @@ get() { timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && printf 'GET $1 H
 
 "$dslaunch" --log_dir "$tmp/logs" "$tmp/job.ini" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-log=$tmp/logs/live/launcher.log
+log=$tmp/logs/live/latest/launcher.log
 wait_for grep -q "Prometheus metrics at" "$log" 2>/dev/null || fail "no endpoint announced"
 port=$(sed -n 's|.*Prometheus metrics at http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$log")
 [ -n "$port" ] || fail "no port in: $(grep Prometheus "$log")"
@@ -72,7 +72,7 @@ wait $pid || fail "dslaunch exited $?"
 pid=
 echo "scraped: $(grep -c '^ds_' "$tmp/scrape") samples, as published"
 
-dir=$tmp/logs/live/attempt-0
+dir=$tmp/logs/live/latest/attempt-0
 "$check" jsonl "$dir" $N 2 || fail "metrics.jsonl"
 "$check" tfevents "$dir" || fail "TensorBoard file"
 last=$(tail -n 1 "$dir/metrics.jsonl")
