@@ -69,6 +69,7 @@ typedef struct ds_job {
     int sched_signal;      /* a signal Slurm sent every process of the job (srun.c), 0 if none */
     long long logs_lost;   /* bytes of rank logs lost so far (a full disk) */
     int drain_sig;         /* the signal that asked for a drain, 0 if none (drain.c) */
+    int metrics_port;      /* the Prometheus endpoint's port once bound, kept by restarts (0: none yet) */
 
     /* ---- per attempt (ds_job_begin_attempt resets these) ---- */
     int attempt;

@@ -30,7 +30,8 @@ int ds_job_monitor_open(ds_job *job, ds_err *err) {
         .hosts = hosts,
         .outputs = job->spec->monitor_outputs,
         .steps_per_print = job->spec->steps_per_print,
-        .metrics_port = job->spec->metrics_port,
+        /* a restart serves where the first attempt did, a free port (0) included */
+        .metrics_port = job->metrics_port > 0 ? job->metrics_port : job->spec->metrics_port,
         .metrics_addr = job->spec->metrics_addr,
         .progress_fd = 2,
         .tty = isatty(2),
@@ -45,6 +46,7 @@ int ds_job_monitor_open(ds_job *job, ds_err *err) {
     free(hosts);
     free(events);
     if (!job->monitor) return -1;
+    if (ds_monitor_metrics_port(job->monitor) > 0) job->metrics_port = ds_monitor_metrics_port(job->monitor);
     ds_logs_on_terminal(job->logs, terminal_hook, job->monitor);
     return 0;
 }
