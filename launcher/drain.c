@@ -28,8 +28,10 @@ void ds_job_drain(ds_job *job, int sig) {
     job->drain_sig = sig;
     if (!any_rank_drains(job)) {
         job->interrupted = sig;
+        ds_monitor_terminal(job->monitor, 1);
         fprintf(stderr, "dslaunch: SIG%s: the script does not drain (no rank has called ds.drain_requested): "
                         "stopping every rank\n", sigabbrev_np(sig));
+        ds_monitor_terminal(job->monitor, 0);
         ds_job_stop(job, "interrupted by SIG%s (the script does not drain)", sigabbrev_np(sig));
         return;
     }
@@ -42,8 +44,10 @@ void ds_job_drain(ds_job *job, int sig) {
         return;
     }
     job->drain_deadline_ms = ds_now_ms() + job->spec->drain_timeout_ms;
+    ds_monitor_terminal(job->monitor, 1);
     fprintf(stderr, "dslaunch: SIG%s: draining: every rank finishes its step, saves a checkpoint and exits "
                     "(again to stop at once)\n", sigabbrev_np(sig));
+    ds_monitor_terminal(job->monitor, 0);
     ds_json *j = ds_event_begin(job->ev, "draining");
     if (j) {
         ds_json_kint(j, "attempt", job->attempt);

@@ -145,9 +145,12 @@ static void write_file(ds_logs *l, int rank, int stream, rank_stream *s, const v
             s->why = w < 0 ? errno : ENOSPC;
             close(s->fd);
             s->fd = -1;
-            if (l->warned++ < 4)
+            if (l->warned++ < 4) {
+                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 1);
                 fprintf(stderr, "dslaunch: warning: rank %d's %s log: %s; the rest of it is lost (the terminal "
                                 "still shows it)\n", rank, stream == 1 ? "stdout" : "stderr", strerror(s->why));
+                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 0);
+            }
             break;
         }
         b += w;
