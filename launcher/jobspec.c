@@ -555,6 +555,15 @@ static int known_section(const char *s) {
     return 0;
 }
 
+/* "job, resources, ...": the sections, for messages. */
+static const char *section_list(void) {
+    static char list[256];
+    if (!list[0])
+        for (int i = 0; i < NSECTIONS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", SECTIONS[i]);
+    return list;
+}
+
 static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     switch (k->type) {
     case K_STR: return "a non-empty value";
@@ -806,8 +815,8 @@ static char *read_line(char *str, int num, void *stream) {
             size_t n = (size_t)(close - str - 1);
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
-                fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
-                         "env, rendezvous, restart, notify, logs, checkpoint, engine, monitor)", (int)(n > 60 ? 60 : n), str + 1);
+                fail(st, "[%.*s]: unknown section (expected one of: %s)", (int)(n > 60 ? 60 : n), str + 1,
+                     section_list());
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;
@@ -948,8 +957,8 @@ static int override_one(parse_state *st, const char *set) {
     snprintf(section, sizeof section, "%.*s", (int)(dot - set), set);
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
     if (!known_section(section))
-        return ds_err_set(st->err, "%s: [%s]: unknown section (expected one of: job, resources, ssh, "
-                                   "env, rendezvous, restart, logs, engine)", st->name, section);
+        return ds_err_set(st->err, "%s: [%s]: unknown section (expected one of: %s)", st->name, section,
+                          section_list());
     if (!strcmp(section, "env")) unset_env(st->spec, key);
     on_key(st, section, key, eq + 1);
     return st->err_line ? -1 : 0;
