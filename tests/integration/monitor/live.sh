@@ -49,7 +49,7 @@ log=$tmp/logs/live/latest/launcher.log
 wait_for grep -q "Prometheus metrics at" "$log" 2>/dev/null || fail "no endpoint announced"
 port=$(sed -n 's|.*Prometheus metrics at http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$log")
 [ -n "$port" ] || fail "no port in: $(grep Prometheus "$log")"
-job=$(sed -n 's/^.* job \(live-[0-9a-f]*\): .*/\1/p' "$log" | head -1)
+job=$(sed -n 's/.*"job":"\(live-[0-9a-f]*\)".*/\1/p' "$log" | head -1) # launcher.log: JSON lines
 scrape() { get /metrics >"$tmp/scrape" && grep -qF "ds_step{job=\"$job\"} $N" "$tmp/scrape"; }
 wait_for scrape || fail "the endpoint never showed step $N"
 for want in "HTTP/1.1 200 OK" "Content-Type: text/plain; version=0.0.4" \
@@ -94,7 +94,7 @@ grep -qF '| skipped 1 | restarts 0' "$tmp/err" || fail "skipped and restarts in 
 echo "progress: $(grep -c '^dslaunch: step' "$tmp/err") plain lines"
 
 # On a terminal: one line redrawn in place, rank lines above it. The same job name again,
-# at once: its files replace the first run's (one TensorBoard file, this run's).
+# at once: its files go to a new run directory, which latest then names (one TensorBoard file, this run's).
 sed -i '/^metrics_port/d' "$tmp/job.ini"
 timeout 120 script -qefc "'$dslaunch' --log_dir '$tmp/logs' '$tmp/job.ini'" /dev/null >"$tmp/tty" 2>&1 </dev/null ||
     fail "dslaunch on a terminal exited $?: $(tail -c 2000 "$tmp/tty")"

@@ -93,6 +93,28 @@ case_restart_then_ok() {
     assert_no_orphans
 }
 
+# A restarted job keeps publishing metrics: each attempt has its own metrics.jsonl and
+# report.html in its directory, the progress line counts the restart, and the Prometheus
+# endpoint stays on the port the first attempt chose.
+case_monitor_restart() {
+    write_local_job monitored_flaky.lua 2 "[restart]" "max_restarts = 1" "backoff = 0" \
+        "[monitor]" "steps_per_print = 1" "metrics_port = 0"
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
+    has "$run_dir/attempt-0/metrics.jsonl" '"step":2,' || fail "attempt 0's metrics.jsonl lacks step 2"
+    ! has "$run_dir/attempt-0/metrics.jsonl" '"step":3,' || fail "attempt 0 has a step it never made"
+    has "$run_dir/attempt-1/metrics.jsonl" '"step":3,' || fail "attempt 1's metrics.jsonl lacks step 3"
+    has "$job/err" '^dslaunch: step 2/3 (66%) .*| restarts 0$' || fail "attempt 0's progress line"
+    has "$job/err" '^dslaunch: step 3/3 (100%) .*| restarts 1$' || fail "the progress line does not count the restart"
+    has "$run_dir/attempt-0/report.html" 'FAILED: ' || fail "attempt 0's report does not say it failed"
+    has "$run_dir/attempt-1/report.html" '"restarts":1' || fail "attempt 1's report does not count the restart"
+    has "$run_dir/attempt-1/report.html" 'all 2 ranks started' || fail "attempt 1's report lacks the job's events"
+    endpoints=$(grep -ao 'Prometheus metrics at http://[0-9.:]*/metrics' "$run_dir/launcher.log")
+    [[ $(wc -l <<< "$endpoints") == 2 && $(sort -u <<< "$endpoints" | wc -l) == 1 ]] ||
+        fail "each attempt should serve on the first one's port: $endpoints"
+    assert_no_orphans
+}
+
 # Every attempt fails: max_restarts restarts, then the job fails with status 1.
 case_restarts_exhausted() {
     write_local_job always_fails.lua 2 "[restart]" "max_restarts = 2" "backoff = 0"
@@ -243,17 +265,17 @@ case_hang() {
 # A worker stopped with SIGSTOP (alive, silent): hang detection names it, it is killed
 # (it cannot act on TERM), the job restarts and finishes.
 case_stopped_worker() {
-    write_train_job 2 "[restart]" "max_restarts = 1" "backoff = 0" "hang_timeout = 2"
-    printf '[env]\nPAUSE_AT_STEP = 5\nPAUSE_UNTIL = %s/go\n' "$job" >> "$job/job.ini"
+    # Stopped while it trains (a pause before the stop would itself count as a hang and
+    # race with it): its reports stop with it, while rank 0 waits in a collective for it.
+    TRAIN_STEPS=40 write_train_job 2 "[restart]" "max_restarts = 1" "backoff = 0" "hang_timeout = 4"
     start_job_bg
-    wait_for 30 "both ranks to pause at step 5" all_paused 2 5
+    stepping() { has "$run_dir/attempt-0/rank-1.out" "^step  *2/40 "; }
+    wait_for 30 "rank 1 to finish step 2" stepping
     pid=$(worker_pid 1)
     [[ -n $pid ]] || fail "cannot find rank 1's worker"
     kill -STOP "$pid"
-    touch "$job/go"
     wait_job_bg
     [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
-    # (its last report may predate step 5: it reports every 0.5 s)
     has "$job/err" "hang: .*rank 1 (localhost) .*stopped reporting" || fail "the hang does not name the stopped rank 1"
     has "$job/err" "<- root cause" || fail "no root cause marked"
     assert_no_orphans
