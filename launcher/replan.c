@@ -44,7 +44,8 @@ int ds_replan(ds_plan *out, const ds_plan *cur, char *const *excluded, int nexcl
     for (int i = 0; i < cur->nnodes; i++) {
         const ds_plan_node *n = &cur->nodes[i];
         if (!is_excluded(n->host, excluded, nexcluded)) {
-            if (push_host(&hl, n->host, n->slots, n->nslots, 0) != 0) goto oom;
+            /* by its hostfile name: the caller resolves ssh_config aliases again */
+            if (push_host(&hl, n->alias ? n->alias : n->host, n->slots, n->nslots, 0) != 0) goto oom;
             kept++;
             continue;
         }
@@ -78,7 +79,9 @@ int ds_replan(ds_plan *out, const ds_plan *cur, char *const *excluded, int nexcl
             goto oom;
     }
     ds_jobspec none = {.device = cur->gpus ? DS_DEVICE_CUDA : DS_DEVICE_CPU}; /* spares marked, none held back */
-    rc = ds_plan_build(out, &hl, &none, cur->master_addr, cur->master_port, err);
+    /* MASTER_ADDR that was node 0's follows node 0 (a program's rendezvous is there) */
+    const char *master = strcmp(cur->master_addr, cur->nodes[0].host) ? cur->master_addr : NULL;
+    rc = ds_plan_build(out, &hl, &none, master, cur->master_port, err);
     goto done;
 oom:
     ds_err_set(err, "out of memory");

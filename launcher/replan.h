@@ -9,7 +9,9 @@
 
 /* excluded[i] (a host name) may name world nodes and spares alike. On success fills out
  * (free with ds_plan_free) and appends what changed, in words, to what (cap). -1 with err
- * when too few nodes would be left. */
+ * when too few nodes would be left. out's nodes are named as in the hostfile (an ssh
+ * config alias, not its HostName: see ds_plan_apply_ssh_config); a MASTER_ADDR that was
+ * node 0's host becomes the new node 0's. */
 int ds_replan(ds_plan *out, const ds_plan *cur, char *const *excluded, int nexcluded, int min_nodes,
               char *what, size_t cap, ds_err *err);
 

@@ -7,6 +7,18 @@
 
 #include "job.h"
 #include "replan.h"
+#include "ssh_target.h"
+
+/* Hostfile names that ~/.ssh/config gives a HostName stand for that address again in a
+ * new plan (as main.c does for the first); master_given: MASTER_ADDR is the user's. */
+static int resolve_aliases(ds_plan *plan, const ds_jobspec *spec, int master_given, ds_err *err) {
+    if (spec->launch_method != DS_LAUNCH_SSH || !spec->hostfile) return 0;
+    ds_ssh_config *cfg = ds_ssh_config_for(spec, err);
+    if (!cfg) return -1;
+    int rc = ds_plan_apply_ssh_config(plan, spec, cfg, master_given, err);
+    ds_ssh_config_free(cfg);
+    return rc;
+}
 
 void ds_restart_init(ds_restart *rs, const ds_jobspec *spec, const ds_plan *plan) {
     memset(rs, 0, sizeof *rs);
@@ -110,7 +122,9 @@ static int replan(ds_restart *rs) {
     ds_plan_free(next);
     char what[1024] = "";
     ds_err err = {{0}};
+    int master_given = strcmp(rs->plan->master_addr, rs->plan->nodes[0].host) != 0;
     int rc = ds_replan(next, rs->plan, names, n, rs->spec->min_nodes, what, sizeof what, &err);
+    if (rc == 0) rc = resolve_aliases(next, rs->spec, master_given, &err);
     free(names);
     if (rc != 0) {
         note(rs, "cannot go on: %s\n", err.msg);

@@ -281,6 +281,50 @@ case_stopped_worker() {
     assert_no_orphans
 }
 
+# Hostfile names that are ssh config aliases ([ssh] config) stay aliases across a
+# restart: node 1's agent is killed and excluded, the spare (an alias too) takes its
+# place at its HostName, and node 0 is still reached on its alias's Port (the config's
+# only Port lines are the aliases').
+case_spare_alias() {
+    cat > "$job/ssh_config" <<CFG
+Host first
+    HostName 127.0.0.2
+    Port $SSHD_PORT
+Host second
+    HostName 127.0.0.3
+    Port $SSHD_PORT
+Host third
+    HostName 127.0.0.4
+    Port $SSHD_PORT
+Host *
+    User root
+    IdentityFile $SSH_IDENTITY
+    IdentitiesOnly yes
+    UserKnownHostsFile $SSH_KNOWN_HOSTS
+    ConnectTimeout 5
+CFG
+    printf 'first slots=2\nsecond slots=2\nthird slots=2 spare\n' > "$job/hosts"
+    {
+        printf '[job]\nname = %s\nscript = hold_first_attempt.lua\ndsrun = %s\n' "$name" "$DSRUN"
+        printf '[resources]\nhostfile = hosts\n[ssh]\nconfig = %s/ssh_config\n' "$job"
+        printf '[restart]\nmax_restarts = 1\nbackoff = 0\nnode_retries = 1\n'
+    } > "$job/job.ini"
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$run_dir/attempt-0/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be ready" all_ready
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    kill -KILL "$agent"
+    wait_job_bg
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 once the spare took node 1's place"
+    has "$job/err" "node 127.0.0.3 excluded" || fail "node 1 was not excluded"
+    has "$job/err" "node 127.0.0.3 replaced by spare third" || fail "the spare did not replace node 1"
+    for r in 0 1 2 3; do has "$run_dir/attempt-1/rank-$r.out" "done $r" || fail "rank $r did not finish attempt 1"; done
+    has "$run_dir/attempt-1/rank-0.out" "rank 0 attempt 1 on 127.0.0.2" || fail "node 0 is not 127.0.0.2 in attempt 1"
+    has "$run_dir/attempt-1/rank-2.out" "rank 2 attempt 1 on 127.0.0.4" || fail "the spare is not known by its HostName"
+    assert_no_orphans
+}
+
 # min_nodes = 1, no spare: node 1's agent is killed after step 5; with node_retries = 1
 # it is excluded and the job goes on with node 0's 2 ranks (grad_accum 1 -> 2, the same
 # global batch), resumed from step 3's checkpoint resharded from 4 ranks to 2; its losses

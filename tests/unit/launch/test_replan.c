@@ -13,17 +13,19 @@
 #include "hostfile.h"
 #include "replan.h"
 
-static void plan_of(ds_plan *p, const char *hostfile) {
+static void plan_with_master(ds_plan *p, const char *hostfile, const char *master) {
     ds_hostlist hl;
     ds_err err = {{0}};
     assert_int_equal(ds_hostfile_parse(&hl, "hosts", hostfile, &err), 0);
     ds_jobspec spec;
     ds_jobspec_init(&spec);
     spec.device = DS_DEVICE_CPU;
-    assert_int_equal(ds_plan_build(p, &hl, &spec, "10.0.0.1", 29500, &err), 0);
+    assert_int_equal(ds_plan_build(p, &hl, &spec, master, 29500, &err), 0);
     ds_jobspec_free(&spec);
     ds_hostlist_free(&hl);
 }
+
+static void plan_of(ds_plan *p, const char *hostfile) { plan_with_master(p, hostfile, "10.0.0.1"); }
 
 static void spare_takes_the_place(void **state) {
     (void)state;
@@ -70,10 +72,32 @@ static void shrink_only_when_allowed(void **state) {
     ds_plan_free(&cur);
 }
 
+/* A MASTER_ADDR that was node 0's moves with node 0 (a program's rendezvous runs there);
+ * nodes come back under their hostfile names (an ssh config alias is resolved again by
+ * the caller). */
+static void master_and_aliases(void **state) {
+    (void)state;
+    ds_plan cur, next;
+    plan_with_master(&cur, "a slots=1\nb slots=1\ns slots=1 spare\n", NULL);
+    assert_string_equal(cur.master_addr, "a");
+    cur.nodes[1].alias = cur.nodes[1].host; /* as ds_plan_apply_ssh_config leaves it */
+    cur.nodes[1].host = strdup("10.9.9.9");
+    char *excluded[] = {"a"};
+    char what[256] = "";
+    ds_err err = {{0}};
+    assert_int_equal(ds_replan(&next, &cur, excluded, 1, 0, what, sizeof what, &err), 0);
+    assert_string_equal(next.nodes[0].host, "s");
+    assert_string_equal(next.master_addr, "s");
+    assert_string_equal(next.nodes[1].host, "b");
+    ds_plan_free(&next);
+    ds_plan_free(&cur);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(spare_takes_the_place),
         cmocka_unit_test(shrink_only_when_allowed),
+        cmocka_unit_test(master_and_aliases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
