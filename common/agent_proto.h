@@ -4,14 +4,18 @@
  * output travels as raw chunks tagged by rank and stream; lines are assembled by the
  * controller, so a chunk boundary never splits or mixes a line.
  *
- * Controller -> agent: CONFIG ("key=value") frames, then per rank a RANK frame and its
- * ENV ("KEY=VALUE") frames, then GO. Closing the agent's stdin means "stop the node":
+ * Controller -> agent: CONFIG ("key=value") frames, FILE ("<path>\n<bytes>": a fetched
+ * file the node gets, path relative to the workdir) each followed by FILE_DATA chunks
+ * holding its bytes, then per rank a RANK frame and its ENV ("KEY=VALUE") frames, then
+ * GO. Closing the agent's stdin means "stop the node":
  * TERM to every worker, KILL after the grace period, exit (the dead-man switch).
  * Agent -> controller: HELLO when its store connection is up, STARTED (payload: pid) per
- * worker, STDOUT/STDERR chunks, EXIT (payload: "exit N" or "signal N") per worker, ERROR
- * (a message) when the node cannot run, BYE just before it exits, METRICS chunks: what a
- * worker wrote to its metrics pipe (DS_METRICS_FD), one JSON object per line, assembled
- * into lines by the controller like output (launcher/metrics.h).
+ * worker, STDOUT/STDERR chunks, FAILURE (a rank's failure record, JSON, when it left
+ * one: runtime/worker/failure_record.h) just before its EXIT (payload: "exit N at T" or
+ * "signal N at T", T the wall-clock ms when the agent saw it end), ERROR (a message) when
+ * the node cannot run, BYE just before it exits, METRICS chunks: what a worker wrote to
+ * its metrics pipe (DS_METRICS_FD), one JSON object per line, assembled into lines by
+ * the controller like output (launcher/metrics.h).
  *
  * Started by srun (docs/slurm.md), an agent shares its stdin with every agent of the
  * step: there stdin carries only CONFIG link= and token= frames and GO; the agent
@@ -32,6 +36,8 @@ enum {
     DS_FRAME_RANK = 2,
     DS_FRAME_ENV = 3,
     DS_FRAME_GO = 4,
+    DS_FRAME_FILE = 5,
+    DS_FRAME_FILE_DATA = 6,
     DS_FRAME_HELLO = 10,
     DS_FRAME_STARTED = 11,
     DS_FRAME_STDOUT = 12,
@@ -42,6 +48,7 @@ enum {
     DS_FRAME_SIGNAL = 17,
     DS_FRAME_JOIN = 18,
     DS_FRAME_METRICS = 19,
+    DS_FRAME_FAILURE = 20,
 };
 
 #define DS_FRAME_HEADER 9

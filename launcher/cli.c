@@ -44,7 +44,14 @@ const char DS_CLI_HELP[] =
     "  -h, --help              this text\n"
     "  -V, --version           the version\n"
     "\n"
-    "Exit status: the job's (0 when every rank exited 0); 2 for a usage or job spec error.\n";
+    "Exit status (docs/operations.md):\n"
+    "  0    every rank exited 0\n"
+    "  1    the job failed, after [restart] max_restarts restarts\n"
+    "  2    a user error: usage, job spec, hostfile, or a script that cannot be loaded\n"
+    "  3    drained on TERM/USR1/USR2 ([restart] drain_signals): every rank saved a\n"
+    "       checkpoint at the same step; run the same command to resume (requeue)\n"
+    "  4    every rank exited 0, but logs were lost (a full disk): the summary says how much\n"
+    "  128+N  interrupted by signal N (130: Ctrl-C), or a second signal during a drain\n";
 
 typedef enum { O_STR, O_INT, O_FLAG, O_SET, O_EXPORT } opt_kind;
 

@@ -12,8 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "controller.h"
+#include "exit_codes.h"
+#include "notify.h"
 #include "job.h"
+#include "restart.h"
+#include "run_dir.h"
 #include "srun.h"
 #include "ssh_target.h"
 #include "ds_clock.h"
@@ -28,19 +34,27 @@ static int make_job_id(ds_job *job, ds_err *err) {
     return 0;
 }
 
-static int make_log_dirs(ds_job *job, ds_err *err) {
+static int make_run_dir(ds_job *job, ds_err *err) {
     const ds_jobspec *s = job->spec;
     const char *dir = s->log_dir ? s->log_dir : "logs";
-    int rc = dir[0] == '/' ? asprintf(&job->log_root, "%s/%s", dir, s->name)
-                           : asprintf(&job->log_root, "%s/%s/%s", s->workdir, dir, s->name);
-    if (rc < 0 || asprintf(&job->attempt_dir, "%s/attempt-%d", job->log_root, job->attempt) < 0)
+    int rc = dir[0] == '/' ? asprintf(&job->job_dir, "%s/%s", dir, s->name)
+                           : asprintf(&job->job_dir, "%s/%s/%s", s->workdir, dir, s->name);
+    if (rc < 0) {
+        job->job_dir = NULL;
         return ds_err_set(err, "out of memory");
-    job->logs = ds_logs_open(job->attempt_dir, job->plan, s->tee, err); /* creates the dirs */
-    if (!job->logs) return -1;
+    }
+    if (ds_run_dir_create(job->job_dir, strrchr(job->id, '-') + 1, s->log_mode, &job->run_dir, err) != 0) return -1;
     char path[4200];
-    snprintf(path, sizeof path, "%s/launcher.log", job->log_root);
-    job->ev = ds_events_open(path, err);
-    return job->ev ? 0 : -1;
+    snprintf(path, sizeof path, "%s/launcher.log", job->run_dir);
+    job->ev = ds_events_open(path, job->id, s->log_mode & 0666, err);
+    if (!job->ev) return -1;
+    if (s->webhook) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        if (!(job->notify = ds_notify_start(s->webhook, s->notify_timeout_ms, err)))
+            return ds_err_prefix(err, "[notify] webhook");
+        ds_events_set_notify(job->ev, job->notify);
+    }
+    return 0;
 }
 
 static int start_store(ds_job *job, ds_err *err) {
@@ -78,12 +92,21 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
               config_int(b, "node", n->plan->node_rank) | config(b, "rdzv", job->rdzv) |
               config(b, "token", job->token) | config(b, "workdir", s->workdir) |
               config(b, "script", s->script) | config_int(b, "heartbeat_ms", s->heartbeat_interval_ms) |
-              config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms);
+              config_int(b, "grace_ms", DS_STOP_GRACE_MS) | config_int(b, "rdzv_timeout_ms", s->rdzv_timeout_ms) |
+              config_int(b, "progress_ms", ds_rank_progress_interval_ms(s)) | config_int(b, "ckpt_mode", s->ckpt_mode);
     for (int i = 0; i < s->nargs; i++) bad |= config(b, "arg", s->args[i]);
     bad |= config(b, "kind", ds_jobspec_is_lua(s) ? "lua" : "program") |
            config_int(b, "attempt", job->attempt) | config_int(b, "master_port", job->plan->master_port);
     for (int i = 0; i < s->ninterp; i++) bad |= config(b, "interp", s->interpreter[i]);
     if (s->local_rank_arg) bad |= config_int(b, "local_rank_arg", 1);
+    if (!bad && job->files.nfiles) {
+        /* The controller's own node reads them from the workdir it wrote them to. */
+        if (n->plan->local && !s->ssh_force) {
+            if (ds_fetch_place(&job->files, s->workdir, err) != 0) return -1;
+        } else if (ds_fetch_queue(&job->files, b, err) != 0) {
+            return -1;
+        }
+    }
     for (int r = 0; r < job->plan->world_size && !bad; r++) {
         if (job->plan->ranks[r].node_rank != n->plan->node_rank) continue;
         bad |= ds_frame_append(b, DS_FRAME_RANK, (uint32_t)r, NULL, 0);
@@ -98,26 +121,6 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
 
 /* ---- starting the nodes ---- */
 
-/* Single quotes for the remote shell. */
-static char *shell_quote(const char *s) {
-    size_t n = 3;
-    for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
-    char *q = malloc(n), *o = q;
-    if (!q) return NULL;
-    *o++ = '\'';
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'') {
-            memcpy(o, "'\\''", 4);
-            o += 4;
-        } else {
-            *o++ = *p;
-        }
-    }
-    *o++ = '\'';
-    *o = 0;
-    return q;
-}
-
 /* ssh_config: read when the first node needs SSH (a local or srun job never reads it). */
 static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_err *err) {
     const ds_jobspec *s = job->spec;
@@ -131,7 +134,7 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
                  (int)n->local.pid);
         return 0;
     }
-    char *dsrun = shell_quote(s->dsrun), *id = shell_quote(job->id), *cmd = NULL;
+    char *dsrun = ds_shell_quote(s->dsrun), *id = ds_shell_quote(job->id), *cmd = NULL;
     int ok = dsrun && id && asprintf(&cmd, "exec %s agent --job %s --node %s", dsrun, id, node) > 0;
     free(dsrun);
     free(id);
@@ -161,6 +164,7 @@ static int setup_signals(ds_err *err) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, 0};
+    signal(SIGXFSZ, SIG_IGN); /* a log over the file size limit is a failed write, not our death */
     return ds_signals_fd(sigs, err);
 }
 
@@ -172,7 +176,9 @@ static void handle_signals(ds_job *job, int sigfd) {
             for (int i = 0; i < job->plan->nnodes; i++) ds_node_reap(&job->nodes[i]);
             continue;
         }
-        if (!job->stopping) {
+        if (!job->stopping && !job->drain_sig && (job->spec->drain_signals & 1 << sig)) {
+            ds_job_drain(job, sig);
+        } else if (!job->stopping) {
             job->interrupted = sig;
             ds_monitor_terminal(job->monitor, 1);
             fprintf(stderr, "dslaunch: %s: stopping every rank (again to kill at once)\n", sigabbrev_np(sig));
@@ -211,13 +217,13 @@ static void check_heartbeats(ds_job *job) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
         int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
-        if (last < 0 || now - last <= job->spec->heartbeat_timeout_ms) continue;
+        /* (a heartbeat from before this attempt began was the previous agent's) */
+        if (last < job->t0_ms || now - last <= job->spec->heartbeat_timeout_ms) continue;
         char why[128];
         snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(now - last) / 1000);
+        ds_job_node_failed(job, n, why);
         ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, why);
         /* It will not answer a polite stop: kill its agent and ranks now. */
-        snprintf(n->error, sizeof n->error, "%s", why);
-        n->failed = 1;
         ds_job_kill_node(job, n);
         return;
     }
@@ -286,9 +292,12 @@ static void run_loop(ds_job *job, int sigfd) {
         long long now = ds_now_ms();
         if (now >= next_tick) {
             check_heartbeats(job);
+            ds_job_check_drain(job);
+            ds_job_check_progress(job);
             for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
             /* often enough that a lost node is seen soon after heartbeat_timeout */
-            int tick = job->spec->heartbeat_timeout_ms / 4;
+            int tick = job->spec->heartbeat_timeout_ms / 4, progress = ds_rank_progress_interval_ms(job->spec);
+            if (progress && progress < tick) tick = progress;
             next_tick = now + (tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
         }
         if (job->nexited == job->plan->world_size)
@@ -306,59 +315,251 @@ static void raise_fd_limit(void) {
 }
 
 static void job_free(ds_job *job) {
-    ds_srun_free(job);
-    if (job->nodes)
-        for (int i = 0; i < job->plan->nnodes; i++) ds_node_free(&job->nodes[i]);
-    free(job->nodes);
-    free(job->ranks);
+    ds_job_end_attempt(job);
+    ds_fetch_free(&job->files);
+    int dropped = ds_notify_stop(job->notify); /* the last events get their chance */
+    if (dropped) fprintf(stderr, "dslaunch: %d event%s did not reach the webhook\n", dropped, dropped == 1 ? "" : "s");
     ds_store_server_stop(job->store);
-    ds_monitor_close(job->monitor);
-    ds_logs_close(job->logs);
     ds_events_close(job->ev);
-    free(job->log_root);
-    free(job->attempt_dir);
+    free(job->job_dir);
+    free(job->run_dir);
     memset(job->token, 0, sizeof job->token);
 }
 
-int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
-    ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_now_ms()};
+/* URLs as the script or arguments: fetched and checked before any rank starts. */
+static int fetch_files(ds_job *job, ds_restart *rs) {
+    const ds_jobspec *s = rs->spec;
+    int urls = ds_fetch_is_url(s->script);
+    for (int i = 0; i < s->nargs; i++) urls |= ds_fetch_is_url(s->args[i]);
+    if (!urls) return 0;
     ds_err err = {{0}};
-    raise_fd_limit();
-    ds_ssh_config *ssh_config = NULL;
-    int sigfd = setup_signals(&err);
-    job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
-    job.ranks = calloc((size_t)plan->world_size, sizeof *job.ranks);
-    if (sigfd < 0 || !job.nodes || !job.ranks || make_job_id(&job, &err) != 0 ||
-        make_log_dirs(&job, &err) != 0 || ds_job_monitor_open(&job, &err) != 0 || start_store(&job, &err) != 0 ||
-        ds_ssh_global_init(&err) != 0) {
-        fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
-        job_free(&job);
-        return 1;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (ds_fetch_resolve(&job->files, s->script, s->args, s->nargs, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_json *j = ds_event_begin(job->ev, "failed");
+        if (j) {
+            ds_json_kint(j, "exit_code", DS_EXIT_USER_ERROR);
+            ds_json_kstr(j, "reason", err.msg);
+        }
+        ds_event_end(job->ev, "job finished: FAILED before any rank started: %s", err.msg);
+        return -1;
     }
-    ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
-             job.attempt_dir);
-    for (int i = 0; i < plan->nnodes; i++) {
-        ds_node *n = &job.nodes[i];
-        n->plan = &plan->nodes[i];
-        n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;
-        if (job.stopping) {
+    rs->run_spec.script = job->files.script;
+    rs->run_spec.args = job->files.args;
+    for (int i = 0; i < job->files.nfiles; i++)
+        ds_event(job->ev, "fetched %s (%zu bytes, sha256 %s) as %s", job->files.files[i].url, job->files.files[i].size,
+                 job->files.files[i].sha, job->files.files[i].relpath);
+    return 0;
+}
+
+/* Starts every node of the attempt at once; a node that cannot start stops the job. */
+static void start_nodes(ds_job *job) {
+    ds_err err = {{0}};
+    ds_ssh_config *ssh_config = NULL;
+    for (int i = 0; i < job->plan->nnodes; i++) {
+        ds_node *n = &job->nodes[i];
+        if (job->stopping) {
             n->state = DS_NODE_DONE;
             continue;
         }
         err.msg[0] = 0;
-        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &ssh_config, &err) != 0) {
-            snprintf(n->error, sizeof n->error, "%s", err.msg);
-            n->failed = 1;
+        if (queue_plan(job, n, &err) != 0 || start_node(job, n, &ssh_config, &err) != 0) {
+            ds_job_node_failed(job, n, err.msg);
             n->state = DS_NODE_DONE;
-            ds_job_stop(&job, "node %d (%s): %s", i, n->plan->host, err.msg);
+            ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
     }
-    ds_srun_launch(&job);
     ds_ssh_config_free(ssh_config);
-    run_loop(&job, sigfd);
-    ds_job_monitor_end(&job);
-    int status = ds_job_summary(&job);
+    ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
+}
+
+/* The backoff before a restart. A signal during it ends the invocation: a drain signal
+ * as drained (nothing runs; the next run resumes from the last checkpoint), any other
+ * as interrupted. */
+static ds_end wait_backoff(ds_job *job, int sigfd, long long ms) {
+    long long until = ds_now_ms() + ms;
+    for (long long now = ds_now_ms(); now < until; now = ds_now_ms()) {
+        struct pollfd p = {.fd = sigfd, .events = POLLIN};
+        poll(&p, 1, (int)(until - now));
+        struct signalfd_siginfo si;
+        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            int sig = (int)si.ssi_signo;
+            if (sig == SIGCHLD) continue;
+            int drain = job->spec->drain_signals & 1 << sig;
+            fprintf(stderr, "dslaunch: SIG%s during the backoff: not restarting\n", sigabbrev_np(sig));
+            ds_event(job->ev, "SIG%s during the backoff: not restarting", sigabbrev_np(sig));
+            if (drain) job->drain_sig = sig;
+            else job->interrupted = sig;
+            return drain ? DS_END_DRAINED : DS_END_INTERRUPTED;
+        }
+    }
+    return DS_END_FAILED; /* go on */
+}
+
+static double secs_since(long long t0) { return (double)(ds_now_ms() - t0) / 1000; }
+
+/* One attempt from start to end; returns 1 to run another (after *wait_ms). */
+static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_ms, ds_end *end) {
+    ds_err err = {{0}};
+    if (ds_job_begin_attempt(job, job->attempt, rs->plan, &err) != 0 || ds_job_monitor_open(job, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        *end = DS_END_FAILED;
+        return 0;
+    }
+    ds_json *j = ds_event_begin(job->ev, "started");
+    if (j) {
+        ds_json_kint(j, "attempt", job->attempt);
+        ds_json_kint(j, "world_size", job->plan->world_size);
+        ds_json_key(j, "nodes");
+        ds_json_arr(j);
+        for (int i = 0; i < job->plan->nnodes; i++) ds_json_str(j, job->plan->nodes[i].host);
+        ds_json_end(j);
+        ds_json_kint(j, "grad_accum", (long long)job->spec->engine.grad_accum);
+        ds_json_kstr(j, "logs", job->attempt_dir);
+    }
+    ds_event_end(job->ev, "job %s attempt %d: %d ranks on %d nodes, logs in %s", job->id, job->attempt,
+                 job->plan->world_size, job->plan->nnodes, job->attempt_dir);
+    start_nodes(job);
+    run_loop(job, sigfd);
+    ds_job_note_resumed(job);
+    ds_job_monitor_end(job);
+    job->logs_lost += ds_job_report_lost_logs(job);
+    if (!ds_job_attempt_ok(job)) ds_job_find_root(job);
+    int again = ds_restart_next(rs, job, wait_ms, end);
+    if (*end == DS_END_OK || *end == DS_END_DRAINED) return 0;
+    const char *why = job->root.found ? job->root.f.what : job->failure[0] ? job->failure : "not every rank exited 0";
+    if (again)
+        fprintf(stderr, "dslaunch: job %s attempt %d failed after %.1f s: %s\n", job->id, job->attempt,
+                secs_since(job->t0_ms), why);
+    else
+        fprintf(stderr, "dslaunch: job %s FAILED after %.1f s: %s\n", job->id, secs_since(job->run_t0_ms), why);
+    ds_json *ev = ds_event_begin(job->ev, "attempt_failed");
+    if (ev) {
+        ds_json_kint(ev, "attempt", job->attempt);
+        ds_json_key(ev, "root_cause");
+        ds_json_obj(ev);
+        ds_json_kint(ev, "rank", job->root.found ? job->root.f.rank : -1);
+        ds_json_kint(ev, "node", job->root.found ? job->root.f.node : -1);
+        ds_json_kstr(ev, "what", why);
+        ds_json_end(ev);
+        ds_json_kint(ev, "consequences", job->root.nconsequences);
+    }
+    ds_event_end(job->ev, "attempt %d failed: %s", job->attempt, why);
+    ds_job_report_attempt(job);
+    for (char *line = rs->note, *nl; *line; line = nl + 1) { /* excluded nodes, spares, shrinking */
+        if (!(nl = strchr(line, '\n'))) break;
+        if (nl == line) continue;
+        fprintf(stderr, "dslaunch: %.*s\n", (int)(nl - line), line);
+        ds_event(job->ev, "%.*s", (int)(nl - line), line);
+    }
+    if (again) {
+        fprintf(stderr, "dslaunch: restarting in %.1f s (restart %d of %d)\n", (double)*wait_ms / 1000,
+                rs->restarts, job->spec->max_restarts);
+        ds_json *r = ds_event_begin(job->ev, "restarting");
+        if (r) {
+            ds_json_kint(r, "attempt", job->attempt + 1);
+            ds_json_kint(r, "restart", rs->restarts);
+            ds_json_kint(r, "max_restarts", job->spec->max_restarts);
+            ds_json_knum(r, "in_s", (double)*wait_ms / 1000);
+        }
+        ds_event_end(job->ev, "restarting in %.1f s (restart %d of %d)", (double)*wait_ms / 1000, rs->restarts,
+                     job->spec->max_restarts);
+    } else if (*end == DS_END_FAILED && job->spec->max_restarts > 0) {
+        fprintf(stderr, "dslaunch: no restart left (%d of %d made)\n", rs->restarts, job->spec->max_restarts);
+    }
+    return again;
+}
+
+static int exit_status(const ds_job *job, ds_end end) {
+    switch (end) {
+    case DS_END_OK: return job->logs_lost || ds_events_lost_bytes(job->ev) ? DS_EXIT_LOGS_LOST : DS_EXIT_OK;
+    case DS_END_USER_ERROR: return DS_EXIT_USER_ERROR;
+    case DS_END_DRAINED: return DS_EXIT_DRAINED;
+    case DS_END_INTERRUPTED: return DS_EXIT_INTERRUPTED_BASE + job->interrupted;
+    default: return DS_EXIT_FAILED;
+    }
+}
+
+static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
+    for (int i = 0; i < rs->nhosts; i++)
+        if (rs->hosts[i].excluded)
+            fprintf(stderr, "dslaunch: node %s was excluded from this run: %s\n", rs->hosts[i].host, rs->hosts[i].why);
+    if (end == DS_END_OK) {
+        char after[64] = "";
+        if (rs->restarts) snprintf(after, sizeof after, " (after %d restart%s)", rs->restarts, rs->restarts == 1 ? "" : "s");
+        long long lost = job->logs_lost + ds_events_lost_bytes(job->ev);
+        char but[160] = "";
+        if (lost)
+            snprintf(but, sizeof but, ", BUT %lld bytes of logs were lost (exit status %d)", lost, DS_EXIT_LOGS_LOST);
+        fprintf(stderr, "dslaunch: job %s: all %d ranks exited 0 in %.1f s%s%s; logs in %s\n", job->id,
+                job->plan->world_size, secs_since(job->run_t0_ms), after, but, job->attempt_dir);
+        ds_json *j = ds_event_begin(job->ev, "finished");
+        if (j) {
+            ds_json_kint(j, "exit_code", exit_status(job, end));
+            ds_json_kint(j, "logs_lost_bytes", lost);
+        }
+        ds_event_end(job->ev, "job finished: success");
+    } else if (end == DS_END_DRAINED) {
+        long long step = job->attempt_dir ? ds_job_drain_step(job) : -1;
+        char at[64] = "";
+        if (step >= 0) snprintf(at, sizeof at, " at step %lld", step);
+        fprintf(stderr, "dslaunch: job %s drained%s on SIG%s: every rank saved its state and exited; "
+                        "run the same command to resume (exit status %d: requeue); logs in %s\n",
+                job->id, at, sigabbrev_np(job->drain_sig), DS_EXIT_DRAINED, job->run_dir);
+        ds_json *j = ds_event_begin(job->ev, "drained");
+        if (j) {
+            if (step >= 0) ds_json_kint(j, "step", step);
+            ds_json_kint(j, "exit_code", DS_EXIT_DRAINED);
+        }
+        ds_event_end(job->ev, "job finished: drained%s", at);
+    } else {
+        const char *why = end == DS_END_INTERRUPTED ? "interrupted"
+                          : end == DS_END_USER_ERROR ? "the job itself is wrong"
+                          : job->root.found          ? job->root.f.what
+                                                     : "failed";
+        ds_json *j = ds_event_begin(job->ev, "failed");
+        if (j) {
+            ds_json_kint(j, "exit_code", exit_status(job, end));
+            ds_json_kstr(j, "reason", why);
+        }
+        ds_event_end(job->ev, "job finished: FAILED: %s", why);
+    }
+}
+
+int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
+    ds_job job = {.spec = spec, .plan = plan, .run_t0_ms = ds_now_ms()};
+    ds_err err = {{0}};
+    raise_fd_limit();
+    int sigfd = setup_signals(&err);
+    if (sigfd < 0 || make_job_id(&job, &err) != 0 || make_run_dir(&job, &err) != 0 ||
+        start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg[0] ? err.msg : "out of memory");
+        job_free(&job);
+        if (sigfd >= 0) close(sigfd);
+        return 1;
+    }
+    ds_restart rs;
+    ds_restart_init(&rs, spec, plan);
+    job.restart = &rs;
+    job.spec = &rs.run_spec; /* restarts may change grad_accum; URLs become files */
+    if (fetch_files(&job, &rs) != 0) {
+        job_free(&job);
+        ds_restart_free(&rs);
+        close(sigfd);
+        return DS_EXIT_USER_ERROR;
+    }
+    ds_event(job.ev, "job %s: %d ranks on %d nodes, logs in %s", job.id, plan->world_size, plan->nnodes,
+             job.run_dir);
+    ds_end end = DS_END_FAILED;
+    long long wait_ms = 0;
+    for (job.attempt = 0; run_attempt(&job, sigfd, &rs, &wait_ms, &end); job.attempt++) {
+        end = wait_backoff(&job, sigfd, wait_ms);
+        if (end != DS_END_FAILED) break;
+    }
+    report_end(&job, &rs, end);
+    int status = exit_status(&job, end);
     job_free(&job);
+    ds_restart_free(&rs);
     close(sigfd);
     return status;
 }

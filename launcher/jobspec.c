@@ -10,6 +10,7 @@
 #include <ini.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,10 @@ typedef enum {
     K_TEE,
     K_WORDS,   /* words of choices, separated by commas or blanks, or "none"; stored as
                   a bit per choice */
+    K_URL,     /* an http:// or https:// URL */
+    K_MODE,    /* file mode bits in octal, 0700..0777 (the owner keeps rwx) */
+    K_SIGNALS, /* signal names (TERM, HUP, USR1, USR2) separated by commas or spaces, or
+                  none: stored as a mask of 1 << signal number */
 } key_type;
 
 #define ALLOW_EMPTY 1
@@ -81,8 +86,19 @@ static const key_def KEYS[] = {
     {"restart", "spares", K_INT, F(spares), 0, 100000, NULL, 0},
     {"restart", "heartbeat_interval", K_SECONDS, F(heartbeat_interval_ms), 1, 3600000, NULL, 0},
     {"restart", "heartbeat_timeout", K_SECONDS, F(heartbeat_timeout_ms), 1, 86400000, NULL, 0},
+    {"restart", "node_retries", K_INT, F(node_retries), 1, 1000, NULL, 0},
+    {"restart", "min_nodes", K_INT, F(min_nodes), 0, 100000, NULL, 0},
+    {"restart", "backoff", K_SECONDS, F(backoff_ms), 0, 3600000, NULL, 0},
+    {"restart", "backoff_max", K_SECONDS, F(backoff_max_ms), 0, 86400000, NULL, 0},
+    {"restart", "drain_signals", K_SIGNALS, F(drain_signals), 0, 0, NULL, 0},
+    {"restart", "drain_timeout", K_SECONDS, F(drain_timeout_ms), 1, 86400000, NULL, 0},
+    {"restart", "hang_timeout", K_SECONDS, F(hang_timeout_ms), 0, 86400000, NULL, 0},
+    {"notify", "webhook", K_URL, F(webhook), 0, 0, NULL, 0},
+    {"notify", "timeout", K_SECONDS, F(notify_timeout_ms), 1, 600000, NULL, 0},
     {"logs", "dir", K_PATH, F(log_dir), 0, 0, NULL, 0},
     {"logs", "tee", K_TEE, F(tee), 0, 0, NULL, 0},
+    {"logs", "mode", K_MODE, F(log_mode), 0, 0, NULL, 0},
+    {"checkpoint", "mode", K_MODE, F(ckpt_mode), 0, 0, NULL, 0},
     /* [engine] keys are common/engine_opts.h's */
     {"monitor", "outputs", K_WORDS, F(monitor_outputs), 0, 0, "jsonl|tensorboard|report|progress", 0},
     {"monitor", "steps_per_print", K_INT, F(steps_per_print), 1, 1 << 30, NULL, 0},
@@ -93,7 +109,7 @@ static const key_def KEYS[] = {
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static const char *SECTIONS[] = {"job", "resources", "launch", "ssh", "env", "rendezvous",
-                                 "restart", "logs", "engine", "monitor"};
+                                 "restart", "notify", "logs", "checkpoint", "engine", "monitor"};
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 static const char *RESERVED_ENV[] = {"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
@@ -102,7 +118,7 @@ static const char *RESERVED_ENV[] = {"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RAN
                                      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
-                                     "CUDA_VISIBLE_DEVICES"};
+                                     "CUDA_VISIBLE_DEVICES", "DS_CKPT_MODE"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
@@ -429,6 +445,28 @@ static void free_words(char ***v, int *n) {
 
 static void free_args(ds_jobspec *spec) { free_words(&spec->args, &spec->nargs); }
 
+/* "TERM, USR1" (commas or spaces, SIG prefix optional) or "none" -> mask of 1 << signo. */
+static int parse_signals(const char *s, int *mask) {
+    static const struct { const char *name; int sig; } SIGS[] = {
+        {"TERM", SIGTERM}, {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+    *mask = 0;
+    if (!strcmp(s, "none")) return 0;
+    const char *p = s;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        size_t n = strcspn(p, ", \t");
+        const char *w = p;
+        if (n > 3 && !strncmp(w, "SIG", 3)) w += 3, n -= 3;
+        int found = 0;
+        for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++)
+            if (strlen(SIGS[i].name) == n && !strncmp(w, SIGS[i].name, n)) *mask |= 1 << SIGS[i].sig, found = 1;
+        if (!found) return -1;
+        p = w + n;
+    }
+    return *mask ? 0 : -1;
+}
+
 /* ---- init / free ---- */
 
 void ds_jobspec_init(ds_jobspec *spec) {
@@ -446,8 +484,16 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->max_restarts = 0;
     spec->heartbeat_interval_ms = 5000;
     spec->heartbeat_timeout_ms = 30000;
+    spec->node_retries = 2;
+    spec->backoff_ms = 1000;
+    spec->backoff_max_ms = 60000;
+    spec->drain_signals = 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2;
+    spec->drain_timeout_ms = 120000;
+    spec->notify_timeout_ms = 5000;
     spec->log_dir = strdup("logs");
     spec->tee = strdup("all");
+    spec->log_mode = 0700;
+    spec->ckpt_mode = 0700;
     ds_engine_opts_init(&spec->engine);
     spec->monitor_outputs = DS_MONITOR_JSONL | DS_MONITOR_TENSORBOARD | DS_MONITOR_REPORT | DS_MONITOR_PROGRESS;
     spec->steps_per_print = 10;
@@ -459,7 +505,8 @@ void ds_jobspec_free(ds_jobspec *spec) {
     char **strs[] = {&spec->path, &spec->name, &spec->script, &spec->workdir, &spec->dsrun,
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
                      &spec->ssh_identity, &spec->ssh_known_hosts, &spec->ssh_config,
-                     &spec->rdzv_addr, &spec->log_dir, &spec->tee, &spec->metrics_addr};
+                     &spec->rdzv_addr, &spec->log_dir, &spec->tee, &spec->metrics_addr,
+                     &spec->webhook};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     free_words(&spec->interpreter, &spec->ninterp);
@@ -508,6 +555,15 @@ static int known_section(const char *s) {
     return 0;
 }
 
+/* "job, resources, ...": the sections, for messages. */
+static const char *section_list(void) {
+    static char list[256];
+    if (!list[0])
+        for (int i = 0; i < NSECTIONS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", SECTIONS[i]);
+    return list;
+}
+
 static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     switch (k->type) {
     case K_STR: return "a non-empty value";
@@ -526,6 +582,9 @@ static const char *type_expect(const key_def *k, char *buf, size_t cap) {
     case K_ENUM: snprintf(buf, cap, "one of %s", k->choices); return buf;
     case K_TEE: return "all, none or a list of ranks like 0,2-3";
     case K_WORDS: snprintf(buf, cap, "none, or some of %s separated by commas", k->choices); return buf;
+    case K_URL: return "an http:// or https:// URL";
+    case K_MODE: return "octal permission bits that keep the owner's rwx, 0700..0777 (e.g. 0750)";
+    case K_SIGNALS: return "none, or signal names among TERM, HUP, USR1, USR2 (e.g. TERM, USR1)";
     }
     return "?";
 }
@@ -666,6 +725,24 @@ static int set_key(parse_state *st, int ki, const char *value) {
         *(int *)field = rc;
         return 1;
     }
+    case K_MODE: {
+        char *end;
+        long m = strtol(value, &end, 8);
+        if (*end || value[0] != '0' || strlen(value) < 3 || m < 0700 || m > 0777)
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = (int)m;
+        return 1;
+    }
+    case K_URL:
+        if (strncmp(value, "http://", 7) && strncmp(value, "https://", 8))
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        set_str((char **)field, strdup(value));
+        return 1;
+    case K_SIGNALS:
+        if (parse_signals(value, &b) != 0)
+            return fail(st, "[%s] %s: '%s': expected %s", k->section, k->key, value, what);
+        *(int *)field = b;
+        return 1;
     }
     return fail(st, "internal: bad key type");
 }
@@ -738,8 +815,8 @@ static char *read_line(char *str, int num, void *stream) {
             size_t n = (size_t)(close - str - 1);
             snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), str + 1);
             if (n >= sizeof name || !known_section(name)) {
-                fail(st, "[%.*s]: unknown section (expected one of: job, resources, launch, ssh, "
-                         "env, rendezvous, restart, logs, engine, monitor)", (int)(n > 60 ? 60 : n), str + 1);
+                fail(st, "[%.*s]: unknown section (expected one of: %s)", (int)(n > 60 ? 60 : n), str + 1,
+                     section_list());
                 return NULL;
             }
             if (!strcmp(name, "job") && !st->job_line) st->job_line = st->line;
@@ -852,8 +929,10 @@ int ds_jobspec_load(ds_jobspec *spec, const char *path, ds_err *err) {
 }
 
 int ds_jobspec_is_lua(const ds_jobspec *spec) {
-    size_t n = spec->script ? strlen(spec->script) : 0;
-    return n > 4 && !strcmp(spec->script + n - 4, ".lua");
+    const char *s = spec->script;
+    /* a URL's name ends before its #sha256= */
+    size_t n = !s ? 0 : !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) ? strcspn(s, "#?") : strlen(s);
+    return n > 4 && !strncmp(s + n - 4, ".lua", 4);
 }
 
 /* Drops [env] KEY, so that a --set of it replaces the file's value. */
@@ -878,8 +957,8 @@ static int override_one(parse_state *st, const char *set) {
     snprintf(section, sizeof section, "%.*s", (int)(dot - set), set);
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
     if (!known_section(section))
-        return ds_err_set(st->err, "%s: [%s]: unknown section (expected one of: job, resources, ssh, "
-                                   "env, rendezvous, restart, logs, engine)", st->name, section);
+        return ds_err_set(st->err, "%s: [%s]: unknown section (expected one of: %s)", st->name, section,
+                          section_list());
     if (!strcmp(section, "env")) unset_env(st->spec, key);
     on_key(st, section, key, eq + 1);
     return st->err_line ? -1 : 0;

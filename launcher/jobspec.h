@@ -92,11 +92,37 @@ typedef struct ds_jobspec {
                                     default 0 */
     int heartbeat_interval_ms;   /* key heartbeat_interval (s); default 5 s */
     int heartbeat_timeout_ms;    /* key heartbeat_timeout (s); default 30 s */
+    int node_retries;            /* key node_retries: a node that fails this many times is
+                                    excluded for the rest of the job; default 2 */
+    int min_nodes;               /* key min_nodes: with no spare left, continue on fewer nodes
+                                    while at least this many remain; 0 (default) = never */
+    int backoff_ms;              /* key backoff (s): wait before the first restart, doubled
+                                    for each next one; default 1 s */
+    int backoff_max_ms;          /* key backoff_max (s): the longest wait; default 60 s */
+    int drain_signals;           /* key drain_signals: a mask of 1 << SIGxxx that drain the
+                                    job (checkpoint, exit for requeue) instead of stopping
+                                    it: "TERM, USR1, USR2" (default; any of TERM, HUP,
+                                    USR1, USR2) or "none" */
+    int drain_timeout_ms;        /* key drain_timeout (s): how long ranks may take to drain
+                                    before they are stopped; default 120 s */
+    int hang_timeout_ms;         /* key hang_timeout (s): a rank whose training step does not
+                                    move for this long is stuck (the job is restarted);
+                                    0 (default) = no hang detection */
+
+    /* [notify] */
+    char *webhook;      /* key webhook: http(s) URL events are POSTed to; NULL: none */
+    int notify_timeout_ms; /* key timeout (s): per POST; default 5 s */
 
     /* [logs] */
     char *log_dir;   /* default "logs"; a relative path is relative to workdir (--log_dir
                         on the command line is made absolute from the current directory) */
     char *tee;       /* which ranks show on the terminal: "all" (default), "none", "0,2-3" */
+    int log_mode;    /* key mode: octal, of the directories dslaunch creates for logs (files get
+                        it without execute bits); default 0700: logs carry environments */
+
+    /* [checkpoint] */
+    int ckpt_mode;   /* key mode: octal, of the directories a checkpoint save creates (files
+                        without execute bits), passed to ranks as DS_CKPT_MODE; default 0700 */
 
     /* [engine]: every rank's engine options (common/engine_opts.h has the keys, types,
      * ranges and defaults); a script may override the stage options per stage */

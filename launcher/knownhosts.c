@@ -104,8 +104,12 @@ int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
         libssh2_knownhost_free(kh);
         return ds_err_set(err, "cannot read known_hosts file %s", files[i]);
     }
+    /* As OpenSSH: an entry names port 22 as "host" and any other port as "[host]:port",
+     * and only that. (Given the port, libssh2 1.10 also accepts a plain "host" entry for
+     * any port; given the entry's own name and no port, it matches that name alone,
+     * hashed entries included.) */
     struct libssh2_knownhost *found = NULL;
-    int rc = libssh2_knownhost_checkp(kh, host, port, key, len,
+    int rc = libssh2_knownhost_checkp(kh, name, -1, key, len,
                                       LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | key_bits(type),
                                       &found);
     int ret = 0;

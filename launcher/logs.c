@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include "agent_proto.h"
+#include "run_dir.h"
 
 typedef struct rank_stream {
-    int fd;          /* rank-R.out / .err */
+    int fd;          /* rank-R.out / .err; -1 after a write failed */
     ds_buf line;   /* the line being assembled for the terminal */
+    long long lost;  /* bytes that did not reach the file */
+    int why;         /* errno of the first failed write */
 } rank_stream;
 
 typedef struct rank_log {
@@ -26,23 +29,11 @@ typedef struct rank_log {
 struct ds_logs {
     rank_log *ranks;
     int n;
+    int warned;     /* warnings printed about lost logs */
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
     void (*on_terminal)(void *ctx, int before);
     void *on_terminal_ctx;
 };
-
-static int mkdir_p(const char *dir, ds_err *err) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return ds_err_set(err, "path too long: %s", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
-        *p = '/';
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return ds_err_errno(err, errno, "mkdir %s", path);
-    return 0;
-}
 
 int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *err) {
     int all = !tee || !tee[0] || !strcmp(tee, "all");
@@ -66,18 +57,19 @@ int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *e
     return 0;
 }
 
-static int open_rank(rank_log *rl, const char *dir, int rank, ds_err *err) {
+static int open_rank(rank_log *rl, const char *dir, int rank, int mode, ds_err *err) {
     static const char *ext[2] = {"out", "err"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%d.%s", dir, rank, ext[k]);
-        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)(mode & 0666));
         if (rl->s[k].fd < 0) return ds_err_errno(err, errno, "%s", path);
+        fchmod(rl->s[k].fd, (mode_t)(mode & 0666));
     }
     return 0;
 }
 
-ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_err *err) {
+ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, int mode, ds_err *err) {
     ds_logs *l = calloc(1, sizeof *l);
     unsigned char *show = calloc((size_t)plan->world_size + 1, 1);
     if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks))) {
@@ -86,13 +78,13 @@ ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_
     }
     l->n = plan->world_size;
     for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
-    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || mkdir_p(dir, err) != 0) goto fail;
+    if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || ds_mkdir_p(dir, mode, err) != 0) goto fail;
     for (int r = 0; r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
         const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];
         snprintf(rl->tag, sizeof rl->tag, "[%s:%d] ", node->host, r);
         rl->show = show[r];
-        if (open_rank(rl, dir, r, err) != 0) goto fail;
+        if (open_rank(rl, dir, r, mode, err) != 0) goto fail;
     }
     free(show);
     return l;
@@ -141,14 +133,42 @@ void ds_logs_on_terminal(ds_logs *l, void (*fn)(void *ctx, int before), void *ct
     l->on_terminal_ctx = ctx;
 }
 
+/* The bytes go to the file while it takes them; a full disk stops the file, not the job:
+ * what does not fit is counted, and the first loss of each file is said on the terminal
+ * (the terminal still shows the lines). */
+static void write_file(ds_logs *l, int rank, int stream, rank_stream *s, const void *p, size_t n) {
+    const char *b = p;
+    while (s->fd >= 0 && n > 0) {
+        ssize_t w = write(s->fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            s->why = w < 0 ? errno : ENOSPC;
+            close(s->fd);
+            s->fd = -1;
+            if (l->warned++ < 4) {
+                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 1);
+                fprintf(stderr, "dslaunch: warning: rank %d's %s log: %s; the rest of it is lost (the terminal "
+                                "still shows it)\n", rank, stream == 1 ? "stdout" : "stderr", strerror(s->why));
+                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 0);
+            }
+            break;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    s->lost += (long long)n;
+}
+
+long long ds_logs_lost(const ds_logs *l, int rank, int stream) {
+    if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return 0;
+    return l->ranks[rank].s[stream - 1].lost;
+}
+
 void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
     if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return;
     rank_log *rl = &l->ranks[rank];
     rank_stream *s = &rl->s[stream - 1];
-    if (s->fd >= 0 && ds_write_all(s->fd, p, n) != 0) {
-        close(s->fd); /* a full disk stops the file, not the job */
-        s->fd = -1;
-    }
+    write_file(l, rank, stream, s, p, n);
     const unsigned char *b = p;
     while (n > 0) {
         const unsigned char *nl = memchr(b, '\n', n);

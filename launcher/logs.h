@@ -19,13 +19,16 @@
 
 typedef struct ds_logs ds_logs;
 
-/* Creates dir (and its parents) and every rank's two files. tee: "all", "none" or a
- * list like "0,2-3" (NULL = all). */
-ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_err *err);
+/* Creates dir (and its parents, mode) and every rank's two files (mode without execute
+ * bits). tee: "all", "none" or a list like "0,2-3" (NULL = all). */
+ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, int mode, ds_err *err);
 /* stream: 1 = stdout, 2 = stderr. Ranks outside the plan are ignored. */
 void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n);
 /* The rank ended: shows its unterminated last lines. */
 void ds_logs_end_rank(ds_logs *l, int rank);
+/* Bytes of rank's stream (1 stdout, 2 stderr) that did not reach its file (a full disk:
+ * the file stops at the first failed write, and a warning goes to the terminal). */
+long long ds_logs_lost(const ds_logs *l, int rank, int stream);
 /* The last lines of rank's stderr, oldest first; returns how many (<= DS_LOG_TAIL_LINES). */
 int ds_logs_tail(const ds_logs *l, int rank, const char **lines);
 void ds_logs_close(ds_logs *l);

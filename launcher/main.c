@@ -1,6 +1,7 @@
 /* dslaunch: the controller's entry point. Command line -> job spec (+ overrides) ->
  * hosts (hostfile or this node) -> filters -> plan; then either print the plan
- * (--dry-run) or run it. Every error before the run exits 2 and leaves nothing behind. */
+ * (--dry-run) or run it. Every error before the run exits 2 (DS_EXIT_USER_ERROR) and
+ * leaves nothing behind. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "cli.h"
 #include "controller.h"
 #include "env_export.h"
+#include "exit_codes.h"
 #include "hostfile.h"
 #include "jobspec.h"
 #include "launch_method.h"
@@ -21,8 +23,6 @@
 #include "ds_gpu.h"
 
 extern char **environ;
-
-#define EXIT_USAGE 2
 
 static int local_gpu_count(void) { return ds_gpu_count(NULL, 0); }
 
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     if (ds_cli_parse(&cli, argc, argv, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n%s\n(dslaunch --help lists the options)\n", err.msg,
                 DS_CLI_USAGE);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     if (cli.plan_all && !cli.plan_memory) {
         fprintf(stderr, "dslaunch: --all goes with --plan-memory\n%s\n", DS_CLI_USAGE);
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     ds_jobspec spec;
     if (ds_cli_job(&cli, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     ds_plan plan;
     if (check_workdir(&spec, &err) != 0 ||
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
         plan_job(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_jobspec_free(&spec);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     int rc = 0;
     if (cli.plan_memory) {

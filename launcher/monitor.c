@@ -1,7 +1,6 @@
 /* The monitor's hub (monitor.h): rows from the metrics join go to every output. */
 #include "monitor.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,31 +51,28 @@ static char *join(const char *dir, const char *name) {
     return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
-/* A new run of the same job replaces its attempt's files: an earlier run's TensorBoard
- * files there would read as part of this run. */
-static void remove_old_events(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        char *path;
-        if (strncmp(e->d_name, "events.out.tfevents.", 20) || asprintf(&path, "%s/%s", dir, e->d_name) < 0) continue;
-        unlink(path);
-        free(path);
-    }
-    closedir(d);
+/* A file output that cannot be created (a full disk) is warned about and left out: like
+ * the ranks' logs, it does not stop the job. */
+static void skip_output(ds_monitor *m, const char *what, const char *msg) {
+    note(m, what, msg);
+    fprintf(stderr, "dslaunch: warning: monitor: %s; it is not written\n", msg);
 }
 
 static int open_outputs(ds_monitor *m, const ds_monitor_opts *o, ds_err *err) {
-    remove_old_events(o->dir);
     if (o->outputs & DS_MONITOR_JSONL) {
         char *path = join(o->dir, "metrics.jsonl");
-        m->jsonl = path ? fopen(path, "w") : NULL;
-        int e = errno;
-        if (!m->jsonl) ds_err_errno(err, path ? e : ENOMEM, "%s", path ? path : "metrics.jsonl");
+        if (!path) return ds_err_set(err, "out of memory");
+        if (!(m->jsonl = fopen(path, "w"))) {
+            char msg[4200];
+            snprintf(msg, sizeof msg, "%s: %s", path, strerror(errno));
+            skip_output(m, "metrics.jsonl", msg);
+        }
         free(path);
-        if (!m->jsonl) return -1;
     }
-    if ((o->outputs & DS_MONITOR_TENSORBOARD) && !(m->tf = ds_tfevents_open(o->dir, err))) return -1;
+    if (o->outputs & DS_MONITOR_TENSORBOARD) {
+        ds_err tf_err = {{0}};
+        if (!(m->tf = ds_tfevents_open(o->dir, &tf_err))) skip_output(m, "TensorBoard file", tf_err.msg);
+    }
     if (o->outputs & DS_MONITOR_REPORT) {
         char *path = join(o->dir, "report.html");
         m->report = path ? ds_report_new(path, o->job_id, o->world, o->hosts) : NULL;
@@ -207,14 +203,16 @@ static void take_row(void *monitor, const ds_metrics_row *row) {
     }
 }
 
+int ds_monitor_metrics_port(const ds_monitor *m) { return m && m->prom ? ds_prom_port(m->prom) : -1; }
+
 /* ---- the report ---- */
 
-/* The last DS_MONITOR_MAX_EVENTS lines of the event log ("STAMP +SECONDSs text") into
- * ev, their texts kept in text. */
+/* The last DS_MONITOR_MAX_EVENTS events of the event log (events.h: one JSON object per
+ * line; its elapsed_s and message) into ev, their texts kept in text. */
 static int read_events(const char *path, ds_buf *text, ds_report_event *ev) {
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return 0;
-    char line[2048];
+    char line[8192];
     long long lines = 0;
     while (fgets(line, sizeof line, f)) lines += strchr(line, '\n') != NULL;
     rewind(f);
@@ -222,14 +220,16 @@ static int read_events(const char *path, ds_buf *text, ds_report_event *ev) {
     int n = 0;
     for (long long i = 0; n < DS_MONITOR_MAX_EVENTS && fgets(line, sizeof line, f);) {
         int whole = strchr(line, '\n') != NULL;
-        line[strcspn(line, "\n")] = 0;
         if (i++ < lines - DS_MONITOR_MAX_EVENTS || !whole) continue;
-        char *plus = strstr(line, " +"), *end;
-        double t = plus ? strtod(plus + 2, &end) : 0;
-        if (!plus || *end != 's' || end[1] != ' ') continue;
-        ev[n].t = t;
-        off[n++] = text->len;
-        ds_buf_put(text, end + 2, strlen(end + 2) + 1);
+        ds_err err = {{0}};
+        ds_jv *o = ds_jv_parse(line, strlen(line), &err);
+        const ds_jv *t = ds_jv_get(o, "elapsed_s"), *msg = ds_jv_get(o, "message");
+        if (t && t->type == DS_JV_NUM && ds_jv_is_cstr(msg)) {
+            ev[n].t = t->num;
+            off[n++] = text->len;
+            ds_buf_put(text, msg->str, msg->len + 1);
+        }
+        ds_jv_free(o);
     }
     fclose(f);
     if (text->oom) return 0;

@@ -3,8 +3,9 @@
  * row to the outputs the job asked for ([monitor] outputs): metrics.jsonl and TensorBoard
  * event files in the attempt's log directory, report.html there (rewritten every few
  * seconds and once more at the end), the progress line, and Prometheus' /metrics when
- * [monitor] metrics_port is set. A failing output is noted in launcher.log and dropped;
- * the job goes on. */
+ * [monitor] metrics_port is set. A failing output is noted in launcher.log and dropped
+ * (one that cannot even be created is also warned about on the terminal); the job goes
+ * on. An endpoint that cannot listen is the one error that stops it. */
 #ifndef DS_MONITOR_H
 #define DS_MONITOR_H
 
@@ -37,6 +38,8 @@ typedef struct ds_monitor_opts {
 
 /* Opens the outputs (the endpoint is announced in the event log and on stderr). */
 ds_monitor *ds_monitor_open(const ds_monitor_opts *o, ds_err *err);
+/* The port the Prometheus endpoint listens on, -1 without one. */
+int ds_monitor_metrics_port(const ds_monitor *m);
 /* Bytes from rank's metrics pipe. */
 void ds_monitor_feed(ds_monitor *m, int rank, const void *p, size_t n);
 /* Other output is about to go to the terminal (before = 1), or went (0). */

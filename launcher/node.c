@@ -1,5 +1,7 @@
 #include "node.h"
 
+#include "ds_clock.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,7 +28,10 @@ int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *e
 }
 
 static void fail(ds_node *n, const char *fmt, const char *detail) {
-    if (!n->failed) snprintf(n->error, sizeof n->error, fmt, detail);
+    if (!n->failed) {
+        snprintf(n->error, sizeof n->error, fmt, detail);
+        n->failed_wall_ms = ds_wall_ms();
+    }
     n->failed = 1;
 }
 

@@ -35,7 +35,10 @@ typedef struct ds_node {
     int reaped;          /* local agent waited for */
     int bye;             /* the agent said goodbye: it ended in order */
     int failed;          /* could not start, protocol error, or lost */
+    long long failed_wall_ms; /* wall clock when the failure was noticed */
+    int stop_kill;       /* killed by dslaunch because it did not stop in time */
     int agent_pid;       /* on its node, from HELLO (0 until then) */
+    char cgroup[1024];   /* the node's cgroup for the job, from HELLO ("" when none) */
     char *kill_cmd;      /* SSH: the command ds_node_kill_hard runs on a second channel */
     int kill_sent;
     char last_agent_line[512]; /* the agent's (or its shell's) last stderr line */

@@ -238,11 +238,12 @@ void ds_srun_on_signal(ds_job *job, ds_node *n, const ds_frame *f) {
     char why[256];
     snprintf(why, sizeof why, "Slurm sent SIG%s to the job's processes (scancel, the time limit, preemption "
                               "or a node failure)", name);
-    int r = job->first_failed_rank;
-    if (job->stopping && r >= 0 && job->ranks[r].sig == sig) {
-        /* A rank that this very signal killed was taken for the cause: Slurm is. */
+    /* Slurm is ending the job: no restart, and the ranks this very signal killed are its
+     * consequences, whichever of them dslaunch heard of first (summary.c). */
+    job->sched_signal = sig;
+    job->interrupted = sig;
+    if (job->stopping) {
         snprintf(job->failure, sizeof job->failure, "%s", why);
-        job->first_failed_rank = -1;
         ds_event(job->ev, "the cause: %s", why);
         return;
     }

@@ -56,6 +56,25 @@ struct ds_ssh {
     LIBSSH2_CHANNEL *aux;    /* ds_ssh_exec_aux's channel */
 };
 
+char *ds_shell_quote(const char *s) {
+    size_t n = 3;
+    for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
+    char *q = malloc(n), *o = q;
+    if (!q) return NULL;
+    *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o++ = '\'';
+    *o = 0;
+    return q;
+}
+
 int ds_ssh_global_init(ds_err *err) {
     if (libssh2_init(0) != 0) return ds_err_set(err, "libssh2 initialisation failed");
     return 0;

@@ -38,6 +38,9 @@ void ds_ssh_opts_free(ds_ssh_opts *o);
 
 typedef struct ds_ssh ds_ssh;
 
+/* s in single quotes for the remote shell (malloc'd; NULL when out of memory). */
+char *ds_shell_quote(const char *s);
+
 /* Once per process, before any session. */
 int ds_ssh_global_init(ds_err *err);
 

@@ -745,6 +745,27 @@ int ds_store_server_set(ds_store_server *s, const char *key, const void *val, si
     return 0;
 }
 
+int ds_store_server_get(ds_store_server *s, const char *key, char **val, size_t *len) {
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    ds_store_entry *e = ds_store_map_get(&s->map, key, strlen(key));
+    if (e) {
+        rc = 1;
+        if (val) {
+            *val = malloc(e->vlen + 1);
+            if (*val) {
+                memcpy(*val, e->val, e->vlen);
+                (*val)[e->vlen] = 0;
+                if (len) *len = e->vlen;
+            } else {
+                rc = -1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 int ds_store_server_nclients(ds_store_server *s) {
     pthread_mutex_lock(&s->lock);
     int n = s->nauthed;

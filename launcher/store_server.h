@@ -69,6 +69,11 @@ int64_t ds_store_server_last_heartbeat_ms(ds_store_server *srv, int node_rank);
 int ds_store_server_set(ds_store_server *srv, const char *key, const void *val, size_t len,
                         ds_err *err);
 
+/* Reads a key from the controller itself (as given, no attempt prefix): 1 with a copy of
+ * its value in *val (malloc'd, NUL-terminated, *len bytes; val may be NULL to test
+ * existence only), 0 when it does not exist, -1 when out of memory. Safe from any thread. */
+int ds_store_server_get(ds_store_server *srv, const char *key, char **val, size_t *len);
+
 /* Authenticated connections open now / requests blocked in GET or WAIT now (for tests
  * and the status line). */
 int ds_store_server_nclients(ds_store_server *srv);

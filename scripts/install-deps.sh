@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config clang
-  libssh2-1-dev libcurl4-openssl-dev libinih-dev liblua5.4-dev lua5.4
+  libssh2-1-dev libcurl4-openssl-dev libssl-dev libinih-dev liblua5.4-dev lua5.4
   libcmocka-dev libopenblas-dev libgloo-dev
   openssh-server openssh-client iproute2 procps psmisc
   slurmctld slurmd slurm-client  # a private Slurm cluster for the Slurm tests (docs/slurm.md)

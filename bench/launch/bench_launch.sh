@@ -62,7 +62,7 @@ run() {
     "$dslaunch" "$dir/job.ini" > "$dir/out" 2> "$dir/err" || rc=$?
     local t_exit
     t_exit=$(uptime_now)
-    local logs=$dir/logs/$name/attempt-0
+    local logs=$dir/logs/$name/latest/attempt-0
     if [[ -z $fail && $rc != 0 ]]; then echo "bench: $name failed:" >&2; cat "$dir/err" >&2; exit 1; fi
     local barrier teardown=-1
     barrier=$(ms "$t0" "$(max_past "$logs")")

@@ -5,7 +5,11 @@
 -- data = 'synthetic' (arithmetic progressions, made here) or a token file written by
 -- `dsrun tokenize`. export = PATH writes the weights as Hugging Face GPT-2 safetensors;
 -- init = PATH loads such a file first. target_loss = X makes the run fail unless the
--- last logged loss is below X (the test suite uses it).
+-- last logged loss is below X (the test suite uses it). ckpt = DIR with save_every = N
+-- saves a state checkpoint every N steps (and at the last) and, when DIR already holds
+-- one, resumes from it exactly (model:resume): a restarted job continues where its last
+-- checkpoint left off. When dslaunch drains the job (a scheduler's SIGTERM/SIGUSR1),
+-- every rank stops after the same step, saves it, and exits 0.
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
 
@@ -18,7 +22,7 @@ local settings = {
   batch = from_job and D.micro_batch or 8, accum = D.grad_accum, steps = 100, lr = 1e-3, min_lr = 1e-4, warmup = 10,
   weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0, seed = D.seed,
   data = 'synthetic', log_every = 10, threads = 0, blocks = {}, optimizer = 'adamw',
-  momentum = 0.9, schedule = 'cosine',
+  momentum = 0.9, schedule = 'cosine', save_every = 0,
 }
 
 local function merge(dst, src)
@@ -93,10 +97,22 @@ for _, s in ipairs(model.stages) do
     i.numel, i.zero, tostring(i.checkpoint), i.precision))
 end
 
-local metrics = S.metrics and assert(io.open(S.metrics, 'w'))
-local t_last, tokens_since, last_loss, skipped = ds.now(), 0, nil, 0
+local first, skipped = 1, 0
+if S.ckpt then
+  local state = model:resume(S.ckpt, opt, {data = source})
+  if state then
+    first, skipped = state.step + 1, state.skipped_steps or 0
+    print(string.format('resumed from %s at step %d', S.ckpt, state.step))
+  end
+end
+local function save(step)
+  model:save(S.ckpt, opt, {step = step, skipped_steps = skipped, data = source.state and source:state() or nil})
+end
+
+local metrics = S.metrics and assert(io.open(S.metrics, first > 1 and 'a' or 'w'))
+local t_last, tokens_since, last_loss, drained = ds.now(), 0, nil, false
 ds.monitor.total_steps(S.steps) -- the launcher's progress line and report (docs/monitoring.md)
-for step = 1, S.steps do
+for step = first, S.steps do
   local st = model:train_step {step = step, accum = S.accum, optimizer = opt, clip = S.clip,
     lr = lr_at(step), next_batch = function(micro) return source:batch(step, micro) end}
   tokens_since = tokens_since + st.tokens
@@ -117,15 +133,24 @@ for step = 1, S.steps do
     t_last, tokens_since = ds.now(), 0
   end
   last_loss = st.loss
+  local saved = S.ckpt and S.save_every > 0 and (step % S.save_every == 0 or step == S.steps)
+  if saved then save(step) end
+  if ds.drain_requested(step) then -- collective: every rank gets the same answer here
+    if S.ckpt and not saved then save(step) end
+    print(string.format('drained at step %d%s', step, S.ckpt and '' or ' (no ckpt= given: nothing saved)'))
+    drained = true
+    break
+  end
 end
 if metrics then metrics:close() end
+if drained then return end
 print(ds.memory_report())
 
 if S.export then
   gpt.save_safetensors(model, S.export)
   print('exported ' .. S.export)
 end
-if S.target_loss then
+if S.target_loss and last_loss then
   if not (last_loss < S.target_loss) then
     io.stderr:write(string.format('final loss %.4f is not below target %.4f\n', last_loss, S.target_loss))
     os.exit(1)

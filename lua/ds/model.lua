@@ -229,8 +229,10 @@ function Model:save(dir, optimizer, state)
   saved.export = saved.export or require('ds.export').table(self) -- what `dsrun ckpt export` writes
   saved.optimizer_t = optimizer and optimizer.t or 0
   saved.world_size = info.world
-  saved.precision = {}
-  for _, s in ipairs(self.stages) do saved.precision[s:info().name] = s:info().precision end
+  saved.precision, saved.seeds = {}, {}
+  for _, s in ipairs(self.stages) do
+    saved.precision[s:info().name], saved.seeds[s:info().name] = s:info().precision, s:info().seed
+  end
   if self.scaler then saved.loss_scaler = self.scaler:state() end
   local ok, err = w:commit(saved, function() z:barrier() end)
   if not ok then util.errorf('model:save %s: %s', dir, tostring(err)) end
@@ -268,6 +270,37 @@ function Model:load(dir, optimizer)
   return state
 end
 
+-- Resumes training from dir's latest checkpoint (collective): returns the saved state
+-- table (state.step: the last step done), or nil when dir holds no checkpoint yet (no
+-- `latest`: a fresh start). A damaged checkpoint raises an error instead of starting
+-- over: a missing or malformed `latest`, shard or meta.json, a checksum that fails, a
+-- model that does not match. Restores the parameters, the optimizer's moments and step
+-- count, the loss scaler; the stages' seeds must be the saved ones, since dropout draws
+-- from (seed, step, layer, micro-batch): the step then restores the random streams, as
+-- it does the learning-rate schedule and ds.data's and ds.synth's (stateless) sampling.
+-- opts.data: a data source with :set_state(v) gets back the state.data it was saved with.
+function Model:resume(dir, optimizer, opts)
+  if type(dir) ~= 'string' then util.error('model:resume(dir, optimizer [, opts]): dir must be a string') end
+  util.check_keys(opts or {}, util.set {'data'}, 'model:resume')
+  local latest, err = core.ckpt_latest(dir)
+  if latest == nil and err ~= nil then util.errorf('model:resume: %s', tostring(err)) end
+  if latest == nil then return nil end
+  local state = self:load(dir, optimizer)
+  for _, s in ipairs(self.stages) do
+    local name, seed = s:info().name, s:info().seed
+    local saved = type(state.seeds) == 'table' and state.seeds[name]
+    if saved ~= nil and saved ~= seed then
+      util.errorf('model:resume %s: stage %s was saved with seed %s, this run has %s', dir, name,
+                  tostring(saved), tostring(seed))
+    end
+  end
+  local data = opts and opts.data
+  if data ~= nil and state.data ~= nil and data.set_state then data:set_state(state.data) end
+  -- (the controller's launcher.log notes where each attempt resumed)
+  if core.store and core.rank and core.rank() == 0 then core.store.set('resumed', tostring(state.step)) end
+  return state
+end
+
 -- Frees every activation buffer (they come back with the next forward).
 function Model:release()
   for _, s in ipairs(self.stages) do s:release() end
@@ -285,6 +318,7 @@ function Model:train_step(t)
   if self.auto then require('ds.memplan').resolve(self, t, M) end
   local accum = t.accum or 1
   if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
+  if core.report_step and math.type(t.step) == 'integer' then core.report_step(t.step) end -- hang detection
   self:zero_grad()
   local scale = self.scaler and self.scaler:scale() or 1.0
   local loss, tokens = 0, 0

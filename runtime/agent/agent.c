@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "cgroup.h"
+#include "ds_proctree.h"
 #include "store_client.h"
 #include "subcommands.h"
 #include "ds_signals.h"
@@ -82,6 +84,24 @@ static ds_agent_worker *find_worker(ds_agent *a, pid_t pid) {
     return NULL;
 }
 
+/* The failure record the rank wrote before it exited, if any (failure_record.h): it is
+ * in the pipe whole, or not at all. A descendant that still holds the write end cannot
+ * make this wait: the read end is non-blocking. */
+static void forward_record(ds_agent *a, ds_agent_worker *w) {
+    if (w->rec_fd < 0) return;
+    char buf[65536];
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(w->rec_fd, buf + have, sizeof buf - have);
+        if (n > 0 && (have += (size_t)n) < sizeof buf) continue;
+        if (n < 0 && errno == EINTR) continue;
+        break;
+    }
+    close(w->rec_fd);
+    w->rec_fd = -1;
+    if (have) send_frame(a, DS_FRAME_FAILURE, w->rank, buf, have);
+}
+
 /* Reaps every exited child. As a child subreaper the agent also reaps the workers'
  * orphaned descendants, which are not reported. */
 static void reap(ds_agent *a) {
@@ -91,14 +111,17 @@ static void reap(ds_agent *a) {
         ds_agent_worker *w = find_worker(a, pid);
         if (!w || !w->running) continue;
         w->running = 0;
+        long long at = (long long)ds_wall_ms(); /* when it ended, as this node saw it */
         /* Output written before the exit is still in the pipes: send it first. */
         if (w->out_fd >= 0) forward(a, w, &w->out_fd, DS_FRAME_STDOUT);
         if (w->err_fd >= 0) forward(a, w, &w->err_fd, DS_FRAME_STDERR);
         if (w->metrics_fd >= 0) forward(a, w, &w->metrics_fd, DS_FRAME_METRICS);
-        if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d", WTERMSIG(st));
-        else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d", WEXITSTATUS(st));
-        /* Whatever the rank left behind in its group goes with it. */
+        forward_record(a, w);
+        if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d at %lld", WTERMSIG(st), at);
+        else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d at %lld", WEXITSTATUS(st), at);
+        /* Whatever the rank left behind in its group, or anywhere (its cgroup), goes with it. */
         kill(-pid, SIGKILL);
+        if (w->cgroup) ds_cgroup_kill(w->cgroup);
     }
 }
 
@@ -241,29 +264,16 @@ static int start_workers(ds_agent *a, ds_err *err) {
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;
+    for (int i = 0; a->cg_base && i < a->nworkers; i++) {
+        ds_agent_worker *w = &a->workers[i];
+        if (!(w->cgroup = ds_cgroup_rank_create(a->cg_base, w->rank)))
+            return ds_err_errno(err, errno, "cgroup for rank %d under %s", w->rank, a->cg_base);
+    }
     for (int i = 0; i < a->nworkers; i++) {
         if (ds_agent_spawn(a, &a->workers[i], err) != 0) return -1;
         send_text(a, DS_FRAME_STARTED, a->workers[i].rank, "%d", (int)a->workers[i].pid);
     }
     return 0;
-}
-
-/* Kills what is left under the agent: as a subreaper it inherits every orphaned
- * descendant (say, a daemon a rank started in a new session), which its process-group
- * kills cannot reach. Each round kills the current children and reaps them; their own
- * children come back to the agent for the next round. */
-static void kill_descendants(void) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-    for (int round = 0; round < 100; round++) {
-        FILE *f = fopen(path, "r");
-        if (!f) return;
-        int pids[1024], n = 0;
-        while (n < 1024 && fscanf(f, "%d", &pids[n]) == 1) kill(pids[n++], SIGKILL);
-        fclose(f);
-        if (n == 0) return;
-        for (int i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
-    }
 }
 
 int dsrun_agent_main(int argc, char **argv) {
@@ -283,7 +293,11 @@ int dsrun_agent_main(int argc, char **argv) {
         fprintf(stderr, "dsrun agent: %s\n", err.msg);
         rc = 1;
     } else {
-        send_text(&a, DS_FRAME_HELLO, -1, "%d", (int)getpid());
+        a.cg_base = ds_cgroup_node_create(a.node, a.cg_why, sizeof a.cg_why);
+        /* HELLO: the pid, then how the ranks' descendants are tracked (for launcher.log
+         * and the controller's last-resort kill) */
+        if (a.cg_base) send_text(&a, DS_FRAME_HELLO, -1, "%d\ncgroup %s", (int)getpid(), a.cg_base);
+        else send_text(&a, DS_FRAME_HELLO, -1, "%d\nsubreaper (%s)", (int)getpid(), a.cg_why);
         int port = ds_agent_master_port(&a, &err); /* 1: node 0 failed, we were stopped */
         if (port < 0) {
             send_text(&a, DS_FRAME_ERROR, -1, "%s", err.msg);
@@ -300,7 +314,8 @@ int dsrun_agent_main(int argc, char **argv) {
     /* Nothing of the node outlives the agent. */
     signal_workers(&a, SIGKILL);
     close(a.lifeline_w);
-    kill_descendants();
+    ds_kill_descendants(); /* as a subreaper it inherited every orphan of its ranks */
+    ds_cgroup_node_remove(a.cg_base);
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
     if (a.store) ds_store_close(a.store);
     ds_agent_free(&a);

@@ -19,6 +19,8 @@ typedef struct ds_agent_worker {
     pid_t pid;     /* 0 until started */
     int out_fd, err_fd; /* read ends of its stdout / stderr pipes; -1 once at EOF */
     int metrics_fd;     /* read end of its metrics pipe (DS_METRICS_FD); -1 once at EOF */
+    int rec_fd;         /* read end of its failure-record pipe (DS_ERROR_FD), -1 once read */
+    char *cgroup;       /* its cgroup (cgroup.h), NULL when the node has none for it */
     int running;
 } ds_agent_worker;
 
@@ -36,6 +38,10 @@ typedef struct ds_agent {
     int master_port;   /* MASTER_PORT asked for; 0: any free port on node 0 */
     char **program_argv; /* the program's command line on this node (program.c) */
     int local_rank_arg;  /* add --local_rank=N to a program's arguments (DeepSpeed's habit) */
+    int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
+    int ckpt_mode;   /* > 0: the mode of checkpoint directories (DS_CKPT_MODE) */
+    char *cg_base;   /* this node's cgroup for the job (cgroup.h), NULL: subreapers */
+    char cg_why[256];/* why there is none */
 
     ds_agent_worker *workers;
     int nworkers;
@@ -59,8 +65,9 @@ void ds_agent_free(ds_agent *a);
 int ds_agent_join(ds_agent *a, ds_err *err);
 
 /* Starts worker w (spawn.c): its own process group, stdout/stderr pipes, the lifeline as
- * fd 3, the metrics pipe as fd 4 (DS_METRICS_FD), death signal tied to the agent, the
- * plan's environment over the agent's. */
+ * fd 3, the metrics pipe as fd 4 (DS_METRICS_FD), the failure-record pipe as fd 5
+ * (DS_ERROR_FD), death signal tied to the agent, the plan's environment over the
+ * agent's. */
 int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err);
 
 /* The command line that runs a program that is not Lua (program.c), in the workdir:

@@ -1,7 +1,11 @@
-/* The node's part of the plan, as the controller sends it on the agent's stdin. */
+/* The node's part of the plan, as the controller sends it on the agent's stdin: config,
+ * fetched files (written into the workdir), and each rank's environment. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -58,7 +62,9 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
         if (strcmp(v, "lua") && strcmp(v, "program")) return ds_err_set(err, "config kind: '%s'", v);
         a->program = !strcmp(v, "program");
         return 0;
-    } else if (KEY("arg") || KEY("interp")) {
+    } else if (KEY("progress_ms")) num = &a->progress_ms;
+    else if (KEY("ckpt_mode")) num = &a->ckpt_mode;
+    else if (KEY("arg") || KEY("interp")) {
         char *s = strdup(v);
         int rc = !s ? -1 : KEY("arg") ? push_str(&a->args, &a->nargs, s) : push_str(&a->interp, &a->ninterp, s);
         if (rc != 0) {
@@ -78,6 +84,64 @@ static int set_config(ds_agent *a, const char *kv, ds_err *err) {
     return *slot ? 0 : ds_err_set(err, "out of memory");
 }
 
+/* A file the controller fetched (launcher/fetch.h): "<relpath>\n<bytes>", then its bytes
+ * in FILE_DATA frames; written to a temporary name and renamed into place when whole, so
+ * a node sharing the workdir with another never sees half a file. */
+typedef struct incoming_file {
+    int fd;
+    char path[4096], tmp[4200];
+    unsigned long long left;
+} incoming_file;
+
+static int mkdirs_for(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return 0;
+}
+
+static int file_done(incoming_file *in, ds_err *err) {
+    int rc = fsync(in->fd) != 0 || close(in->fd) != 0 ? ds_err_errno(err, errno, "%s", in->tmp) : 0;
+    in->fd = -1;
+    if (rc == 0 && rename(in->tmp, in->path) != 0) rc = ds_err_errno(err, errno, "rename %s", in->tmp);
+    if (rc != 0) unlink(in->tmp);
+    return rc;
+}
+
+static int file_begin(ds_agent *a, incoming_file *in, const char *s, ds_err *err) {
+    char rel[1024];
+    unsigned long long size;
+    if (in->fd >= 0) return ds_err_set(err, "a file began before the last one was whole");
+    if (!a->workdir) return ds_err_set(err, "a file came before the workdir");
+    if (sscanf(s, "%1023[^\n]\n%llu", rel, &size) != 2 || strncmp(rel, ".dslaunch-files/", 16) || strstr(rel, ".."))
+        return ds_err_set(err, "bad file header '%.64s'", s);
+    snprintf(in->path, sizeof in->path, "%s/%s", a->workdir, rel);
+    snprintf(in->tmp, sizeof in->tmp, "%s.part-%d", in->path, (int)getpid());
+    if (mkdirs_for(in->path) != 0) return ds_err_errno(err, errno, "mkdir for %s", in->path);
+    in->fd = open(in->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (in->fd < 0) return ds_err_errno(err, errno, "%s", in->tmp);
+    in->left = size;
+    return in->left ? 0 : file_done(in, err);
+}
+
+static int file_data(incoming_file *in, const ds_frame *f, ds_err *err) {
+    if (in->fd < 0 || f->len > in->left) return ds_err_set(err, "file data beyond the file's size");
+    if (ds_write_all(in->fd, f->payload, f->len) != 0) {
+        int e = errno;
+        close(in->fd);
+        in->fd = -1;
+        unlink(in->tmp);
+        return ds_err_errno(err, e, "%s", in->tmp);
+    }
+    in->left -= f->len;
+    return in->left ? 0 : file_done(in, err);
+}
+
 static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
     char *s = dup_n(f->payload, f->len);
     if (!s) return ds_err_set(err, "out of memory");
@@ -93,7 +157,7 @@ static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
         a->workers = w;
         memset(&w[a->nworkers], 0, sizeof *w);
         w[a->nworkers].rank = (int)f->rank;
-        w[a->nworkers].out_fd = w[a->nworkers].err_fd = w[a->nworkers].metrics_fd = -1;
+        w[a->nworkers].out_fd = w[a->nworkers].err_fd = w[a->nworkers].metrics_fd = w[a->nworkers].rec_fd = -1;
         a->nworkers++;
         return 0;
     }
@@ -115,6 +179,7 @@ static int apply_frame(ds_agent *a, const ds_frame *f, ds_err *err) {
 
 int ds_agent_read_config(ds_agent *a, int fd, ds_err *err) {
     ds_buf in = {0};
+    incoming_file file = {.fd = -1};
     int rc = -1;
     for (;;) {
         ds_frame f;
@@ -143,12 +208,25 @@ int ds_agent_read_config(ds_agent *a, int fd, ds_err *err) {
         }
         if (f.type == DS_FRAME_GO) {
             rc = ds_buf_unread(&in) == DS_FRAME_HEADER + f.len ? 0 : ds_err_set(err, "bytes after GO");
+            if (rc == 0 && file.fd >= 0) rc = ds_err_set(err, "the plan ended inside a file");
             break;
         }
-        if (apply_frame(a, &f, err) != 0) break;
+        if (f.type == DS_FRAME_FILE) {
+            char head[1100];
+            snprintf(head, sizeof head, "%.*s", (int)(f.len < 1099 ? f.len : 1099), (const char *)f.payload);
+            if (file_begin(a, &file, head, err) != 0) break;
+        } else if (f.type == DS_FRAME_FILE_DATA) {
+            if (file_data(&file, &f, err) != 0) break;
+        } else if (apply_frame(a, &f, err) != 0) {
+            break;
+        }
         ds_buf_consume(&in, DS_FRAME_HEADER + f.len);
     }
     ds_buf_free(&in);
+    if (file.fd >= 0) {
+        close(file.fd);
+        unlink(file.tmp);
+    }
     if (rc == 0 && (!a->job || !a->script || !a->workdir))
         rc = ds_err_set(err, "plan lacks job, script or workdir");
     return rc;
@@ -171,6 +249,8 @@ void ds_agent_free(ds_agent *a) {
     for (int i = 0; i < a->nworkers; i++) {
         for (int j = 0; j < a->workers[i].nenv; j++) free(a->workers[i].env[j]);
         free(a->workers[i].env);
+        free(a->workers[i].cgroup);
     }
     free(a->workers);
+    free(a->cg_base);
 }

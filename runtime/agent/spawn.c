@@ -1,7 +1,8 @@
 /* Starting one worker. The child is made to die with the agent three ways, because a
  * node must never keep orphans: PR_SET_PDEATHSIG (the agent dies), the lifeline pipe
  * on fd 3 that the worker watches (covers the worker's own children too), and its own
- * process group, which the agent signals as a whole. */
+ * process group, which the agent signals as a whole; where the node offers one, its
+ * cgroup (cgroup.h) also holds every descendant that left the group. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +17,10 @@
 
 extern char **environ;
 
+/* The worker's pipes to the agent: stdout, stderr, the metrics channel (fd 4,
+ * DS_METRICS_FD) and the failure record (fd 5, DS_ERROR_FD). */
+enum { PIPE_OUT, PIPE_ERR, PIPE_METRICS, PIPE_RECORD, NPIPES };
+
 static int env_has_key(char **env, int n, const char *kv) {
     size_t k = strcspn(kv, "=");
     for (int i = 0; i < n; i++)
@@ -25,7 +30,7 @@ static int env_has_key(char **env, int n, const char *kv) {
 
 /* The plan's variables and the agent's extras win over the agent's own environment. */
 static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
-    int next = 7, nenv = 0;
+    int next = 11, nenv = 0;
     while (environ[nenv]) nenv++;
     char **env = calloc((size_t)(nenv + w->nenv + next + 1), sizeof *env);
     if (!env) return NULL;
@@ -36,7 +41,11 @@ static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
     if (a->host) ok &= asprintf(&env[n++], "DS_HOST=%s", a->host) > 0;
     ok &= asprintf(&env[n++], "DS_AGENT_FD=3") > 0;
     ok &= asprintf(&env[n++], "DS_METRICS_FD=4") > 0;
+    ok &= asprintf(&env[n++], "DS_ERROR_FD=5") > 0;
     ok &= asprintf(&env[n++], "DS_RDZV_TIMEOUT_MS=%d", a->rdzv_timeout_ms) > 0;
+    if (a->progress_ms > 0) ok &= asprintf(&env[n++], "DS_PROGRESS_MS=%d", a->progress_ms) > 0;
+    if (w->cgroup) ok &= asprintf(&env[n++], "DS_CGROUP_PATH=%s", w->cgroup) > 0;
+    if (a->ckpt_mode > 0) ok &= asprintf(&env[n++], "DS_CKPT_MODE=0%o", (unsigned)a->ckpt_mode) > 0;
     for (int i = 0; i < n; i++) ok &= env[i] != NULL;
     int planned = n;
     for (int i = 0; i < nenv && ok; i++) {
@@ -85,9 +94,14 @@ static char **build_argv(const ds_agent *a, const char *self, char *rankbuf, cha
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
-static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w, int metrics_w,
+static void exec_child(const ds_agent *a, pid_t agent_pid, const int *pipe_w, const char *cgroup_procs,
                        char **argv, char **env) {
     setpgid(0, 0);
+    if (cgroup_procs) { /* into the rank's cgroup before anything it starts */
+        int fd = open(cgroup_procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1) _exit(126);
+        close(fd);
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent_pid) _exit(127); /* the agent died before prctl */
     ds_signals_unblock(); /* what a process started by hand would have */
@@ -99,12 +113,13 @@ static void exec_child(const ds_agent *a, pid_t agent_pid, int out_w, int err_w,
         sigaction(SIGUSR2, &ignore, NULL);
     }
     int devnull = open("/dev/null", O_RDONLY);
-    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
-        dup2(a->lifeline_r, 3) < 0 || dup2(metrics_w, 4) < 0)
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipe_w[PIPE_OUT], 1) < 0 || dup2(pipe_w[PIPE_ERR], 2) < 0 ||
+        dup2(a->lifeline_r, 3) < 0 || dup2(pipe_w[PIPE_METRICS], 4) < 0 || dup2(pipe_w[PIPE_RECORD], 5) < 0)
         _exit(127);
     fcntl(3, F_SETFD, 0); /* dup2 onto itself would have kept close-on-exec */
     fcntl(4, F_SETFD, 0);
-    close_range(5, ~0U, 0);
+    fcntl(5, F_SETFD, 0);
+    close_range(6, ~0U, 0);
     execve(argv[0], argv, env);
     static const char msg[] = "dsrun agent: cannot exec the worker\n";
     ssize_t ignored = write(2, msg, sizeof msg - 1);
@@ -119,10 +134,10 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
         if (n <= 0) return ds_err_errno(err, errno, "readlink /proc/self/exe");
         self[n] = 0;
     }
-    int pipes[3][2], npipes = 0; /* stdout, stderr, metrics */
-    for (; npipes < 3; npipes++)
+    int pipes[NPIPES][2], npipes = 0;
+    for (; npipes < NPIPES; npipes++)
         if (pipe2(pipes[npipes], O_CLOEXEC) != 0) break;
-    if (npipes < 3) {
+    if (npipes < NPIPES) {
         int e = errno;
         for (int i = 0; i < npipes; i++) close(pipes[i][0]), close(pipes[i][1]);
         return ds_err_errno(err, e, "pipe");
@@ -133,23 +148,28 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
     char **env = build_env(a, w);
     char **argv = build_argv(a, self, rankbuf, local_rank_arg);
     pid_t agent_pid = getpid();
+    char procs[4200];
+    if (w->cgroup) snprintf(procs, sizeof procs, "%s/cgroup.procs", w->cgroup);
     pid_t pid = env && argv ? fork() : -1;
     int fork_errno = errno;
-    if (pid == 0) exec_child(a, agent_pid, pipes[0][1], pipes[1][1], pipes[2][1], argv, env);
+    int pipe_w[NPIPES];
+    for (int i = 0; i < NPIPES; i++) pipe_w[i] = pipes[i][1];
+    if (pid == 0) exec_child(a, agent_pid, pipe_w, w->cgroup ? procs : NULL, argv, env);
     if (env) free_env(env);
     free(argv);
-    for (int i = 0; i < 3; i++) close(pipes[i][1]);
+    for (int i = 0; i < NPIPES; i++) close(pipes[i][1]);
     if (pid < 0) {
-        for (int i = 0; i < 3; i++) close(pipes[i][0]);
+        for (int i = 0; i < NPIPES; i++) close(pipes[i][0]);
         return ds_err_errno(err, fork_errno, "starting rank %d", w->rank);
     }
     /* Also from the parent: the group must exist before the agent signals it. */
     setpgid(pid, pid);
-    for (int i = 0; i < 3; i++) fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+    for (int i = 0; i < NPIPES; i++) fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
     w->pid = pid;
-    w->out_fd = pipes[0][0];
-    w->err_fd = pipes[1][0];
-    w->metrics_fd = pipes[2][0];
+    w->out_fd = pipes[PIPE_OUT][0];
+    w->err_fd = pipes[PIPE_ERR][0];
+    w->metrics_fd = pipes[PIPE_METRICS][0];
+    w->rec_fd = pipes[PIPE_RECORD][0];
     w->running = 1;
     return 0;
 }

@@ -161,13 +161,21 @@ int ckpt_fsync_dir(const char *dir, ds_err *err) {
     return 0;
 }
 
+int ckpt_dir_mode(void) {
+    const char *v = getenv("DS_CKPT_MODE");
+    char *end;
+    long m = v && v[0] ? strtol(v, &end, 8) : -1;
+    return m >= 0 && m <= 0777 && !*end ? (int)m : 0700;
+}
+
 int ckpt_write_file_atomic(const char *dir, const char *name, const char *text, size_t n,
                            ds_err *err) {
     char path[4096], tmp[4096 + 8];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, ckpt_file_mode());
     if (fd < 0) return ds_err_errno(err, errno, "%s: cannot create", tmp);
+    fchmod(fd, (mode_t)ckpt_file_mode()); /* the mode asked for, whatever the umask */
     if (ckpt_write_all(fd, text, n) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);

@@ -84,6 +84,12 @@ int ckpt_write_all(int fd, const void *buf, size_t n);
 int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t off); /* 0, or -1 (errno; EIO short) */
 int ckpt_fsync_dir(const char *dir, ds_err *err);
 /* Writes text to dir/name through dir/name.tmp: write, fsync, rename, fsync dir. */
+/* The mode of the directories a save creates: DS_CKPT_MODE (octal, from [checkpoint]
+ * mode), else 0700 (checkpoints carry the model: private unless shared on purpose).
+ * Files get it without the execute bits. */
+int ckpt_dir_mode(void);
+static inline int ckpt_file_mode(void) { return ckpt_dir_mode() & 0666; }
+
 int ckpt_write_file_atomic(const char *dir, const char *name, const char *text, size_t n,
                            ds_err *err);
 /* Reads a whole small file (at most max bytes) into a NUL-terminated buffer. */

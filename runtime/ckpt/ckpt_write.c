@@ -85,8 +85,8 @@ static int mkdir_p(const char *path, ds_err *err) {
         if (*p != '/' && *p != '\0') continue;
         char c = *p;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return ds_err_errno(err, errno, "%s: cannot create directory", buf);
+        if (mkdir(buf, (mode_t)ckpt_dir_mode()) == 0) chmod(buf, (mode_t)ckpt_dir_mode()); /* past the umask */
+        else if (errno != EEXIST) return ds_err_errno(err, errno, "%s: cannot create directory", buf);
         *p = c;
         if (c == '\0') return 0;
     }
@@ -113,8 +113,9 @@ static int start_shard(ds_ckpt_writer *w, ds_err *e) {
     if (unlink(w->path) != 0 && errno != ENOENT)
         return ds_err_errno(e, errno, "%s: cannot remove", w->path);
     if (ckpt_fsync_dir(w->stepdir, e)) return -1;
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, ckpt_file_mode());
     if (w->fd < 0) return ds_err_errno(e, errno, "%s: cannot create", w->tmp);
+    fchmod(w->fd, (mode_t)ckpt_file_mode());
     unsigned char zero[CKPT_FILE_HEADER] = {0}; /* the real header is written by commit */
     if (ckpt_write_all(w->fd, zero, sizeof zero))
         return ds_err_errno(e, errno, "%s: write", w->tmp);

@@ -16,6 +16,7 @@
 #include "comm_backend.h"
 #include "device.h"
 #include "ds_clock.h"
+#include "ds_progress.h"
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -50,6 +51,14 @@ const char *ds_comm_backend_name(ds_comm_backend b) {
     case DS_COMM_NCCL: return "nccl";
     }
     return "?";
+}
+
+int ds_comm_is_broken(ds_comm *c) {
+    if (!c) return 0;
+    pthread_mutex_lock(&c->mu);
+    int b = c->broken;
+    pthread_mutex_unlock(&c->mu);
+    return b;
 }
 
 int ds_comm_rank(const ds_comm *c) { return c->rank; }
@@ -388,7 +397,7 @@ static int prepare(ds_comm *c, ds_comm_handle *h, ds_err *err) {
         return ds_err_prefix(err, "comm rank %d: %s", c->rank, op_name(h->kind));
     pthread_mutex_lock(&c->mu);
     int broken = c->broken;
-    if (broken) *err = c->broken_err;
+    if (broken && err) *err = c->broken_err;
     pthread_mutex_unlock(&c->mu);
     if (broken)
         return ds_err_prefix(err, "comm rank %d: %s refused: the communicator broke earlier",
@@ -421,7 +430,7 @@ static ds_comm_handle *dispatch(ds_comm *c, const ds_comm_handle *proto, ds_err 
     settle(h, rc);
     pthread_mutex_unlock(&c->mu);
     if (rc != 0) {
-        *err = h->err;
+        if (err) *err = h->err;
         free(h);
         return NULL;
     }
@@ -474,15 +483,17 @@ static int run_sync_timed(ds_comm *c, ds_comm_handle proto, ds_err *err) {
         ds_comm_handle *h = dispatch(c, &proto, err);
         return h ? wait_untimed(h, err) : -1;
     }
+    ds_progress_enter(op_name(proto.kind), proto.count, ds_dtype_name(proto.dtype));
     int rc = run_op(&proto);
     if (rc == 0 && proto.ran && c->vt->finish) {
         rc = c->vt->finish(c->be, &proto, &proto.err);
         if (rc == 0 && proto.op == DS_COMM_AVG) finish_avg(&proto);
     }
+    ds_progress_leave();
     pthread_mutex_lock(&c->mu);
     settle(&proto, rc);
     pthread_mutex_unlock(&c->mu);
-    if (rc != 0) *err = proto.err;
+    if (rc != 0 && err) *err = proto.err;
     return rc;
 }
 
@@ -506,6 +517,7 @@ static int wait_untimed(ds_comm_handle *h, ds_err *err) {
     if (!h) return ds_err_set(err, "comm: wait on a NULL handle");
     ds_comm *c = h->comm;
     int rc;
+    ds_progress_enter(op_name(h->kind), h->count, ds_dtype_name(h->dtype)); /* hang reports name it */
     if (c->vt->threaded) {
         pthread_mutex_lock(&c->mu);
         while (!h->done) pthread_cond_wait(&c->cv, &c->mu);
@@ -520,7 +532,8 @@ static int wait_untimed(ds_comm_handle *h, ds_err *err) {
     } else {
         rc = h->rc;
     }
-    if (rc != 0) *err = h->err;
+    ds_progress_leave();
+    if (rc != 0 && err) *err = h->err; /* NULL: the caller (a finalizer) only waits */
     free(h);
     return rc;
 }

@@ -18,11 +18,11 @@
  * element r * count (runtime/zero/partition.h pads flat buffers so they split evenly).
  * In place is allowed where noted.
  *
- * Errors: -1 (or NULL) with err filled, naming the rank, the host and the op. After a
- * transport failure (a peer died, a timeout) the communicator is broken: every later op
- * fails at once with the first error; close it. Results are deterministic: for a fixed
- * world size and backend, the same inputs give bit-identical outputs on every rank and
- * on every run. */
+ * Errors: -1 (or NULL) with err filled (err may be NULL), naming the rank, the host and
+ * the op. After a transport failure (a peer died, a timeout) the communicator is broken:
+ * every later op fails at once with the first error; close it. Results are
+ * deterministic: for a fixed world size and backend, the same inputs give bit-identical
+ * outputs on every rank and on every run. */
 #ifndef DS_COMM_H
 #define DS_COMM_H
 
@@ -69,6 +69,10 @@ ds_comm *ds_comm_open(const ds_context *ctx, ds_err *err);
 ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_err *err);
 /* No op may be in flight (wait every handle first). NULL is allowed. */
 void ds_comm_close(ds_comm *c);
+
+/* 1 once a transport failure broke c (a peer died, an op timed out): a rank's error
+ * after that is a consequence of another failure, which the failure record says. */
+int ds_comm_is_broken(ds_comm *c);
 
 int ds_comm_rank(const ds_comm *c);
 int ds_comm_size(const ds_comm *c);

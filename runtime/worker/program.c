@@ -20,6 +20,10 @@
 static void program_env(void) {
     unsetenv("DS_STORE_TOKEN"); /* the program does not speak to dslaunch's store */
     unsetenv("DS_AGENT_FD");
+    /* the pipes and reports of Lua ranks: the program's descriptors past 2 are closed */
+    unsetenv("DS_METRICS_FD");
+    unsetenv("DS_ERROR_FD");
+    unsetenv("DS_PROGRESS_MS");
     setenv("PYTHONUNBUFFERED", "1", 0);
     const char *lws = getenv("LOCAL_WORLD_SIZE");
     long ranks = lws ? strtol(lws, NULL, 10) : 1, cores = sysconf(_SC_NPROCESSORS_ONLN);

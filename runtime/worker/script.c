@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
+#include "drain.h"
+#include "ds_progress.h"
+#include "ds_clock.h"
 #include "ds_lua.h"
+#include "failure_record.h"
 #include "lua_ckpt.h"
 #include "metrics_pipe.h"
 
@@ -42,6 +47,11 @@ static int l_job_id(lua_State *L) {
     lua_pushstring(L, ds_context_of(L)->job_id);
     return 1;
 }
+/* The engine's step, for the controller's hang detection (ds_progress.h). */
+static int l_report_step(lua_State *L) {
+    ds_progress_step((long long)luaL_checkinteger(L, 1));
+    return 0;
+}
 
 /* monitor_publish(line) -> true when sent to the controller, false when there is no
  * channel (`dsrun run`), or nil and a message when the channel failed. */
@@ -67,6 +77,7 @@ void ds_lua_open_runtime(lua_State *L) {
         {"node_rank", l_node_rank}, {"attempt", l_attempt},
         {"host", l_host},         {"job_id", l_job_id},
         {"monitor_publish", l_monitor_publish},
+        {"report_step", l_report_step},
         {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }
@@ -81,15 +92,36 @@ static int luaopen_ds_core(lua_State *L) {
     ds_lua_open_zero(L);
     ds_lua_open_memplan(L);
     ds_lua_open_ckpt(L);
+    ds_lua_open_drain(L);
     return 1;
 }
 
-/* Message handler: adds the traceback so a script error names the script line. */
+/* What the message handler saw of the error that ended the script. */
+typedef struct script_error {
+    int64_t at_ms;  /* wall clock when it was raised: its time at the source */
+    int transport;  /* the communicator had already broken: a consequence */
+} script_error;
+
+/* Message handler: adds the traceback so a script error names the script line, and
+ * notes when the error happened (before lua_close's finalizers run, which may take a
+ * while on a broken communicator). */
 static int msgh(lua_State *L) {
+    script_error *e = lua_touserdata(L, lua_upvalueindex(1));
+    ds_context *ctx = ds_context_of(L);
+    e->at_ms = ds_wall_ms();
+    e->transport = ctx && ctx->comm && ds_comm_is_broken(ctx->comm);
     const char *msg = lua_tostring(L, 1);
     if (!msg) msg = luaL_tolstring(L, 1, NULL);
     luaL_traceback(L, L, msg, 1);
     return 1;
+}
+
+/* Splits "message\nstack traceback:\n..." for the failure record. */
+static void record_lua_error(const ds_context *ctx, const char *text, const script_error *e) {
+    const char *tb = strstr(text, "\nstack traceback:");
+    char *msg = strndup(text, tb ? (size_t)(tb - text) : strlen(text));
+    ds_failure_record_write(ctx, "lua", msg ? msg : text, tb ? tb + 1 : NULL, e->at_ms, e->transport);
+    free(msg);
 }
 
 static void set_package_path(lua_State *L) {
@@ -127,12 +159,18 @@ int ds_script_run(ds_context *ctx, const char *path, int nargs, char **args) {
     lua_setglobal(L, "arg");
 
     int status = EXIT_SUCCESS;
-    lua_pushcfunction(L, msgh);
+    script_error e = {0};
+    lua_pushlightuserdata(L, &e);
+    lua_pushcclosure(L, msgh, 1);
     if (luaL_loadfile(L, path) != LUA_OK) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx->host, ctx->rank, lua_tostring(L, -1));
-        status = EXIT_FAILURE;
+        ds_failure_record_write(ctx, "load", lua_tostring(L, -1), NULL, ds_wall_ms(), 0);
+        status = DS_SCRIPT_LOAD_FAILED;
     } else if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
-        fprintf(stderr, "%s:rank %d: %s\n", ctx->host, ctx->rank, lua_tostring(L, -1));
+        const char *text = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)";
+        fprintf(stderr, "%s:rank %d: %s\n", ctx->host, ctx->rank, text);
+        fflush(stderr);
+        record_lua_error(ctx, text, &e);
         status = EXIT_FAILURE;
     }
     lua_close(L);

@@ -7,11 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds_clock.h"
 #include "ds_context.h"
+#include "failure_record.h"
 #include "rank_device.h"
 #include "kernels.h"
 #include "lifeline.h"
 #include "metrics_pipe.h"
+#include "progress_reporter.h"
 #include "comm.h"
 #include "program.h"
 #include "script.h"
@@ -50,7 +53,7 @@ static int context_from_env(ds_context *ctx, ds_err *err) {
 }
 
 /* DS_RDZV is host:port (ds_store_split_addr: an IPv6 host with or without brackets). */
-static int connect_store(ds_context *ctx, ds_err *err) {
+static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_err *err) {
     const char *rdzv = getenv("DS_RDZV");
     if (!rdzv || !rdzv[0]) return 0; /* no store: a world that never meets */
     char host[256];
@@ -62,15 +65,20 @@ static int connect_store(ds_context *ctx, ds_err *err) {
     snprintf(token, sizeof token, "%s", tok ? tok : "");
     unsetenv("DS_STORE_TOKEN"); /* the script's children need not see it */
     ctx->store = ds_store_connect(host, port, token, timeout_ms, err);
-    memset(token, 0, sizeof token);
-    if (!ctx->store) return ds_err_prefix(err, "rendezvous %s", rdzv);
     /* Keys of one attempt never meet those of an earlier one (a restarted job reuses
      * the store). */
     char prefix[32];
     snprintf(prefix, sizeof prefix, "a%d/", ctx->attempt);
-    if (ds_store_set_prefix(ctx->store, prefix, err) != 0)
-        return ds_err_prefix(err, "rendezvous %s", rdzv);
-    return 0;
+    int rc = 0;
+    if (!ctx->store || ds_store_set_prefix(ctx->store, prefix, err) != 0) rc = -1;
+    int progress_ms = 0;
+    if (rc == 0 && getenv("DS_PROGRESS_MS") && env_int("DS_PROGRESS_MS", &progress_ms, err) != 0) rc = -1;
+    if (rc == 0 && progress_ms > 0) {
+        *reporter = ds_progress_reporter_start(host, port, token, prefix, ctx->rank, progress_ms, err);
+        if (!*reporter) rc = -1;
+    }
+    memset(token, 0, sizeof token);
+    return rc == 0 ? 0 : ds_err_prefix(err, "rendezvous %s", rdzv);
 }
 
 /* Ranks on one node share its cores: each takes cores / local ranks threads for its
@@ -96,8 +104,11 @@ int dsrun_worker_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);         /* a dead peer is an error to handle, not a death */
     ds_err err = {{0}};
     ds_context ctx;
+    ds_context_single(&ctx);
+    ds_failure_record_open();
     if (ds_lifeline_watch(&err) != 0 || ds_metrics_pipe_open(&err) != 0 || context_from_env(&ctx, &err) != 0) {
         fprintf(stderr, "dsrun worker: %s\n", err.msg);
+        ds_failure_record_write(&ctx, "setup", err.msg, NULL, ds_wall_ms(), 0);
         return 1;
     }
     share_cores(&ctx);
@@ -105,11 +116,16 @@ int dsrun_worker_main(int argc, char **argv) {
         ds_blas_info b = ds_blas_describe();
         fprintf(stderr, "dsrun worker: OpenBLAS core %s (%s)\n", b.core, b.why);
     }
-    if (connect_store(&ctx, &err) != 0 || ds_rank_open_device(&ctx, &err) != 0) {
+    ds_progress_reporter *reporter = NULL;
+    int no_store = connect_store(&ctx, &reporter, &err) != 0;
+    if (no_store || ds_rank_open_device(&ctx, &err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
+        /* The store is the controller's: when it cannot be reached, something else failed. */
+        ds_failure_record_write(&ctx, "setup", err.msg, NULL, ds_wall_ms(), no_store);
         return 1;
     }
     int rc = ds_script_run(&ctx, argv[i], argc - i - 1, argv + i + 1);
+    ds_progress_reporter_stop(reporter);
     if (ds_rank_close_device(&err) != 0) {
         fprintf(stderr, "%s:rank %d: %s\n", ctx.host, ctx.rank, err.msg);
         rc = 1;

@@ -103,6 +103,12 @@ case_export_gpt() {
     inspect_ok "$ck"
 }
 
+# model:resume: nil for no checkpoint, an exact continuation, an error for a damaged one.
+case_resume() {
+    "$DSRUN" run "$scripts/resume.lua" "$ck" > "$job/out.resume" 2>&1 ||
+        fail "resume.lua: $(tail -5 "$job/out.resume")"
+}
+
 # model:load refuses a checkpoint of another model size (load_mismatch.lua exits non-zero
 # when the load is accepted or the message is wrong).
 case_load_mismatch() {

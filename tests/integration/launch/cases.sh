@@ -7,83 +7,7 @@ set -uo pipefail
 
 case_name=${1:?usage: cases.sh CASE}
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib/job.sh"
-. "$SSHD_DIR/env"
-name="it-${case_name//_/-}-$$"
-job="$WORK/$name"
-rm -rf "$job"
-mkdir -p "$job"
-cp "$here"/scripts/*.lua "$job/"
-bg_pids=()
-
-bg_cleanup=()
-cleanup() {
-    for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    for c in "${bg_cleanup[@]}"; do $c > /dev/null 2>&1; done
-    # Belt and braces: anything of this job still around after a failed case goes too.
-    for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL [$case_name]: $*" >&2
-    for f in "$job"/out "$job"/err "$job"/logs/"$name"/launcher.log; do
-        [[ -f $f ]] && { echo "--- $f" >&2; tail -n 40 "$f" >&2; }
-    done
-    exit 1
-}
-
-# The pid of node N's agent (by its marker arguments).
-agent_pid() {
-    grep -lsazx -- "$name-[0-9a-f]\{8\}" /proc/[0-9]*/cmdline | while read -r f; do
-        tr '\0' ' ' < "$f" 2>/dev/null | grep -q " agent --job $name-[0-9a-f]* --node $1 *$" && basename "$(dirname "$f")"
-    done
-}
-
-no_job_processes() { [[ -z $(job_pids) ]]; }
-assert_no_orphans() {
-    # dslaunch only returns once every agent is gone; zombies may take a moment to reap.
-    wait_for 3 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
-}
-
-# write_job SCRIPT [extra ini lines...]: job.ini for a 2-node x 2-slot job over SSH.
-write_job() {
-    local script=$1
-    shift
-    printf '127.0.0.2 slots=2\n127.0.0.3 slots=2\n' > "$job/hosts"
-    {
-        printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n' "$name" "$script" "$DSRUN"
-        printf '[resources]\nhostfile = hosts\n'
-        printf '[ssh]\nport = %s\nidentity = %s\nknown_hosts = %s\nconnect_timeout = 5\n' \
-            "$SSHD_PORT" "$SSH_IDENTITY" "$SSH_KNOWN_HOSTS"
-        for line in "$@"; do printf '%s\n' "$line"; done
-    } > "$job/job.ini"
-}
-
-# Runs dslaunch in the foreground (bounded); sets rc.
-run_job() {
-    timeout -s KILL 45 "$DSLAUNCH" "$@" "$job/job.ini" > "$job/out" 2> "$job/err"
-    rc=$?
-}
-
-start_job_bg() {
-    "$DSLAUNCH" "$job/job.ini" > "$job/out" 2> "$job/err" &
-    dl_pid=$!
-    bg_pids+=("$dl_pid")
-}
-
-wait_job_bg() {
-    local end=$((SECONDS + 30))
-    while kill -0 "$dl_pid" 2>/dev/null; do
-        ((SECONDS >= end)) && fail "dslaunch did not end within 30 s"
-        sleep 0.05
-    done
-    wait "$dl_pid"
-    rc=$?
-}
-
-logs="$job/logs/$name/attempt-0"
-has() { grep -aq -- "$2" "$1" 2>/dev/null; }
+. "$here/lib.sh"
 
 # ---- cases ----
 
@@ -99,7 +23,7 @@ case_local() {
         has "$logs/rank-$r.out" "rank $r of 3 past the barrier" || fail "rank $r's log lacks its barrier line"
         grep -aq "^\[localhost:$r\] rank $r of 3 past the barrier" "$job/out" || fail "terminal lacks [localhost:$r]"
     done
-    has "$job/logs/$name/launcher.log" "agent started locally" || fail "launcher.log does not say the node started locally"
+    has "$job/logs/$name/latest/launcher.log" "agent started locally" || fail "launcher.log does not say the node started locally"
     assert_no_orphans
 }
 
@@ -115,7 +39,7 @@ case_ipv6_local() {
         "$name" "$DSRUN" > "$job/job.ini"
     run_job
     [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
-    has "$job/logs/$name/launcher.log" "store listening on \[::1\]:" || fail "the store is not on [::1]"
+    has "$job/logs/$name/latest/launcher.log" "store listening on \[::1\]:" || fail "the store is not on [::1]"
     for r in 0 1; do has "$logs/rank-$r.out" "rank $r of 2 past the barrier" || fail "rank $r did not pass the barrier"; done
     assert_no_orphans
 }
@@ -141,8 +65,8 @@ case_two_nodes() {
     [[ $(grep -ac "past the barrier" "$job/out") == 4 ]] || fail "barrier lines split or merged on the terminal"
     # The 100000-byte line: on the terminal in pieces of at most 64 KiB, every byte there.
     [[ $(grep -a "^\[127.0.0.3:3\] " "$job/out" | tr -cd x | wc -c) == 100000 ]] || fail "the long line lost bytes on the terminal"
-    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.3): connecting over SSH" || fail "launcher.log lacks the SSH connection"
-    has "$job/logs/$name/launcher.log" "all 4 ranks exited 0" || fail "launcher.log lacks the end"
+    has "$job/logs/$name/latest/launcher.log" "node 1 (127.0.0.3): connecting over SSH" || fail "launcher.log lacks the SSH connection"
+    has "$job/logs/$name/latest/launcher.log" "all 4 ranks exited 0" || fail "launcher.log lacks the end"
     assert_no_orphans
 }
 
@@ -216,7 +140,7 @@ case_heartbeat_lost() {
     start=$SECONDS
     wait_job_bg
     [[ $rc != 0 ]] || fail "exit status 0 after a node went silent"
-    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.3): killing its agent and ranks over a second channel" ||
+    has "$job/logs/$name/latest/launcher.log" "node 1 (127.0.0.3): killing its agent and ranks over a second channel" ||
         fail "launcher.log does not show the second-channel kill"
     ((SECONDS - start <= 5)) || fail "took $((SECONDS - start)) s to notice a 1 s heartbeat timeout"
     has "$job/err" "node 1 (127.0.0.3): no heartbeat for" || fail "summary does not name the silent node"
@@ -320,11 +244,11 @@ case_connect_timeout() {
 case_bad_token() {
     write_job token.lua "[env]" "FLAG_FILE = $job/flag"
     start_job_bg
-    listening() { has "$job/logs/$name/launcher.log" "store listening on"; }
+    listening() { has "$job/logs/$name/latest/launcher.log" "store listening on"; }
     wait_for 20 "the store to listen" listening
     all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "waiting $r" || return 1; done; }
     wait_for 20 "every rank to be waiting" all_ready
-    addr=$(sed -n 's/.*store listening on \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/launcher.log")
+    addr=$(sed -n 's/.*store listening on \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/latest/launcher.log")
     set -- $addr
     # AUTH frame: u32 length 69, op 1, u32 version 1, 64 wrong hex chars.
     exec {fd}<>/dev/tcp/$1/$2 || fail "cannot reach the store at $1:$2"
@@ -332,7 +256,7 @@ case_bad_token() {
     timeout 5 cat <&$fd > /dev/null # returns when the store closes the connection
     [[ $? == 0 ]] || fail "the store did not drop the client with the wrong token"
     exec {fd}>&-
-    dropped() { has "$job/logs/$name/launcher.log" "store: dropped client"; }
+    dropped() { has "$job/logs/$name/latest/launcher.log" "store: dropped client"; }
     wait_for 10 "launcher.log to record the dropped client" dropped
     touch "$job/flag"
     wait_job_bg
@@ -435,7 +359,7 @@ CFG
         grep -q "^\[$host:$r\] rank $r on $host master 127.0.0.2$" "$job/out" || fail "rank $r's line: $(grep "rank $r " "$job/out")"
     done
     grep -q "Accepted publickey for nobody from 127.0.0.1" "$bastion/sshd.log" || fail "bastion did not see nobody log in (no ProxyJump?)"
-    has "$job/logs/$name/launcher.log" "node 1 (127.0.0.20): connecting over SSH (root@127.0.0.20 port $inner_port via nobody@127.0.0.19:$bastion_port,root@127.0.0.3:$SSHD_PORT)" ||
+    has "$job/logs/$name/latest/launcher.log" "node 1 (127.0.0.20): connecting over SSH (root@127.0.0.20 port $inner_port via nobody@127.0.0.19:$bastion_port,root@127.0.0.3:$SSHD_PORT)" ||
         fail "launcher.log does not show the hops"
     [[ $(stat -c %a "$job/ssh") == 700 ]] || fail "accept-new made $job/ssh with mode $(stat -c %a "$job/ssh"), expected 700"
     for hp in 127.0.0.2:$SSHD_PORT 127.0.0.19:$bastion_port 127.0.0.3:$SSHD_PORT 127.0.0.20:$inner_port; do

@@ -14,7 +14,7 @@ pid=
 trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() {
     echo "FAIL: $*"
-    for f in "$tmp"/out "$tmp"/err "$tmp"/logs/live/launcher.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    for f in "$tmp"/out "$tmp"/err "$tmp"/logs/live/latest/launcher.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
     exit 1
 }
 N=6
@@ -45,11 +45,11 @@ get() { timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && printf 'GET $1 H
 
 "$dslaunch" --log_dir "$tmp/logs" "$tmp/job.ini" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-log=$tmp/logs/live/launcher.log
+log=$tmp/logs/live/latest/launcher.log
 wait_for grep -q "Prometheus metrics at" "$log" 2>/dev/null || fail "no endpoint announced"
 port=$(sed -n 's|.*Prometheus metrics at http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$log")
 [ -n "$port" ] || fail "no port in: $(grep Prometheus "$log")"
-job=$(sed -n 's/^.* job \(live-[0-9a-f]*\): .*/\1/p' "$log" | head -1)
+job=$(sed -n 's/.*"job":"\(live-[0-9a-f]*\)".*/\1/p' "$log" | head -1) # launcher.log: JSON lines
 scrape() { get /metrics >"$tmp/scrape" && grep -qF "ds_step{job=\"$job\"} $N" "$tmp/scrape"; }
 wait_for scrape || fail "the endpoint never showed step $N"
 for want in "HTTP/1.1 200 OK" "Content-Type: text/plain; version=0.0.4" \
@@ -72,7 +72,7 @@ wait $pid || fail "dslaunch exited $?"
 pid=
 echo "scraped: $(grep -c '^ds_' "$tmp/scrape") samples, as published"
 
-dir=$tmp/logs/live/attempt-0
+dir=$tmp/logs/live/latest/attempt-0
 "$check" jsonl "$dir" $N 2 || fail "metrics.jsonl"
 "$check" tfevents "$dir" || fail "TensorBoard file"
 last=$(tail -n 1 "$dir/metrics.jsonl")
@@ -94,7 +94,7 @@ grep -qF '| skipped 1 | restarts 0' "$tmp/err" || fail "skipped and restarts in 
 echo "progress: $(grep -c '^dslaunch: step' "$tmp/err") plain lines"
 
 # On a terminal: one line redrawn in place, rank lines above it. The same job name again,
-# at once: its files replace the first run's (one TensorBoard file, this run's).
+# at once: its files go to a new run directory, which latest then names (one TensorBoard file, this run's).
 sed -i '/^metrics_port/d' "$tmp/job.ini"
 timeout 120 script -qefc "'$dslaunch' --log_dir '$tmp/logs' '$tmp/job.ini'" /dev/null >"$tmp/tty" 2>&1 </dev/null ||
     fail "dslaunch on a terminal exited $?: $(tail -c 2000 "$tmp/tty")"

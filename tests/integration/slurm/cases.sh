@@ -27,7 +27,7 @@ trap cleanup EXIT
 
 fail() {
     echo "FAIL [$case_name]: $*" >&2
-    for f in "$job"/out "$job"/err "$job"/logs/"$name"/launcher.log "$job"/logs/"$name"/attempt-0/srun.log; do
+    for f in "$job"/out "$job"/err "$job"/logs/"$name"/latest/launcher.log "$job"/logs/"$name"/latest/attempt-0/srun.log; do
         [[ -f $f ]] && { echo "--- $f" >&2; tail -n 40 "$f" >&2; }
     done
     exit 1
@@ -37,7 +37,7 @@ fail() {
 stepd_pids() { pgrep -f "^slurmstepd: \[$1\." || true; }
 
 has() { grep -aq -- "$2" "$1" 2>/dev/null; }
-logs="$job/logs/$name/attempt-0"
+logs="$job/logs/$name/latest/attempt-0"
 no_job_processes() { [[ -z $(job_pids) ]]; }
 assert_nothing_left() {
     # An agent cut off from its controller gives its ranks the grace period (3 s), then KILL.
@@ -134,7 +134,7 @@ case_ssh_reference() {
     env -u SLURM_JOB_ID timeout -s KILL 150 "$DSLAUNCH" "$job/job.ini" > "$job/out" 2> "$job/err"
     rc=$?
     [[ $rc == 0 ]] || fail "the SSH run exited $rc"
-    has "$job/logs/$name/launcher.log" "connecting over SSH" || fail "the reference did not run over SSH"
+    has "$job/logs/$name/latest/launcher.log" "connecting over SSH" || fail "the reference did not run over SSH"
     losses > "$WORK/ref.losses"
     [[ $(wc -l < "$WORK/ref.losses") -ge 6 ]] || fail "rank 0 logged too few steps"
     echo "reference: $(tail -1 "$WORK/ref.losses")"
@@ -146,8 +146,8 @@ case_salloc_trains() {
     salloc_bg -N3 --ntasks-per-node=1
     wait_bg 150
     [[ $rc == 0 ]] || fail "exit status $rc"
-    has "$job/logs/$name/launcher.log" "srun step: srun " || fail "the agents did not start through srun"
-    ! has "$job/logs/$name/launcher.log" "SSH" || fail "something went over SSH"
+    has "$job/logs/$name/latest/launcher.log" "srun step: srun " || fail "the agents did not start through srun"
+    ! has "$job/logs/$name/latest/launcher.log" "SSH" || fail "something went over SSH"
     for n in 1 2 3; do has "$logs/srun.log" "(n$n) joined" || fail "node n$n did not join"; done
     check_losses
     assert_nothing_left
@@ -213,7 +213,7 @@ case_bad_join() {
     salloc_bg -N2
     waiting() { for r in 0 1; do has "$logs/rank-$r.out" "waiting $r" || return 1; done; }
     wait_for 30 "every rank to be waiting" waiting
-    link=$(sed -n 's/.*agents join at \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/launcher.log")
+    link=$(sed -n 's/.*agents join at \([0-9.]*\):\([0-9]*\).*/\1 \2/p' "$job/logs/$name/latest/launcher.log")
     [[ -n $link ]] || fail "launcher.log does not say where agents join"
     set -- $link
     # a JOIN frame (type 18, rank 0, payload length) with a wrong token; then no frame at all
@@ -260,7 +260,7 @@ case_usr1() {
     wait_for 30 "every rank to be running" all_ready 3
     scancel -s USR1 "$slurm_id"
     wait_bg 30
-    has "$job/logs/$name/launcher.log" "its agent got SIGUSR1" || fail "no agent reported SIGUSR1"
+    has "$job/logs/$name/latest/launcher.log" "its agent got SIGUSR1" || fail "no agent reported SIGUSR1"
     has "$job/err" "SIGUSR1" || fail "the controller did not act on SIGUSR1"
     ! grep -Eq "(killed|stopped) by signal 10" "$job/err" || fail "a rank died of SIGUSR1"
     assert_nothing_left

@@ -76,7 +76,7 @@ static char *slurp(const char *dir, const char *name, size_t *len) {
 static void lines_are_whole_tagged_and_files_exact(void **state) {
     fixture *f = *state;
     ds_err err;
-    ds_logs *l = ds_logs_open(f->dir, &f->plan, "all", &err);
+    ds_logs *l = ds_logs_open(f->dir, &f->plan, "all", 0700, &err);
     assert_non_null(l);
     /* Chunks cut mid-line and interleaved between ranks and streams. */
     ds_logs_write(l, 0, 1, "hel", 3);
@@ -110,7 +110,7 @@ static void lines_are_whole_tagged_and_files_exact(void **state) {
 static void tee_filters_the_terminal_not_the_files(void **state) {
     fixture *f = *state;
     ds_err err;
-    ds_logs *l = ds_logs_open(f->dir, &f->plan, "1", &err);
+    ds_logs *l = ds_logs_open(f->dir, &f->plan, "1", 0700, &err);
     assert_non_null(l);
     ds_logs_write(l, 0, 1, "zero\n", 5);
     ds_logs_write(l, 1, 1, "one\n", 4);
@@ -125,7 +125,7 @@ static void tee_filters_the_terminal_not_the_files(void **state) {
 static void long_lines_come_in_pieces_with_every_byte(void **state) {
     fixture *f = *state;
     ds_err err;
-    ds_logs *l = ds_logs_open(f->dir, &f->plan, "all", &err);
+    ds_logs *l = ds_logs_open(f->dir, &f->plan, "all", 0700, &err);
     size_t big = DS_LOG_LINE_MAX + 1000;
     char *line = malloc(big + 1);
     memset(line, 'x', big);
@@ -146,7 +146,7 @@ static void long_lines_come_in_pieces_with_every_byte(void **state) {
 static void tail_keeps_the_last_stderr_lines(void **state) {
     fixture *f = *state;
     ds_err err;
-    ds_logs *l = ds_logs_open(f->dir, &f->plan, "none", &err);
+    ds_logs *l = ds_logs_open(f->dir, &f->plan, "none", 0700, &err);
     for (int i = 0; i < DS_LOG_TAIL_LINES + 3; i++) {
         char s[32];
         int n = snprintf(s, sizeof s, "line %d\n", i);

@@ -1,6 +1,7 @@
 /* The INI job spec: defaults, every key's validation, messages naming file:line:key;
  * and the command line (cli.c) that overrides it. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -598,8 +599,52 @@ static void test_cli_apply(void **st) {
     ds_jobspec_free(&s);
 }
 
+/* [restart]'s supervision keys: defaults, values, and what is refused. */
+static void test_restart_keys(void **st) {
+    (void)st;
+    ds_jobspec s;
+    assert_string_equal(parse(&s, MIN), "");
+    assert_int_equal(s.backoff_ms, 1000);
+    assert_int_equal(s.backoff_max_ms, 60000);
+    assert_int_equal(s.drain_signals, 1 << SIGTERM | 1 << SIGUSR1 | 1 << SIGUSR2);
+    assert_int_equal(s.drain_timeout_ms, 120000);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[restart]\nbackoff = 0\nbackoff_max = 2.5\ndrain_signals = SIGUSR1, HUP\n"
+                                      "drain_timeout = 30\n"), "");
+    assert_int_equal(s.backoff_ms, 0);
+    assert_int_equal(s.backoff_max_ms, 2500);
+    assert_int_equal(s.drain_signals, 1 << SIGUSR1 | 1 << SIGHUP);
+    assert_int_equal(s.drain_timeout_ms, 30000);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[restart]\ndrain_signals = none\n"), "");
+    assert_int_equal(s.drain_signals, 0);
+    ds_jobspec_free(&s);
+    expect_err(MIN "[restart]\ndrain_signals = KILL\n", ":5: [restart] drain_signals: 'KILL': expected none, or signal names");
+    expect_err(MIN "[restart]\ndrain_signals = ,\n", "drain_signals");
+    expect_err(MIN "[restart]\ndrain_timeout = 0\n", "out of range");
+    /* [logs] and [checkpoint] mode: private by default; octal, the owner keeps rwx */
+    assert_string_equal(parse(&s, MIN), "");
+    assert_int_equal(s.log_mode, 0700);
+    assert_int_equal(s.ckpt_mode, 0700);
+    assert_int_equal(s.hang_timeout_ms, 0);
+    assert_int_equal(s.node_retries, 2);
+    assert_int_equal(s.min_nodes, 0);
+    assert_null(s.webhook);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[logs]\nmode = 0750\n[checkpoint]\nmode = 0777\n[notify]\nwebhook = https://h/x\n"), "");
+    assert_int_equal(s.log_mode, 0750);
+    assert_int_equal(s.ckpt_mode, 0777);
+    assert_string_equal(s.webhook, "https://h/x");
+    ds_jobspec_free(&s);
+    expect_err(MIN "[logs]\nmode = 0644\n", ":5: [logs] mode: '0644': expected octal permission bits");
+    expect_err(MIN "[checkpoint]\nmode = 750\n", "expected octal");
+    expect_err(MIN "[checkpoint]\nmode = 0758\n", "expected octal");
+    expect_err(MIN "[notify]\nwebhook = ftp://h/x\n", "expected an http:// or https:// URL");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restart_keys),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_key),
         cmocka_unit_test(test_indent_and_inline_comment),
