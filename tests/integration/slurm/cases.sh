@@ -253,7 +253,8 @@ case_scancel() {
 
 # The scheduler's warning (sbatch --signal=USR1@T; here scancel -s USR1, which signals
 # every process of the job's steps): it reaches the controller through the agents, and no
-# rank dies of it. The controller stops the job for now (docs/slurm.md, requeue).
+# rank dies of it. spin.lua never asks whether to drain, so the controller stops the job
+# (the requeue case below drains one that does).
 case_usr1() {
     write_job spin.lua
     salloc_bg -N3
@@ -263,6 +264,68 @@ case_usr1() {
     has "$job/logs/$name/latest/launcher.log" "its agent got SIGUSR1" || fail "no agent reported SIGUSR1"
     has "$job/err" "SIGUSR1" || fail "the controller did not act on SIGUSR1"
     ! grep -Eq "(killed|stopped) by signal 10" "$job/err" || fail "a rank died of SIGUSR1"
+    assert_nothing_left
+}
+
+# Requeue (docs/slurm.md): a batch job submitted with --requeue whose script requeues
+# itself when dslaunch exits 3 (drained). Slurm's warning (scancel -s USR1, as
+# --signal=USR1@T sends it) while every rank waits after step 5: the ranks drain at step 5
+# and save it, dslaunch exits 3, the script requeues the job, and Slurm runs it again under
+# the same job id (the test cluster lets a requeued job start after about 6 s instead of
+# 121: cluster.sh); that run resumes at step 5 and trains to the end.
+case_requeue() {
+    cp "$SOURCE_DIR/tests/integration/restart/scripts/train_hook.lua" "$job/"
+    cat > "$job/tiny.lua" <<EOF
+return {model = {vocab = 32, context = 16, d = 32, layers = 2, heads = 2},
+        batch = 4, steps = 8, warmup = 2, log_every = 1, save_every = 3, ckpt = 'ck'}
+EOF
+    write_job train_hook.lua "TRAIN_LUA = $SOURCE_DIR/examples/gpt/train.lua" \
+        "PAUSE_AT_STEP = 5" "PAUSE_UNTIL = $job/go"
+    sed -i "s|^script = .*|&\nargs = tiny.lua|" "$job/job.ini"
+    cat > "$job/batch.sh" <<EOF
+#!/bin/bash
+$DSLAUNCH $job/job.ini
+rc=\$?
+echo "dslaunch exited \$rc (restart count \${SLURM_RESTART_COUNT:-0})"
+if [ "\$rc" -eq 3 ]; then scontrol requeue "\$SLURM_JOB_ID"; fi
+exit "\$rc"
+EOF
+    slurm_id=$(sbatch --parsable --job-name="$name" --requeue -N3 --ntasks-per-node=1 \
+        --open-mode=append -o "$job/out" -e "$job/err" "$job/batch.sh") || fail "sbatch refused the job"
+    slurm_jobs+=("$slurm_id")
+    paused() { for r in 0 1 2; do has "$logs/rank-$r.out" "paused at step 5" || return 1; done; }
+    wait_for 60 "every rank to pause at step 5" paused
+    scancel -s USR1 "$slurm_id"
+    draining() { has "$job/logs/$name/latest/launcher.log" "draining on SIGUSR1"; }
+    wait_for 20 "dslaunch to begin draining" draining
+    touch "$job/go"
+    drained() { has "$job/out" "dslaunch exited"; }
+    wait_for 60 "the first run to end" drained
+    has "$job/out" "dslaunch exited 3 (restart count 0)" || fail "the first run did not exit 3 (drained)"
+    has "$job/err" "drained at step 5 on SIGUSR1" || fail "the summary does not say where it drained"
+    finished() { has "$job/out" "(restart count 1)"; }
+    wait_for 90 "the requeued run to end" finished
+    has "$job/out" "dslaunch exited 0 (restart count 1)" || fail "the requeued run did not succeed"
+    has "$job/logs/$name/latest/attempt-0/rank-0.out" "resumed from ck at step 5" ||
+        fail "the requeued run did not resume at step 5"
+    [[ $(cat "$job/ck/latest") == step-8 ]] || fail "the last checkpoint is $(cat "$job/ck/latest"), expected step-8"
+    wait_for 30 "the batch job to end" slurm_job_gone
+    assert_nothing_left
+}
+
+# A restart under Slurm is a new srun step in the same allocation: attempt 0's rank 1 exits
+# 3, the controller ends that step and starts attempt 1 as a step of its own, which succeeds.
+case_restart() {
+    cp "$SOURCE_DIR/tests/integration/restart/scripts/flaky.lua" "$job/"
+    write_job flaky.lua "[restart]" "max_restarts = 1" "backoff = 0"
+    salloc_bg -N3
+    wait_bg 90
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0 after the restart"
+    local run="$job/logs/$name/latest"
+    [[ $(grep -c "srun step: srun " "$run/launcher.log") == 2 ]] || fail "expected one srun step per attempt"
+    for a in 0 1; do [[ -s $run/attempt-$a/srun.log ]] || fail "attempt $a has no srun.log"; done
+    for r in 0 1 2; do has "$run/attempt-1/rank-$r.out" "rank $r done" || fail "rank $r did not finish in attempt 1"; done
+    has "$job/err" "rank 1 on n2 exited with code 3" || fail "the root cause is not rank 1 on n2"
     assert_nothing_left
 }
 

@@ -69,6 +69,9 @@ ReturnToService=2
 SlurmdTimeout=3
 MessageTimeout=2
 KillWait=5
+# a requeued job may start again after cred_expire + 1 s (default 120): the requeue test waits for it
+AuthInfo=cred_expire=5
+SchedulerParameters=sched_interval=1
 InactiveLimit=0
 NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((port + 1))-$((port + n))] CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
