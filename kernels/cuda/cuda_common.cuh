@@ -21,6 +21,8 @@ struct ds_cuda_ctx {
     size_t blas_ws_bytes;
     void *scratch; // grown on demand, for partial sums and sort buffers
     size_t scratch_bytes;
+    cudaMemPool_t pool; // set by the cuda device: scratch then comes from its pool,
+                        // stream-ordered (no cudaMalloc, no sync when it grows)
     char err[512];
 };
 
