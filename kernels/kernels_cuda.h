@@ -72,6 +72,24 @@ int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float
                             const float *dout, const float *inp, const float *weight, int N,
                             int C, int OC);
 
+/* ---- dense in 16 bits (cuBLASLt) ----------------------------------------------------
+ * bf16 / fp16 operands and results (h), fp32 accumulation on tensor cores, one rounding
+ * per result; one algorithm per shape, so the same call gives the same bits.
+ * Forward: out = inp @ W^T (+ bias) in the GEMM's epilogue; with pre_gelu ([N,OC], OC a
+ * multiple of 8) the GELU too: pre_gelu receives inp @ W^T + bias and out = gelu(it)
+ * (the tanh approximation, GPT-2's). Backward: dinp += dout @ W, or with pre_gelu (the
+ * forward's, [N,C]) dinp = (dout @ W) * gelu'(pre_gelu), WRITTEN (=): the next layer's
+ * GELU backward fused into this GEMM; dweight += dout^T @ inp; dbias += the column sums
+ * of dout (fp32, fixed order, then rounded once). Any of dinp, dweight, dbias may be
+ * NULL. */
+int ds_cuda_matmul_forward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *out, const uint16_t *inp,
+                                const uint16_t *weight, const uint16_t *bias, uint16_t *pre_gelu,
+                                int N, int C, int OC);
+int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, uint16_t *dweight,
+                                 uint16_t *dbias, const uint16_t *dout, const uint16_t *inp,
+                                 const uint16_t *weight, const uint16_t *pre_gelu, int N, int C,
+                                 int OC);
+
 /* ---- elementwise ------------------------------------------------------------------- */
 int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
 int ds_cuda_accumulate(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n);

@@ -107,6 +107,7 @@ extern "C" void ds_cuda_ctx_free(ds_cuda_ctx *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     else cudaDeviceSynchronize();
     if (ctx->blas) cublasDestroy(ctx->blas);
+    if (ctx->lt) cublasLtDestroy(ctx->lt);
     cudaFree(ctx->blas_ws);
     if (ctx->pool && ctx->scratch) {
         cudaFreeAsync(ctx->scratch, ctx->stream);

@@ -3,6 +3,7 @@
 #ifndef DS_CUDA_COMMON_CUH
 #define DS_CUDA_COMMON_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@ struct ds_cuda_ctx {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    cublasLtHandle_t lt; // made on first use by matmul_lt.cu; shares blas_ws
     void *blas_ws; // cuBLAS workspace owned here: results then do not depend on a pool
     size_t blas_ws_bytes;
     void *scratch; // grown on demand, for partial sums and sort buffers
