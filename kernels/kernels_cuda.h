@@ -128,6 +128,16 @@ int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att, 
 int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
                                        const float *dout, const float *qkv, const float *att,
                                        int B, int T, int C, int NH, float p, ds_rng_key key);
+/* Fused (FlashAttention's scheme in fp32, attention_flash.cu): the same out as
+ * ds_attention_forward without the [B,NH,T,T] probabilities; lse[B,NH,T] (natural log of
+ * each row's sum of exp(score)) is what backward needs. Backward: dqkv += the same
+ * gradients as ds_attention_backward, recomputed from qkv, out and lse; scratch holds
+ * B*NH*T floats. Head size C/NH of 32, 64 or 128; no dropout. */
+int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    int B, int T, int C, int NH);
+int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *out,
+                                     const float *lse, int B, int T, int C, int NH);
 
 /* ---- loss -------------------------------------------------------------------------- */
 /* total (host pointer, may be NULL) receives the sum of the losses in row order; asking
