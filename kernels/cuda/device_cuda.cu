@@ -19,6 +19,10 @@
 
 #include "cuda_device.cuh"
 
+extern "C" {
+#include "engine_opts.h"
+}
+
 ds_cuda_device *ds_cu_the_device;
 
 static ds_cuda_device *dev_of(ds_device *d) { return (ds_cuda_device *)d; }
@@ -362,9 +366,11 @@ static int setup(ds_cuda_device *d, int index, ds_err *err) {
     if (ds_cuda_ctx_set_stream(d->ctx, (void *)s) != 0) // cuda_close destroys s
         return ds_err_set(err, "%s: %s", d->dev.name, ds_cuda_ctx_error(d->ctx));
     d->ctx->pool = d->pool;
-    // TF32 only when asked (DS_ENGINE_TF32=1, the job's [engine] tf32 = true)
-    const char *tf32 = getenv("DS_ENGINE_TF32");
-    if (tf32 && (!strcmp(tf32, "1") || !strcmp(tf32, "true")) && ds_cuda_ctx_set_tf32(d->ctx, 1) != 0)
+    // TF32 only when the job asks ([engine] tf32 = true, DS_ENGINE_TF32)
+    ds_engine_opts o;
+    char bad[400];
+    if (ds_engine_opts_from_env(&o, bad, sizeof bad) != 0) return ds_err_set(err, "%s", bad);
+    if (o.tf32 == 1 && ds_cuda_ctx_set_tf32(d->ctx, 1) != 0)
         return ds_err_set(err, "%s: %s", d->dev.name, ds_cuda_ctx_error(d->ctx));
     return 0;
 }
