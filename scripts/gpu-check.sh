@@ -111,14 +111,18 @@ rebuild_here() {
     cudalib=$(dirname "$(find /usr/local /opt /usr/lib -name libcudart.so -o -name 'libcudart.so.13' 2>/dev/null | head -1)")
     say "rebuilding in $obj with $(command -v nvcc) (CUDA libraries in $cudalib)"
     command -v nvcc >/dev/null || { echo "no nvcc here"; return 1; }
-    local cu
+    # at most GPU_CHECK_JOBS (default: the cores) compilers at a time
+    local cu most=${GPU_CHECK_JOBS:-$(nproc)}
+    throttle() { while [ "$(jobs -rp | wc -l)" -ge "$most" ]; do wait -n; done; }
     for cu in kernels/cuda/*.cu; do
         [ "$(basename "$cu")" = versions.cu ] && continue # NCCL: not needed by the tests
+        throttle
         nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
             -Ikernels -Icommon -c "$cu" -o "$obj/$(basename "$cu").o" &
     done
     local c
     for c in kernels/*.c kernels/cpu/*.c kernels/sim/*.c common/ds_err.c common/ds_gpu.c common/engine_opts.c tests/gpu/gpu_harness.c; do
+        throttle
         gcc -std=gnu17 -O3 -march=x86-64-v2 -fno-math-errno -fno-trapping-math -fopenmp \
             -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -I"$dir/include" -I/usr/local/cuda/include \
             -c "$c" -o "$obj/$(basename "$c").o" &

@@ -4,10 +4,6 @@
 #include "cuda_common.cuh"
 #include "half_math.cuh"
 
-#define GRID_STRIDE(i, n)                                                                  \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);               \
-         i += (size_t)gridDim.x * blockDim.x)
-
 __global__ static void acc_f32_k(ds_half h, uint16_t *acc, const float *x, size_t n) {
     GRID_STRIDE(i, n) acc[i] = ds_cu_narrow(h, ds_cu_widen(h, acc[i]) + x[i]);
 }
@@ -18,14 +14,6 @@ __global__ static void add_k(ds_half h, uint16_t *out, const uint16_t *a, const 
 __global__ static void scale_k(ds_half h, uint16_t *x, float k, size_t n) {
     GRID_STRIDE(i, n) x[i] = ds_cu_narrow(h, ds_cu_widen(h, x[i]) * k);
 }
-
-#define LAUNCH(ctx, name, kernel, n, ...)                                                  \
-    do {                                                                                   \
-        if ((n) == 0) return 0;                                                            \
-        kernel<<<ds_cu_blocks(n), DS_CU_THREADS, 0, (ctx)->stream>>>(__VA_ARGS__);        \
-        DS_CU_LAUNCHED(ctx, name);                                                         \
-        return 0;                                                                          \
-    } while (0)
 
 extern "C" int ds_cuda_half_from_f32(ds_cuda_ctx *ctx, ds_half h, uint16_t *dst, const float *src,
                                      size_t n) {
@@ -40,16 +28,16 @@ extern "C" int ds_cuda_half_to_f32(ds_cuda_ctx *ctx, ds_half h, float *dst, cons
 extern "C" int ds_cuda_half_acc_f32(ds_cuda_ctx *ctx, ds_half h, uint16_t *acc, const float *x,
                                     size_t n) {
     DS_CU_ARG(ctx, n == 0 || (acc && x));
-    LAUNCH(ctx, "half acc f32", acc_f32_k, n, h, acc, x, n);
+    DS_CU_LAUNCH_N(ctx, "half acc f32", acc_f32_k, n, h, acc, x, n);
 }
 
 extern "C" int ds_cuda_half_add(ds_cuda_ctx *ctx, ds_half h, uint16_t *out, const uint16_t *a,
                                 const uint16_t *b, size_t n) {
     DS_CU_ARG(ctx, n == 0 || (out && a && b));
-    LAUNCH(ctx, "half add", add_k, n, h, out, a, b, n);
+    DS_CU_LAUNCH_N(ctx, "half add", add_k, n, h, out, a, b, n);
 }
 
 extern "C" int ds_cuda_half_scale(ds_cuda_ctx *ctx, ds_half h, uint16_t *x, float k, size_t n) {
     DS_CU_ARG(ctx, n == 0 || x);
-    LAUNCH(ctx, "half scale", scale_k, n, h, x, k, n);
+    DS_CU_LAUNCH_N(ctx, "half scale", scale_k, n, h, x, k, n);
 }

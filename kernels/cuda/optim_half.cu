@@ -10,10 +10,6 @@
 #include "cuda_common.cuh"
 #include "half_math.cuh"
 
-#define GRID_STRIDE(i, n)                                                                  \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);               \
-         i += (size_t)gridDim.x * blockDim.x)
-
 __global__ static void adamw_half_k(ds_half h, uint16_t *w, const uint16_t *grad, float *master,
                                     float *m, float *v, size_t n, ds_km_adamw k) {
     GRID_STRIDE(i, n) {

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gh_init(gh *g, const char *prog) {
+/* A fresh harness, or the program's end (skipped) where there is no GPU. */
+static void start(gh *g, const char *prog) {
     memset(g, 0, sizeof *g);
     g->prog = prog;
     g->rng = 0x9E3779B97F4A7C15ull;
@@ -14,6 +15,11 @@ void gh_init(gh *g, const char *prog) {
         printf("%s: skipped: no CUDA device (%s)\n", prog, why);
         exit(GH_SKIP);
     }
+}
+
+void gh_init(gh *g, const char *prog) {
+    start(g, prog);
+    char why[512] = "";
     g->ctx = ds_cuda_ctx_create(0, why, sizeof why);
     if (!g->ctx) {
         fprintf(stderr, "%s: %s\n", prog, why);
@@ -26,14 +32,7 @@ void gh_init(gh *g, const char *prog) {
 }
 
 void gh_init_device(gh *g, const char *prog) {
-    memset(g, 0, sizeof *g);
-    g->prog = prog;
-    g->rng = 0x9E3779B97F4A7C15ull;
-    char why[512] = "";
-    if (ds_gpu_count(why, sizeof why) == 0) {
-        printf("%s: skipped: no CUDA device (%s)\n", prog, why);
-        exit(GH_SKIP);
-    }
+    start(g, prog);
     ds_err err = {{0}};
     if (ds_device_open("cuda", 0, &err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
@@ -41,6 +40,7 @@ void gh_init_device(gh *g, const char *prog) {
     }
     g->dev = ds_device_get();
     g->ctx = ds_cuda_device_ctx(g->dev);
+    char why[512] = "";
     ds_gpu dev;
     if (ds_gpu_info(0, &dev, why, sizeof why) == 0)
         printf("%s: device %s: %s (sm_%d%d, %d SMs)\n", prog, g->dev->name, dev.name,

@@ -8,15 +8,35 @@
 
 #include "gpu_harness.h"
 
+/* Random inputs and the CPU kernels' results on them. */
+typedef struct ref {
+    size_t nqkv, nout, natt;
+    float *qkv, *dout, *dqkv0; /* inputs; dqkv0: the gradient backward adds to */
+    float *out, *att, *dqkv;   /* the CPU's forward and backward */
+} ref;
+
+static ref reference(gh *g, int B, int T, int C, int NH) {
+    ref r = {.nqkv = (size_t)B * T * 3 * C, .nout = (size_t)B * T * C, .natt = (size_t)B * NH * T * T};
+    r.qkv = gh_randf(g, r.nqkv, -1, 1), r.dout = gh_randf(g, r.nout, -1, 1);
+    r.dqkv0 = gh_randf(g, r.nqkv, -1, 1);
+    r.out = gh_alloc(r.nout * 4), r.att = gh_alloc(r.natt * 4);
+    float *scratch = gh_alloc(r.natt * 4);
+    ds_attention_forward(r.out, r.att, r.qkv, B, T, C, NH);
+    r.dqkv = gh_copyf(r.dqkv0, r.nqkv);
+    ds_attention_backward(r.dqkv, scratch, r.dout, r.qkv, r.att, B, T, C, NH);
+    free(scratch);
+    return r;
+}
+
+static void ref_free(ref *r) {
+    free(r->qkv), free(r->dout), free(r->dqkv0), free(r->out), free(r->att), free(r->dqkv);
+}
+
 static void test_attention(gh *g, int B, int T, int C, int NH) {
     char what[96];
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    float *qkv = gh_randf(g, nqkv, -1, 1), *dout = gh_randf(g, nout, -1, 1);
-    float *dqkv0 = gh_randf(g, nqkv, -1, 1);
-    float *out = gh_alloc(nout * 4), *att = gh_alloc(natt * 4), *scratch = gh_alloc(natt * 4);
-    ds_attention_forward(out, att, qkv, B, T, C, NH);
-    float *dqkv = gh_copyf(dqkv0, nqkv);
-    ds_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    ref r = reference(g, B, T, C, NH);
+    size_t nqkv = r.nqkv, nout = r.nout, natt = r.natt;
+    float *qkv = r.qkv, *dout = r.dout, *dqkv0 = r.dqkv0, *out = r.out, *att = r.att, *dqkv = r.dqkv;
 
     float *d_qkv = gh_up(g, qkv, nqkv * 4), *d_dout = gh_up(g, dout, nout * 4);
     float *d_out = gh_zeros(g, nout * 4), *d_att = gh_zeros(g, natt * 4);
@@ -42,8 +62,8 @@ static void test_attention(gh *g, int B, int T, int C, int NH) {
     gh_close(g, what, runs[0], dqkv, nqkv, 1e-5f, 1e-4f);
     gh_same_bits(g, "attention bwd dqkv twice", runs[0], runs[1], nqkv * 4);
 
-    free(runs[0]), free(runs[1]), free(qkv), free(dout), free(dqkv0), free(out), free(att);
-    free(scratch), free(dqkv);
+    free(runs[0]), free(runs[1]);
+    ref_free(&r);
     ds_cuda_free(g->ctx, d_qkv), ds_cuda_free(g->ctx, d_dout), ds_cuda_free(g->ctx, d_out);
     ds_cuda_free(g->ctx, d_att), ds_cuda_free(g->ctx, d_scratch);
 }
@@ -54,15 +74,10 @@ static void test_attention(gh *g, int B, int T, int C, int NH) {
 static void test_flash(gh *g, int B, int T, int C, int NH) {
     char what[96];
     int hs = C / NH;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    size_t nrow = (size_t)B * NH * T;
-    float *qkv = gh_randf(g, nqkv, -1, 1), *dout = gh_randf(g, nout, -1, 1);
-    float *dqkv0 = gh_randf(g, nqkv, -1, 1);
-    float *out = gh_alloc(nout * 4), *att = gh_alloc(natt * 4), *scratch = gh_alloc(natt * 4);
+    ref r = reference(g, B, T, C, NH);
+    size_t nqkv = r.nqkv, nout = r.nout, nrow = (size_t)B * NH * T;
+    float *qkv = r.qkv, *dout = r.dout, *dqkv0 = r.dqkv0, *out = r.out, *dqkv = r.dqkv;
     float *lse = gh_alloc(nrow * 4);
-    ds_attention_forward(out, att, qkv, B, T, C, NH);
-    float *dqkv = gh_copyf(dqkv0, nqkv);
-    ds_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -101,8 +116,8 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
     gh_close(g, what, runs[0], dqkv, nqkv, 2e-5f, 2e-4f);
     gh_same_bits(g, "flash attention bwd dqkv twice", runs[0], runs[1], nqkv * 4);
 
-    free(runs[0]), free(runs[1]), free(qkv), free(dout), free(dqkv0), free(out), free(att);
-    free(scratch), free(dqkv), free(lse);
+    free(runs[0]), free(runs[1]), free(lse);
+    ref_free(&r);
     ds_cuda_free(g->ctx, d_qkv), ds_cuda_free(g->ctx, d_dout), ds_cuda_free(g->ctx, d_out);
     ds_cuda_free(g->ctx, d_lse), ds_cuda_free(g->ctx, d_scratch);
 }
