@@ -51,7 +51,9 @@
     X(device, "device", ENUM, 0, 0, "auto|cpu|cuda|sim", "auto", JOB,                               \
       "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")    \
     X(memory_limit, "memory_limit", BYTES, 0, INT64_MAX, NULL, "0", JOB,                            \
-      "bytes a rank may hold (every category together); 0: what its device has")
+      "bytes a rank may hold (every category together); 0: what its device has")                \
+    X(tf32, "tf32", ENUM, 0, 0, "false|true", "false", JOB,                                         \
+      "on a GPU, fp32 GEMMs may use TF32 tensor cores (faster, about 1e-3 relative error)")
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;

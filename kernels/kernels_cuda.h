@@ -15,13 +15,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h" /* ds_rng_key */
+#include "device.h"
+#include "kernels.h" /* ds_rng_key, ds_half */
 
 /* Versions the binary was built against and runs with (runtime API, cuBLAS, NCCL). */
 void ds_cuda_versions(int *cudart, int *cublas, int *nccl);
 
-/* ---- context: device, stream, cuBLAS handle, workspace, last error ------------------- */
 typedef struct ds_cuda_ctx ds_cuda_ctx;
+
+/* ---- the cuda device (kernels/device.h) ------------------------------------------------
+ * ds_device_open("cuda", i) gives a device whose kernels (ds_cuda_kernels, the table of
+ * kernel_table.h) run on its compute stream, a non-blocking stream with the cuBLAS
+ * handle on it. Its memory comes from a stream-ordered pool that keeps what it got
+ * (no cudaMalloc after the first step). On it a ds_stream * is a cudaStream_t and a
+ * ds_event * a cudaEvent_t; these give them as void * (NULL for another kind of device;
+ * a NULL stream is the compute stream). */
+extern const ds_kernel_table ds_cuda_kernels;
+void *ds_cuda_device_stream(ds_device *d, ds_stream *s);
+void *ds_cuda_device_event(ds_device *d, ds_event *e);
+/* The context behind the device (its stream is the compute stream): for the ds_cuda_*
+ * kernels below that have no table entry. */
+ds_cuda_ctx *ds_cuda_device_ctx(ds_device *d);
+/* Makes msg the device's sticky error (a communicator's failure on its streams). */
+void ds_cuda_device_fail(ds_device *d, const char *msg);
+
+/* ---- context: device, stream, cuBLAS handle, workspace, last error ------------------- */
 /* Selects the device and creates a cuBLAS handle (CUBLAS_DEFAULT_MATH: sgemm stays full
  * FP32, no TF32 unless asked).
  * NULL with *why filled when there is no such device. */
@@ -54,6 +72,24 @@ int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float
                             const float *dout, const float *inp, const float *weight, int N,
                             int C, int OC);
 
+/* ---- dense in 16 bits (cuBLASLt) ----------------------------------------------------
+ * bf16 / fp16 operands and results (h), fp32 accumulation on tensor cores, one rounding
+ * per result; one algorithm per shape, so the same call gives the same bits.
+ * Forward: out = inp @ W^T (+ bias) in the GEMM's epilogue; with pre_gelu ([N,OC], OC a
+ * multiple of 8) the GELU too: pre_gelu receives inp @ W^T + bias and out = gelu(it)
+ * (the tanh approximation, GPT-2's). Backward: dinp += dout @ W, or with pre_gelu (the
+ * forward's, [N,C]) dinp = (dout @ W) * gelu'(pre_gelu), WRITTEN (=): the next layer's
+ * GELU backward fused into this GEMM; dweight += dout^T @ inp; dbias += the column sums
+ * of dout (fp32, fixed order, then rounded once). Any of dinp, dweight, dbias may be
+ * NULL. */
+int ds_cuda_matmul_forward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *out, const uint16_t *inp,
+                                const uint16_t *weight, const uint16_t *bias, uint16_t *pre_gelu,
+                                int N, int C, int OC);
+int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, uint16_t *dweight,
+                                 uint16_t *dbias, const uint16_t *dout, const uint16_t *inp,
+                                 const uint16_t *weight, const uint16_t *pre_gelu, int N, int C,
+                                 int OC);
+
 /* ---- elementwise ------------------------------------------------------------------- */
 int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
 int ds_cuda_accumulate(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n);
@@ -84,6 +120,24 @@ int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const fl
 int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
                                const float *dout, const float *qkv, const float *att, int B,
                                int T, int C, int NH);
+/* With dropout on the probabilities (kernels.h's _dropout pair: the same masks, drawn
+ * from the CPU's Philox stream). With p > 0 a block holds a row of T floats in shared
+ * memory: T up to ~57000 on sm_90. */
+int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv,
+                                      int B, int T, int C, int NH, float p, ds_rng_key key);
+int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                       const float *dout, const float *qkv, const float *att,
+                                       int B, int T, int C, int NH, float p, ds_rng_key key);
+/* Fused (FlashAttention's scheme in fp32, attention_flash.cu): the same out as
+ * ds_attention_forward without the [B,NH,T,T] probabilities; lse[B,NH,T] (natural log of
+ * each row's sum of exp(score)) is what backward needs. Backward: dqkv += the same
+ * gradients as ds_attention_backward, recomputed from qkv, out and lse; scratch holds
+ * B*NH*T floats. Head size C/NH of 32, 64 or 128; no dropout. */
+int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    int B, int T, int C, int NH);
+int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *out,
+                                     const float *lse, int B, int T, int C, int NH);
 
 /* ---- loss -------------------------------------------------------------------------- */
 /* total (host pointer, may be NULL) receives the sum of the losses in row order; asking
@@ -115,6 +169,41 @@ int ds_cuda_sgd_update(ds_cuda_ctx *ctx, float *param, const float *grad, float 
  * ds_cuda_sumsq_host, which synchronises and returns the value in *out. */
 int ds_cuda_sumsq(ds_cuda_ctx *ctx, const float *x, size_t n, double *dev_out);
 int ds_cuda_sumsq_host(ds_cuda_ctx *ctx, const float *x, size_t n, double *out);
+/* The plain sum in double (the loss from the per-row losses), fixed order. */
+int ds_cuda_sum(ds_cuda_ctx *ctx, const float *x, size_t n, double *dev_out);
+
+/* ---- 16-bit working copies (kernels.h's ds_half_*: fp32 arithmetic, one rounding) ------ */
+int ds_cuda_half_from_f32(ds_cuda_ctx *ctx, ds_half h, uint16_t *dst, const float *src, size_t n);
+int ds_cuda_half_to_f32(ds_cuda_ctx *ctx, ds_half h, float *dst, const uint16_t *src, size_t n);
+int ds_cuda_half_acc_f32(ds_cuda_ctx *ctx, ds_half h, uint16_t *acc, const float *x, size_t n);
+int ds_cuda_half_add(ds_cuda_ctx *ctx, ds_half h, uint16_t *out, const uint16_t *a,
+                     const uint16_t *b, size_t n);
+int ds_cuda_half_scale(ds_cuda_ctx *ctx, ds_half h, uint16_t *x, float k, size_t n);
+/* Sum of squares of the widened values in double, fixed order; inf or NaN anywhere makes
+ * it non-finite: the fp16 overflow check and the squared norm in one device number. */
+int ds_cuda_half_sumsq(ds_cuda_ctx *ctx, ds_half h, const uint16_t *x, size_t n,
+                       double *dev_out);
+int ds_cuda_adamw_update_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *w, const uint16_t *grad,
+                              float grad_scale, float *master, float *m, float *v, size_t n,
+                              float lr, float beta1, float beta2, float eps, float weight_decay,
+                              int t);
+int ds_cuda_sgd_update_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *w, const uint16_t *grad,
+                            float grad_scale, float *master, float *buf, size_t n, float lr,
+                            float momentum, float weight_decay);
+
+/* ---- the fused AdamW of a training step ----------------------------------------------
+ * One pass over a flat shard: the gradients' scale is computed on the device from
+ * *dev_sumsq, their squared norm as reduced (still multiplied by the loss scale), the
+ * way ds.Model's train_step computes it on the host, in double: norm = sqrt(sumsq) /
+ * loss_scale, clip = max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm
+ * (else 1), grad_scale = clip / loss_scale; when *dev_sumsq is not finite (an fp16
+ * overflow) nothing is written: the step is skipped. half = DS_HALF_BF16 / DS_HALF_F16:
+ * w and grad are 16-bit, master the fp32 weights, w = round16(master) written in the same
+ * pass; half = -1: w and grad are fp32 and w is the parameter (master unused). */
+int ds_cuda_adamw_fused(ds_cuda_ctx *ctx, int half, void *w, const void *grad,
+                        const double *dev_sumsq, double loss_scale, double max_norm,
+                        float *master, float *m, float *v, size_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int t);
 
 /* ---- precision conversion (bf16/fp16 as uint16_t, round to nearest even) -------------- */
 int ds_cuda_f32_to_bf16(ds_cuda_ctx *ctx, uint16_t *dst, const float *src, size_t n);

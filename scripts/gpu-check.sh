@@ -14,7 +14,13 @@
 #                                           system libraries) or GPU_CHECK_REBUILD=1, they
 #                                           are rebuilt there with nvcc and gcc alone, from
 #                                           the sources and the bundle's OpenBLAS
+#   scripts/gpu-check.sh rebuild DIR        only that rebuild (tests/gpu/run.sh uses it)
+#   GPU_CHECK_BUILD_DIR=build scripts/gpu-check.sh bundle   the bundle from an existing
+#                                           CUDA build instead of build-gpu
 #
+# tests/gpu/run.sh is the whole GPU check in one go (these tests, the NCCL test, a GPT on
+# cuda against cpu through dsrun, bench/gpu/bench_gpt.sh) for a lent GPU; the bundle
+# carries dsrun for it.
 # Environment: GPU_CHECK_TEST_TIMEOUT (s per test program, default 90),
 # GPU_CHECK_BENCH_TIMEOUT (s, default 150; all together stay under 9 minutes), GPU_CHECK_BENCH_ARGS (default "--B 8 --T 1024").
 # When OUT is set (the device tool's result folder) the log is also written to
@@ -25,7 +31,7 @@ ROOT=$PWD
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
 BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
-TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim bench_gpu)
+TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim test_gpu_device test_gpu_table bench_gpu dsrun zero_bench)
 OPTIONAL_TARGETS=(test_comm_nccl) # the NCCL backend's test (runtime/comm), also labelled gpu
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
@@ -105,28 +111,33 @@ rebuild_here() {
     cudalib=$(dirname "$(find /usr/local /opt /usr/lib -name libcudart.so -o -name 'libcudart.so.13' 2>/dev/null | head -1)")
     say "rebuilding in $obj with $(command -v nvcc) (CUDA libraries in $cudalib)"
     command -v nvcc >/dev/null || { echo "no nvcc here"; return 1; }
-    local cu
+    # at most GPU_CHECK_JOBS (default: the cores) compilers at a time
+    local cu most=${GPU_CHECK_JOBS:-$(nproc)}
+    throttle() { while [ "$(jobs -rp | wc -l)" -ge "$most" ]; do wait -n; done; }
     for cu in kernels/cuda/*.cu; do
         [ "$(basename "$cu")" = versions.cu ] && continue # NCCL: not needed by the tests
+        throttle
         nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-            -Ikernels -c "$cu" -o "$obj/$(basename "$cu").o" &
+            -Ikernels -Icommon -c "$cu" -o "$obj/$(basename "$cu").o" &
     done
     local c
-    for c in kernels/cpu/*.c tests/gpu/gpu_harness.c; do
+    for c in kernels/*.c kernels/cpu/*.c kernels/sim/*.c common/ds_err.c common/ds_gpu.c common/engine_opts.c tests/gpu/gpu_harness.c; do
+        throttle
         gcc -std=gnu17 -O3 -march=x86-64-v2 -fno-math-errno -fno-trapping-math -fopenmp \
-            -D_GNU_SOURCE -Ikernels -I"$dir/include" -c "$c" -o "$obj/$(basename "$c").o" &
+            -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -I"$dir/include" -I/usr/local/cuda/include \
+            -c "$c" -o "$obj/$(basename "$c").o" &
     done
     wait
     # shellcheck disable=SC2054 # the commas belong to -Wl
     local libs=(-L"$dir/lib" -l:libopenblas.so.0 -L"$cudalib" -l:libcudart.so.13 -l:libcublas.so.13
         -l:libcublasLt.so.13 -fopenmp -lstdc++ -lm -Wl,-rpath,"$dir/lib")
     local t
-    for t in dense attention loss optim; do
-        gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -Itests/gpu -I"$cudalib/../include" -I/usr/local/cuda/include \
+    for t in dense attention loss optim device table; do
+        gcc -std=gnu17 -O2 -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -Itests/gpu -I"$cudalib/../include" -I/usr/local/cuda/include \
             "tests/gpu/test_gpu_$t.c" "$obj"/*.o \
             "${libs[@]}" -o "$dir/bin/test_gpu_$t" || return 1
     done
-    gcc -std=gnu17 -O2 -D_GNU_SOURCE -Ikernels -I"$cudalib/../include" -I/usr/local/cuda/include bench/gpu/bench_gpu.c \
+    gcc -std=gnu17 -O2 -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -I"$cudalib/../include" -I/usr/local/cuda/include bench/gpu/bench_gpu.c \
         "$obj"/*.o "${libs[@]}" -o "$dir/bin/bench_gpu" || return 1
     rm -rf "$obj"
     loads "$dir/bin"
@@ -144,10 +155,12 @@ mode=${1:-here}
 case $mode in
 bundle)
     dir=${2:-build-gpu-bundle}
-    build build-gpu
+    b=${GPU_CHECK_BUILD_DIR:-build-gpu} # an existing CUDA build may be reused
+    build "$b"
     rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
-    cp build-gpu/tests/gpu/test_gpu_* build-gpu/bench/gpu/bench_gpu "$dir/bin/"
-    [ -x build-gpu/tests/unit/comm/test_comm_nccl ] && cp build-gpu/tests/unit/comm/test_comm_nccl "$dir/bin/"
+    cp "$b"/tests/gpu/test_gpu_* "$b"/bench/gpu/bench_gpu "$dir/bin/"
+    [ -x "$b"/tests/unit/comm/test_comm_nccl ] && cp "$b"/tests/unit/comm/test_comm_nccl "$dir/bin/"
+    cp "$b"/runtime/dsrun "$b"/bench/zero/zero_bench "$dir/bin/" # for tests/gpu/run.sh
     # the libraries the programs load that a CUDA image may lack (OpenBLAS, libgomp, Lua,
     # Gloo, ...); the C library, the C++ runtime and the CUDA libraries (cuBLAS and NCCL
     # are hundreds of MB) are expected on the GPU machine
@@ -161,6 +174,10 @@ bundle)
     cp "${inc:-/usr/include}"/{cblas.h,openblas_config.h} "$dir/include/"
     du -sh "$dir"
     ls "$dir/bin" "$dir/lib" "$dir/include"
+    ;;
+rebuild) # rebuild DIR: the bundle's test programs from the sources, here (tests/gpu/run.sh)
+    rebuild_here "$(cd "${2:?usage: gpu-check.sh rebuild DIR}" && pwd)"
+    exit $?
     ;;
 run)
     dir=$(cd "${2:?usage: gpu-check.sh run DIR}" && pwd) || exit 1

@@ -1,10 +1,45 @@
 // Causal multi-head attention on packed qkv[B,T,3C], one block per (query row, head,
 // batch) in forward, and in backward one block per query row (datt, softmax backward,
 // dq) then one per key row (dk, dv summed over the query rows t >= u in order). Every sum
-// has one owner thread or a fixed block reduction: no atomics.
+// has one owner thread or a fixed block reduction: no atomics. This is the reference the
+// fused kernel (flash_attention.cu) is checked against; it keeps the [B,NH,T,T]
+// probabilities, as the CPU kernel does.
+//
+// Dropout on the probabilities (the _dropout pair): element (b,h,t,u) of P is kept or
+// dropped by the draw of index ((b*NH + h)*T + t)*T + u + key.offset of the CPU's Philox
+// stream (kernel_math.h); att keeps P undropped and backward redraws the mask.
+#include <string.h>
+
 #include "cuda_common.cuh"
 
 #define ATT_THREADS 128
+
+struct att_drop {
+    float p, keep_scale; // p = 0: no dropout
+    uint32_t thresh, k0, k1, step, layer, micro;
+    unsigned long long offset;
+};
+
+static att_drop drop_of(float p, const ds_rng_key *key) {
+    att_drop d;
+    memset(&d, 0, sizeof d);
+    if (!key || p <= 0.0f) return d;
+    d.p = p;
+    d.keep_scale = ds_km_keep_scale(p);
+    d.thresh = ds_km_drop_threshold(p);
+    d.k0 = (uint32_t)key->seed, d.k1 = (uint32_t)(key->seed >> 32);
+    d.step = key->step, d.layer = key->layer, d.micro = key->micro;
+    d.offset = key->offset;
+    return d;
+}
+
+// keep scale or 0 for element i of the probabilities
+__device__ static float mask_at(const att_drop &d, unsigned long long i) {
+    unsigned long long g = d.offset + i;
+    uint32_t key[2] = {d.k0, d.k1}, r[4];
+    ds_km_dropout_draws(r, g / 4, key, d.step, d.layer, d.micro);
+    return ds_km_dropout1(1.0f, r[g % 4], d.p, d.thresh, d.keep_scale);
+}
 
 struct att_dims {
     int T, C, NH, hs;
@@ -22,8 +57,9 @@ __device__ static float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-__global__ static void forward_k(float *out, float *att, const float *qkv, att_dims d) {
-    extern __shared__ float q[]; // hs floats
+__global__ static void forward_k(float *out, float *att, const float *qkv, att_dims d,
+                                 att_drop dr) {
+    extern __shared__ float q[]; // hs floats, then with dropout the row's dropped P
     __shared__ float sh[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int T = d.T, C = d.C, hs = d.hs;
@@ -48,30 +84,65 @@ __global__ static void forward_k(float *out, float *att, const float *qkv, att_d
     float inv = 1.0f / ds_cu_block_sum(sum, sh);
     for (int u = threadIdx.x; u <= t; u += blockDim.x) a[u] *= inv;
     for (int u = t + 1 + threadIdx.x; u < T; u += blockDim.x) a[u] = 0.0f;
+    const float *pv = a; // the probabilities that meet V
+    if (dr.p > 0.0f) {
+        float *pd = q + hs;
+        unsigned long long row = (((unsigned long long)b * d.NH + h) * T + t) * T;
+        for (int u = threadIdx.x; u <= t; u += blockDim.x) pd[u] = a[u] * mask_at(dr, row + u);
+        pv = pd;
+    }
     __syncthreads(); // the row's probabilities, written by all threads, are read below
     float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
     for (int i = threadIdx.x; i < hs; i += blockDim.x) {
         float acc = 0.0f;
-        for (int u = 0; u <= t; u++) acc += a[u] * base[u * C3 + 2 * C + i];
+        for (int u = 0; u <= t; u++) acc += pv[u] * base[u * C3 + 2 * C + i];
         o[i] = acc;
     }
 }
 
-extern "C" int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att,
-                                         const float *qkv, int B, int T, int C, int NH) {
+// shared memory a block needs beyond 48 KiB is asked for once per kernel
+static int shared_ok(ds_cuda_ctx *ctx, const void *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return 0;
+    int dev = 0, max = 0;
+    DS_CU_CHECK(ctx, cudaGetDevice(&dev));
+    DS_CU_CHECK(ctx, cudaDeviceGetAttribute(&max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)max)
+        return DS_CU_FAIL(ctx, "attention with dropout: a row of T needs %zu bytes of shared "
+                               "memory, the device has %d", bytes, max);
+    DS_CU_CHECK(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return 0;
+}
+
+static int attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv, int B,
+                             int T, int C, int NH, att_drop dr) {
     DS_CU_ARG(ctx, out && att && qkv && B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     att_dims d = dims_of(T, C, NH);
     dim3 grid(T, NH, B);
-    forward_k<<<grid, ATT_THREADS, d.hs * sizeof(float), ctx->stream>>>(out, att, qkv, d);
+    size_t shared = ((size_t)d.hs + (dr.p > 0.0f ? (size_t)T : 0)) * sizeof(float);
+    if (shared_ok(ctx, (const void *)forward_k, shared) != 0) return -1;
+    forward_k<<<grid, ATT_THREADS, shared, ctx->stream>>>(out, att, qkv, d, dr);
     DS_CU_LAUNCHED(ctx, "attention forward");
     return 0;
+}
+
+extern "C" int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att,
+                                         const float *qkv, int B, int T, int C, int NH) {
+    return attention_forward(ctx, out, att, qkv, B, T, C, NH, drop_of(0.0f, NULL));
+}
+
+extern "C" int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att,
+                                                 const float *qkv, int B, int T, int C, int NH,
+                                                 float p, ds_rng_key key) {
+    DS_CU_ARG(ctx, p >= 0.0f && p < 1.0f);
+    return attention_forward(ctx, out, att, qkv, B, T, C, NH, drop_of(p, &key));
 }
 
 // per query row t: dpre[u] = a[u] * (dy . v[u] - sum_w a[w] dy . v[w]) * scale into
 // scratch, then dq[t] += sum_u dpre[u] k[u]
 __global__ static void backward_query_k(float *dqkv, float *scratch, const float *dout,
-                                        const float *qkv, const float *att, att_dims d) {
+                                        const float *qkv, const float *att, att_dims d,
+                                        att_drop dr) {
     extern __shared__ float dy[]; // hs floats
     __shared__ float sh[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -85,8 +156,10 @@ __global__ static void backward_query_k(float *dqkv, float *scratch, const float
     const float *a = att + row;
     float *dpre = scratch + row;
     float part = 0.0f;
+    unsigned long long mrow = (((unsigned long long)b * d.NH + h) * T + t) * T;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) {
         float datt = dot(dy, base + u * C3 + 2 * C, hs);
+        if (dr.p > 0.0f) datt *= mask_at(dr, mrow + u); // the gradient of the dropped row
         dpre[u] = datt;
         part += a[u] * datt;
     }
@@ -103,8 +176,12 @@ __global__ static void backward_query_k(float *dqkv, float *scratch, const float
 }
 
 // per key row u: dk[u] += sum_{t>=u} dpre[t][u] q[t]; dv[u] += sum_{t>=u} a[t][u] dy[t]
+// (with dropout a[t][u] times its mask: the probabilities that met V, column u of the
+// mask drawn once into shared memory)
 __global__ static void backward_key_k(float *dqkv, const float *scratch, const float *dout,
-                                      const float *qkv, const float *att, att_dims d) {
+                                      const float *qkv, const float *att, att_dims d,
+                                      att_drop dr) {
+    extern __shared__ float mcol[]; // with dropout: mcol[t - u], t = u..T-1
     int u = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int T = d.T, C = d.C, hs = d.hs;
     size_t C3 = 3 * (size_t)C;
@@ -113,30 +190,52 @@ __global__ static void backward_key_k(float *dqkv, const float *scratch, const f
     size_t head = ((size_t)b * d.NH + h) * T * T;
     float *dk = dqkv + (size_t)b * T * C3 + u * C3 + C + (size_t)h * hs;
     float *dv = dk + C;
+    if (dr.p > 0.0f) {
+        for (int t = u + threadIdx.x; t < T; t += blockDim.x)
+            mcol[t - u] = mask_at(dr, head + (unsigned long long)t * T + u);
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < hs; i += blockDim.x) {
         float ak = 0.0f, av = 0.0f;
         for (int t = u; t < T; t++) {
             size_t tu = head + (size_t)t * T + u;
             ak += scratch[tu] * base[t * C3 + i];
-            av += att[tu] * dyb[(size_t)t * C + i];
+            float a = dr.p > 0.0f ? att[tu] * mcol[t - u] : att[tu];
+            av += a * dyb[(size_t)t * C + i];
         }
         dk[i] += ak;
         dv[i] += av;
     }
 }
 
-extern "C" int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
-                                          const float *dout, const float *qkv, const float *att,
-                                          int B, int T, int C, int NH) {
+static int attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                              const float *qkv, const float *att, int B, int T, int C, int NH,
+                              att_drop dr) {
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && att);
     DS_CU_ARG(ctx, B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     att_dims d = dims_of(T, C, NH);
     dim3 grid(T, NH, B);
     backward_query_k<<<grid, ATT_THREADS, d.hs * sizeof(float), ctx->stream>>>(
-        dqkv, scratch, dout, qkv, att, d);
+        dqkv, scratch, dout, qkv, att, d, dr);
     DS_CU_LAUNCHED(ctx, "attention backward (queries)");
-    backward_key_k<<<grid, ATT_THREADS, 0, ctx->stream>>>(dqkv, scratch, dout, qkv, att, d);
+    size_t shared = dr.p > 0.0f ? (size_t)T * sizeof(float) : 0;
+    if (shared_ok(ctx, (const void *)backward_key_k, shared) != 0) return -1;
+    backward_key_k<<<grid, ATT_THREADS, shared, ctx->stream>>>(dqkv, scratch, dout, qkv, att, d, dr);
     DS_CU_LAUNCHED(ctx, "attention backward (keys)");
     return 0;
+}
+
+extern "C" int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                          const float *dout, const float *qkv, const float *att,
+                                          int B, int T, int C, int NH) {
+    return attention_backward(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_of(0.0f, NULL));
+}
+
+extern "C" int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                                  const float *dout, const float *qkv,
+                                                  const float *att, int B, int T, int C, int NH,
+                                                  float p, ds_rng_key key) {
+    DS_CU_ARG(ctx, p >= 0.0f && p < 1.0f);
+    return attention_backward(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_of(p, &key));
 }

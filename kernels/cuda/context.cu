@@ -37,14 +37,23 @@ const char *ds_cu_blas_status(cublasStatus_t s) {
 
 void *ds_cu_scratch(ds_cuda_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch_bytes) return ctx->scratch;
-    // the old buffer may still be read by kernels in flight
-    cudaError_t e = cudaStreamSynchronize(ctx->stream);
-    if (e == cudaSuccess && ctx->scratch) e = cudaFree(ctx->scratch);
-    ctx->scratch = NULL;
-    ctx->scratch_bytes = 0;
-    if (e == cudaSuccess) e = cudaMalloc(&ctx->scratch, bytes);
+    cudaError_t e = cudaSuccess;
+    if (ctx->pool) { // stream-ordered: kernels queued before still read the old buffer
+        if (ctx->scratch) e = cudaFreeAsync(ctx->scratch, ctx->stream);
+        ctx->scratch = NULL;
+        ctx->scratch_bytes = 0;
+        if (e == cudaSuccess)
+            e = cudaMallocFromPoolAsync(&ctx->scratch, bytes, ctx->pool, ctx->stream);
+    } else { // the old buffer may still be read by kernels in flight
+        e = cudaStreamSynchronize(ctx->stream);
+        if (e == cudaSuccess && ctx->scratch) e = cudaFree(ctx->scratch);
+        ctx->scratch = NULL;
+        ctx->scratch_bytes = 0;
+        if (e == cudaSuccess) e = cudaMalloc(&ctx->scratch, bytes);
+    }
     if (e != cudaSuccess) {
         ctx->scratch = NULL;
+        cudaGetLastError(); // an allocation failure is not sticky: do not report it twice
         DS_CU_FAIL(ctx, "scratch of %zu bytes: %s", bytes, cudaGetErrorString(e));
         return NULL;
     }
@@ -98,8 +107,14 @@ extern "C" void ds_cuda_ctx_free(ds_cuda_ctx *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     else cudaDeviceSynchronize();
     if (ctx->blas) cublasDestroy(ctx->blas);
+    if (ctx->lt) cublasLtDestroy(ctx->lt);
     cudaFree(ctx->blas_ws);
-    cudaFree(ctx->scratch);
+    if (ctx->pool && ctx->scratch) {
+        cudaFreeAsync(ctx->scratch, ctx->stream);
+        cudaStreamSynchronize(ctx->stream);
+    } else {
+        cudaFree(ctx->scratch);
+    }
     free(ctx);
 }
 

@@ -3,10 +3,6 @@
 // simpler to trust).
 #include "cuda_common.cuh"
 
-#define GRID_STRIDE(i, n)                                                                  \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);               \
-         i += (size_t)gridDim.x * blockDim.x)
-
 __global__ static void to_bf16_k(uint16_t *dst, const float *src, size_t n) {
     GRID_STRIDE(i, n) dst[i] = ds_km_f32_to_bf16(src[i]);
 }

@@ -3,6 +3,7 @@
 #ifndef DS_CUDA_COMMON_CUH
 #define DS_CUDA_COMMON_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -17,10 +18,13 @@ struct ds_cuda_ctx {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    cublasLtHandle_t lt; // made on first use by matmul_lt.cu; shares blas_ws
     void *blas_ws; // cuBLAS workspace owned here: results then do not depend on a pool
     size_t blas_ws_bytes;
     void *scratch; // grown on demand, for partial sums and sort buffers
     size_t scratch_bytes;
+    cudaMemPool_t pool; // set by the cuda device: scratch then comes from its pool,
+                        // stream-ordered (no cudaMalloc, no sync when it grows)
     char err[512];
 };
 
@@ -61,6 +65,19 @@ static inline unsigned ds_cu_blocks(size_t n) {
     size_t b = (n + DS_CU_THREADS - 1) / DS_CU_THREADS;
     return (unsigned)(b < 65536 ? (b ? b : 1) : 65536);
 }
+// The loop of an elementwise kernel: i over [0, n), whatever the grid.
+#define GRID_STRIDE(i, n)                                                                  \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);               \
+         i += (size_t)gridDim.x * blockDim.x)
+// Launches an elementwise kernel over n on the context's stream and returns from the
+// calling ds_cuda_* function (0, or -1 with a launch error).
+#define DS_CU_LAUNCH_N(ctx, name, kernel, n, ...)                                          \
+    do {                                                                                   \
+        if ((n) == 0) return 0;                                                            \
+        kernel<<<ds_cu_blocks(n), DS_CU_THREADS, 0, (ctx)->stream>>>(__VA_ARGS__);        \
+        DS_CU_LAUNCHED(ctx, name);                                                         \
+        return 0;                                                                          \
+    } while (0)
 
 // ---- deterministic reductions -----------------------------------------------------
 template <typename T> __device__ inline T ds_cu_warp_sum(T v) {

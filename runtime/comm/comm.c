@@ -96,7 +96,8 @@ static int resolve_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_comm
     if (o->backend == DS_COMM_AUTO) {
         if (ctx->world_size == 1) o->backend = DS_COMM_SELF;
         else {
-            o->backend = DS_COMM_GLOO;
+            /* a GPU's ranks talk through NCCL on its streams, CPU ranks through Gloo */
+            o->backend = ds_device_get()->kind == DS_DEV_CUDA ? DS_COMM_NCCL : DS_COMM_GLOO;
             if (env_backend(&o->backend, err) != 0) return -1;
         }
     }
@@ -216,8 +217,10 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
                        ctx->world_size);
             goto fail;
         }
-        c->be = ds_comm_self_open(&c->vt, err);
-        if (!ds_device_is_host(ds_device_get()))
+        ds_device *d = ds_device_get();
+        if (!ds_device_is_host(d) && !d->ops->launch_host) /* cuda: copies on its stream */
+            c->be = ds_comm_self_device_open(d, &c->vt, err);
+        else if ((c->be = ds_comm_self_open(&c->vt, err)) && !ds_device_is_host(d))
             c->be = ds_comm_on_device(c->vt, c->be, c->world, &c->vt, err);
         if (!c->be) goto fail;
         return c;

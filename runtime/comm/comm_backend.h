@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "device.h"
 #include "store_client.h"
 
 typedef enum ds_comm_kind {
@@ -57,6 +58,28 @@ typedef struct ds_comm_join {
     int timeout_ms;
 } ds_comm_join;
 
+/* What a communicator's ranks tell each other through the store (comm_peers.c), for a
+ * transport that cannot say a peer is gone (NCCL). Keys under the open's prefix. */
+typedef struct ds_comm_peers {
+    ds_store_client *store; /* NULL: nothing is shared, nothing is ever reported */
+    int rank;
+    char host[64];
+    char prefix[128];
+    char failed_key[160]; /* "<prefix>failed": the first failing rank's message */
+} ds_comm_peers;
+void ds_comm_peers_init(ds_comm_peers *p, const ds_comm_join *j);
+/* Rank 0 fills val with make() and stores it at "<prefix><name>"; the other ranks get it
+ * (len bytes), or fail at once, naming rank 0, when rank 0 published a failure (its own
+ * make() failing included) instead of waiting out timeout_ms. */
+int ds_comm_peers_share(ds_comm_peers *p, const char *name, void *val, size_t len,
+                        int (*make)(void *val, size_t len, ds_err *err), int timeout_ms,
+                        ds_err *err);
+/* Makes "rank R (host): why" the communicator's failure unless a rank's is there. */
+void ds_comm_peers_publish(ds_comm_peers *p, const char *why);
+/* 1 with err "<what>: stopped: peer rank R (host): ..." when a rank published its
+ * failure; 0 otherwise (a store that cannot answer counts as no news). */
+int ds_comm_peers_failed(ds_comm_peers *p, const char *what, ds_err *err);
+
 /* DS_COMM_AVG after a sum, for backends without a native average: fp32 divided exactly,
  * 16-bit as round16(x * (1/world)), exact for a power-of-two world unless it underflows.
  * out must be host-addressable (on a device: inside a host function on its stream). */
@@ -71,6 +94,9 @@ void *ds_comm_on_device(const ds_comm_vtable *inner_vt, void *inner, int world,
 
 /* Each returns the backend's state (passed back as `be`) and its vtable, or NULL. */
 void *ds_comm_self_open(const ds_comm_vtable **vt, ds_err *err);
+/* A world of one on a device that runs no host functions (cuda): its copies are the
+ * device's, queued on its compute stream in order with the kernels. */
+void *ds_comm_self_device_open(ds_device *d, const ds_comm_vtable **vt, ds_err *err);
 void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);
 #ifdef DS_HAVE_CUDA
 void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);

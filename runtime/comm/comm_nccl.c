@@ -1,8 +1,16 @@
-/* The NCCL backend (GPU ranks): rank 0 makes a fresh unique id per open (so per
- * attempt) and passes it through the store; ops are enqueued on the communicator's own
- * stream, after the work already queued on the legacy default stream, and a handle is
- * a CUDA event. The communicator is non-blocking (config.blocking = 0) so that init and
- * waits honour the timeout: past it the communicator is aborted and the op fails. */
+/* The NCCL backend (GPU ranks on the cuda device, kernels/device.h). Rank 0 makes a
+ * fresh unique id per open, so per attempt, and passes it through the store; the
+ * communicator is made with ncclCommInitRank on the device's GPU; ops are enqueued on a
+ * stream of the device (so the device's sync waits for them too), after an event on its
+ * compute stream (so they see the kernels queued before them); a handle is a CUDA event.
+ *
+ * A rank is never left blocked in NCCL: the communicator is non-blocking
+ * (config.blocking = 0) and every wait polls it. Past the timeout, on an asynchronous
+ * NCCL error, or when a peer published its failure in the store (comm_peers.c: the
+ * first failing rank's message), the rank calls ncclCommAbort, publishes its own failure
+ * for the others, makes it the device's sticky error (kernels queued behind the op saw
+ * no data) and fails the op naming the peer. A job being stopped signals its ranks,
+ * which ends them and their GPU work with them. */
 #ifdef DS_HAVE_CUDA
 
 #include <cuda_runtime.h>
@@ -13,19 +21,29 @@
 #include <time.h>
 
 #include "comm_backend.h"
+#include "device.h"
 #include "ds_clock.h"
+#include "kernels_cuda.h"
+
+/* How long an op may be pending before the store is asked about peers, and how often. */
+#define PEERS_AFTER_MS 100
+#define PEERS_EVERY_MS 250
 
 typedef struct nccl_be {
     ncclComm_t comm;
-    cudaStream_t stream;
-    cudaEvent_t ready; /* recorded on the default stream before each op */
-    int *scratch;      /* one device int, for the barrier */
+    ds_device *dev;     /* the process's cuda device */
+    ds_stream *dstream; /* dev's stream this communicator runs on */
+    ds_event *ready;    /* recorded on dev's compute stream before each op */
+    cudaStream_t stream; /* dstream as CUDA knows it */
+    int *scratch;       /* one device int, for the barrier */
     int timeout_ms;
     int aborted;
+    ds_comm_peers peers;
+    long long next_peers_look;
 } nccl_be;
 
 static void pause_briefly(void) {
-    struct timespec ts = {0, 100000}; /* 0.1 ms between polls of the device */
+    struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
 }
 
@@ -33,26 +51,55 @@ static int cuda_fail(ds_err *err, cudaError_t e, const char *what) {
     return ds_err_set(err, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* NCCL's last message says more than the code ("Duplicate GPU detected : rank 0 and
+ * rank 1 both on CUDA device ...": two ranks on one GPU). */
 static int nccl_fail(ds_err *err, ncclResult_t r, const char *what) {
-    return ds_err_set(err, "%s: %s", what, ncclGetErrorString(r));
+    const char *last = ncclGetLastError(NULL);
+    int more = last && *last;
+    return ds_err_set(err, "%s: %s%s%s", what, ncclGetErrorString(r), more ? ": " : "",
+                      more ? last : "");
 }
 
-/* Polls the communicator until no call is in progress, aborting it past the deadline. */
-static int nccl_settle(nccl_be *b, long long deadline, const char *what, ds_err *err) {
+/* Aborts the communicator (its kernels stop waiting for peers) and, unless a peer's
+ * failure is what stopped this rank, tells the peers why. */
+static void abort_comm(nccl_be *b, const ds_err *why, int tell_peers) {
+    if (b->comm && !b->aborted) ncclCommAbort(b->comm);
+    b->comm = NULL;
+    b->aborted = 1;
+    ds_cuda_device_fail(b->dev, why->msg);
+    if (tell_peers) ds_comm_peers_publish(&b->peers, why->msg);
+}
+
+/* 1 with err filled (and the communicator aborted) when a peer has failed; asked of
+ * the store once the op has waited PEERS_AFTER_MS, then every PEERS_EVERY_MS. */
+static int peer_failed(nccl_be *b, long long started, const char *what, ds_err *err) {
+    long long now = ds_now_ms();
+    if (now - started < PEERS_AFTER_MS || now < b->next_peers_look) return 0;
+    b->next_peers_look = now + PEERS_EVERY_MS;
+    if (!ds_comm_peers_failed(&b->peers, what, err)) return 0;
+    abort_comm(b, err, 0);
+    return 1;
+}
+
+/* Polls the communicator until no call is in progress: aborting it past the deadline,
+ * on an asynchronous error or a peer's failure. */
+static int nccl_settle(nccl_be *b, const char *what, ds_err *err) {
+    long long started = ds_now_ms(), deadline = started + b->timeout_ms;
     for (;;) {
         ncclResult_t st;
         ncclResult_t r = ncclCommGetAsyncError(b->comm, &st);
-        if (r != ncclSuccess) return nccl_fail(err, r, what);
+        if (r != ncclSuccess) st = r;
         if (st == ncclSuccess) return 0;
         if (st != ncclInProgress) {
-            ncclCommAbort(b->comm);
-            b->aborted = 1;
-            return nccl_fail(err, st, what);
+            nccl_fail(err, st, what);
+            abort_comm(b, err, 1);
+            return -1;
         }
+        if (peer_failed(b, started, what, err)) return -1;
         if (ds_now_ms() > deadline) {
-            ncclCommAbort(b->comm);
-            b->aborted = 1;
-            return ds_err_set(err, "%s: timed out", what);
+            ds_err_set(err, "%s: timed out after %d ms", what, b->timeout_ms);
+            abort_comm(b, err, 1);
+            return -1;
         }
         pause_briefly();
     }
@@ -68,13 +115,13 @@ static ncclDataType_t nccl_type(ds_dtype dt) {
     return ncclFloat32;
 }
 
+/* ncclAvg on floating types multiplies each input by 1/world before the sum (NCCL's
+ * pre-multiplied sum): a 16-bit average cannot overflow where the sum would. */
 static int nccl_run(void *be, ds_comm_handle *h, ds_err *err) {
     nccl_be *b = be;
-    cudaError_t ce;
-    if (b->aborted) return ds_err_set(err, "nccl: communicator was aborted");
-    if ((ce = cudaEventRecord(b->ready, 0)) != cudaSuccess ||
-        (ce = cudaStreamWaitEvent(b->stream, b->ready, 0)) != cudaSuccess)
-        return cuda_fail(err, ce, "ordering after the default stream");
+    if (b->aborted) return ds_err_set(err, "nccl: the communicator was aborted earlier");
+    b->dev->ops->event_record(b->dev, b->ready, NULL);
+    b->dev->ops->stream_wait(b->dev, b->dstream, b->ready);
     ncclRedOp_t op = h->op == DS_COMM_AVG ? ncclAvg : ncclSum;
     ncclDataType_t t = nccl_type(h->dtype);
     ncclResult_t r = ncclSuccess;
@@ -95,11 +142,15 @@ static int nccl_run(void *be, ds_comm_handle *h, ds_err *err) {
         r = ncclAllReduce(b->scratch, b->scratch, 1, ncclInt32, ncclSum, b->comm, b->stream);
         break;
     }
-    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(err, r, "nccl enqueue");
-    if (nccl_settle(b, ds_now_ms() + b->timeout_ms, "nccl enqueue", err) != 0) return -1;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nccl_fail(err, r, "nccl enqueue");
+        abort_comm(b, err, 1);
+        return -1;
+    }
+    if (nccl_settle(b, "nccl enqueue", err) != 0) return -1;
     cudaEvent_t ev;
-    if ((ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)
-        return cuda_fail(err, ce, "creating the completion event");
+    cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (ce != cudaSuccess) return cuda_fail(err, ce, "creating the completion event");
     if ((ce = cudaEventRecord(ev, b->stream)) != cudaSuccess) {
         cudaEventDestroy(ev);
         return cuda_fail(err, ce, "recording the completion event");
@@ -113,31 +164,34 @@ static int nccl_poll(void *be, ds_comm_handle *h) {
     return cudaEventQuery((cudaEvent_t)h->backend_data) != cudaErrorNotReady;
 }
 
-/* Waits for the op's event, watching the communicator for a peer's failure. */
+/* Waits for the op's event, watching the communicator and the peers. */
 static int nccl_finish(void *be, ds_comm_handle *h, ds_err *err) {
     nccl_be *b = be;
     cudaEvent_t ev = h->backend_data;
-    long long deadline = ds_now_ms() + b->timeout_ms;
+    long long started = ds_now_ms(), deadline = started + b->timeout_ms;
     int rc = 0;
     for (;;) {
         cudaError_t ce = cudaEventQuery(ev);
         if (ce == cudaSuccess) break;
         if (ce != cudaErrorNotReady) {
             rc = cuda_fail(err, ce, "nccl op");
+            abort_comm(b, err, 1);
             break;
         }
         ncclResult_t st;
-        if (ncclCommGetAsyncError(b->comm, &st) == ncclSuccess && st != ncclSuccess &&
+        if (b->comm && ncclCommGetAsyncError(b->comm, &st) == ncclSuccess && st != ncclSuccess &&
             st != ncclInProgress) {
-            ncclCommAbort(b->comm);
-            b->aborted = 1;
             rc = nccl_fail(err, st, "nccl op");
+            abort_comm(b, err, 1);
+            break;
+        }
+        if (peer_failed(b, started, "nccl op", err)) {
+            rc = -1;
             break;
         }
         if (ds_now_ms() > deadline) {
-            ncclCommAbort(b->comm);
-            b->aborted = 1;
             rc = ds_err_set(err, "nccl op: timed out after %d ms", b->timeout_ms);
+            abort_comm(b, err, 1);
             break;
         }
         pause_briefly();
@@ -149,12 +203,17 @@ static int nccl_finish(void *be, ds_comm_handle *h, ds_err *err) {
 static void nccl_close(void *be) {
     nccl_be *b = be;
     if (b->comm) {
-        if (b->aborted) ncclCommAbort(b->comm);
-        else ncclCommDestroy(b->comm);
+        /* Finalize flushes what is queued, so Destroy need not block on peers */
+        ncclResult_t r = ncclCommFinalize(b->comm);
+        ds_err err = {{0}};
+        if ((r == ncclSuccess || r == ncclInProgress) && nccl_settle(b, "ncclCommFinalize", &err) == 0)
+            ncclCommDestroy(b->comm);
+        else if (b->comm)
+            ncclCommAbort(b->comm);
     }
     if (b->scratch) cudaFree(b->scratch);
-    if (b->ready) cudaEventDestroy(b->ready);
-    if (b->stream) cudaStreamDestroy(b->stream);
+    if (b->ready) b->dev->ops->event_free(b->dev, b->ready);
+    if (b->dstream) b->dev->ops->stream_free(b->dev, b->dstream);
     free(b);
 }
 
@@ -168,57 +227,60 @@ static const ds_comm_vtable nccl_vtable = {
     .close = nccl_close,
 };
 
-/* Rank 0's fresh id reaches every rank through the store. */
-static int share_unique_id(const ds_comm_join *j, ncclUniqueId *id, ds_err *err) {
-    char key[256];
-    snprintf(key, sizeof key, "%snccl_id", j->prefix);
-    if (j->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(id);
-        if (r != ncclSuccess) return nccl_fail(err, r, "ncclGetUniqueId");
-        return ds_store_set(j->store, key, id, sizeof *id, err);
-    }
-    void *val = NULL;
-    size_t len = 0;
-    if (ds_store_get(j->store, key, &val, &len, j->timeout_ms, err) != 0) return -1;
-    int rc = 0;
-    if (len != sizeof *id) rc = ds_err_set(err, "%s: %zu bytes, expected %zu", key, len, sizeof *id);
-    else memcpy(id, val, sizeof *id);
-    free(val);
-    return rc;
+static int make_unique_id(void *id, size_t len, ds_err *err) {
+    (void)len;
+    ncclResult_t r = ncclGetUniqueId((ncclUniqueId *)id);
+    return r == ncclSuccess ? 0 : nccl_fail(err, r, "ncclGetUniqueId");
+}
+
+/* The device, its stream, an event and the barrier's int; the device's GPU current. */
+static int nccl_setup(nccl_be *b, ds_err *err) {
+    ds_device *dev = ds_device_get();
+    if (dev->kind != DS_DEV_CUDA)
+        return ds_err_set(err, "nccl: no CUDA device: this rank runs on %s ([engine] device = "
+                               "cuda puts it on its GPU)", dev->name);
+    b->dev = dev;
+    cudaError_t ce = cudaSetDevice(dev->index);
+    if (ce != cudaSuccess) return cuda_fail(err, ce, dev->name);
+    if (!(b->dstream = dev->ops->stream_new(dev, err)) || !(b->ready = dev->ops->event_new(dev, err)))
+        return -1;
+    b->stream = (cudaStream_t)ds_cuda_device_stream(dev, b->dstream);
+    if ((ce = cudaMalloc((void **)&b->scratch, sizeof(int))) != cudaSuccess)
+        return cuda_fail(err, ce, "nccl: the barrier's device int");
+    return 0;
 }
 
 void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
-    int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev == 0) {
-        ds_err_set(err, "nccl: no CUDA device (%s)", cudaGetErrorString(ce));
-        return NULL;
-    }
     nccl_be *b = calloc(1, sizeof *b);
     if (!b) {
         ds_err_set(err, "out of memory");
         return NULL;
     }
     b->timeout_ms = j->timeout_ms;
+    ds_comm_peers_init(&b->peers, j);
     ncclUniqueId id;
-    if (share_unique_id(j, &id, err) != 0) goto fail;
-    if ((ce = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (ce = cudaEventCreateWithFlags(&b->ready, cudaEventDisableTiming)) != cudaSuccess ||
-        (ce = cudaMalloc((void **)&b->scratch, sizeof(int))) != cudaSuccess) {
-        cuda_fail(err, ce, "nccl setup");
+    if (nccl_setup(b, err) != 0) {
+        ds_comm_peers_publish(&b->peers, err->msg); /* the others stop waiting for this rank */
         goto fail;
     }
+    if (ds_comm_peers_share(&b->peers, "nccl_id", &id, sizeof id, make_unique_id, j->timeout_ms,
+                            err) != 0)
+        goto fail;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&b->comm, j->world, id, j->rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         nccl_fail(err, r, "ncclCommInitRankConfig");
+        ds_comm_peers_publish(&b->peers, err->msg);
+        if (b->comm) ncclCommAbort(b->comm);
+        b->comm = NULL;
         goto fail;
     }
-    if (nccl_settle(b, ds_now_ms() + j->timeout_ms, "ncclCommInitRankConfig", err) != 0) goto fail;
+    if (nccl_settle(b, "ncclCommInitRankConfig", err) != 0) goto fail;
     *vt = &nccl_vtable;
     return b;
 fail:
+    b->comm = NULL; /* aborted above, or never made */
     nccl_close(b);
     return NULL;
 }

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gh_init(gh *g, const char *prog) {
+/* A fresh harness, or the program's end (skipped) where there is no GPU. */
+static void start(gh *g, const char *prog) {
     memset(g, 0, sizeof *g);
     g->prog = prog;
     g->rng = 0x9E3779B97F4A7C15ull;
@@ -14,6 +15,11 @@ void gh_init(gh *g, const char *prog) {
         printf("%s: skipped: no CUDA device (%s)\n", prog, why);
         exit(GH_SKIP);
     }
+}
+
+void gh_init(gh *g, const char *prog) {
+    start(g, prog);
+    char why[512] = "";
     g->ctx = ds_cuda_ctx_create(0, why, sizeof why);
     if (!g->ctx) {
         fprintf(stderr, "%s: %s\n", prog, why);
@@ -25,7 +31,57 @@ void gh_init(gh *g, const char *prog) {
                dev.cc_minor, dev.multiprocessors);
 }
 
+void gh_init_device(gh *g, const char *prog) {
+    start(g, prog);
+    ds_err err = {{0}};
+    if (ds_device_open("cuda", 0, &err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        exit(1);
+    }
+    g->dev = ds_device_get();
+    g->ctx = ds_cuda_device_ctx(g->dev);
+    char why[512] = "";
+    ds_gpu dev;
+    if (ds_gpu_info(0, &dev, why, sizeof why) == 0)
+        printf("%s: device %s: %s (sm_%d%d, %d SMs)\n", prog, g->dev->name, dev.name,
+               dev.cc_major, dev.cc_minor, dev.multiprocessors);
+}
+
+static void dev_check(gh *g, int rc, const ds_err *err, const char *what) {
+    if (rc == 0) return;
+    fprintf(stderr, "%s: %s: %s\n", g->prog, what, err->msg);
+    exit(1);
+}
+
+void *gh_dev_zeros(gh *g, size_t bytes) {
+    ds_err err = {{0}};
+    void *p = g->dev->ops->alloc(g->dev, bytes, &err);
+    dev_check(g, p ? 0 : -1, &err, "alloc");
+    return p;
+}
+
+void *gh_dev_up(gh *g, const void *host, size_t bytes) {
+    ds_err err = {{0}};
+    void *p = gh_dev_zeros(g, bytes);
+    dev_check(g, g->dev->ops->from_host(g->dev, p, host, bytes, &err), &err, "from_host");
+    return p;
+}
+
+void gh_dev_down(gh *g, void *host, const void *dev, size_t bytes) {
+    ds_err err = {{0}};
+    dev_check(g, g->dev->ops->to_host(g->dev, host, dev, bytes, &err), &err, "to_host");
+}
+
+void gh_dev_free(gh *g, void *dev, size_t bytes) { g->dev->ops->free(g->dev, dev, bytes); }
+
 int gh_finish(gh *g) {
+    if (g->dev) {
+        ds_err err = {{0}};
+        int rc = g->dev->ops->sync(g->dev, &err);
+        printf("%s: %d checks, %d failed%s%s\n", g->prog, g->checks, g->failures,
+               rc ? "; device error: " : "", rc ? err.msg : "");
+        return g->failures || rc ? 1 : 0;
+    }
     GH_OK(g, ds_cuda_sync(g->ctx));
     ds_cuda_ctx_free(g->ctx);
     printf("%s: %d checks, %d failed\n", g->prog, g->checks, g->failures);

@@ -16,13 +16,21 @@
 
 typedef struct gh {
     const char *prog;
-    ds_cuda_ctx *ctx;
+    ds_cuda_ctx *ctx; /* gh_init's; with gh_init_device, the device's */
+    ds_device *dev;   /* gh_init_device's: the process's cuda device */
     uint64_t rng;
     int checks, failures;
 } gh;
 
 /* Creates the context on device 0, or exits 77 with the reason when there is none. */
 void gh_init(gh *g, const char *prog);
+/* Opens cuda:0 as the process's device (ds_device_open), or exits 77 without a GPU;
+ * gh_dev_* then move data through its ops. */
+void gh_init_device(gh *g, const char *prog);
+void *gh_dev_up(gh *g, const void *host, size_t bytes);
+void *gh_dev_zeros(gh *g, size_t bytes);
+void gh_dev_down(gh *g, void *host, const void *dev, size_t bytes);
+void gh_dev_free(gh *g, void *dev, size_t bytes);
 /* Prints the summary, frees the context; returns the exit status. */
 int gh_finish(gh *g);
 

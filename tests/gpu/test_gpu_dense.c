@@ -203,6 +203,99 @@ static void test_tf32_and_stream(gh *g, int N, int C, int OC) {
     ds_cuda_free(g->ctx, d_out);
 }
 
+/* 16-bit in, 16-bit out through cuBLASLt: the CPU reference computes in fp32 on the
+ * same 16-bit inputs and rounds its result once; the tolerance is a few units of the
+ * 16-bit type's last place (bf16: 2^-8 relative, fp16: 2^-11). */
+static uint16_t *to16(ds_half h, const float *x, size_t n) {
+    uint16_t *r = gh_alloc(n * 2);
+    ds_half_from_f32(h, r, x, n);
+    return r;
+}
+static float *from16(ds_half h, const uint16_t *x, size_t n) {
+    float *r = gh_alloc(n * 4);
+    ds_half_to_f32(h, r, x, n);
+    return r;
+}
+static float *down16(gh *g, ds_half h, const void *d, size_t n) {
+    uint16_t *t = gh_alloc(n * 2);
+    gh_down(g, t, d, n * 2);
+    float *r = from16(h, t, n);
+    free(t);
+    return r;
+}
+
+static void test_matmul_half(gh *g, ds_half h, int N, int C, int OC) {
+    char what[128];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+    float atol = h == DS_HALF_BF16 ? 3e-2f : 4e-3f, rtol = h == DS_HALF_BF16 ? 1.6e-2f : 2e-3f;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x0 = gh_randf(g, nx, -1, 1), *w0 = gh_randf(g, nw, -1, 1), *b0 = gh_randf(g, OC, -1, 1);
+    float *dy0 = gh_randf(g, ny, -1, 1);
+    uint16_t *x16 = to16(h, x0, nx), *w16 = to16(h, w0, nw), *b16 = to16(h, b0, OC), *dy16 = to16(h, dy0, ny);
+    float *x = from16(h, x16, nx), *w = from16(h, w16, nw), *b = from16(h, b16, OC), *dy = from16(h, dy16, ny);
+    void *X = gh_up(g, x16, nx * 2), *W = gh_up(g, w16, nw * 2), *Bd = gh_up(g, b16, OC * 2);
+    void *DY = gh_up(g, dy16, ny * 2), *Y = gh_zeros(g, ny * 2), *PRE = gh_zeros(g, ny * 2);
+    float *y = gh_alloc(ny * 4), *gl = gh_alloc(ny * 4);
+
+    ds_matmul_forward(y, x, w, b, N, C, OC);
+    GH_OK(g, ds_cuda_matmul_forward_half(g->ctx, h, Y, X, W, Bd, NULL, N, C, OC));
+    float *got = down16(g, h, Y, ny);
+    snprintf(what, sizeof what, "matmul fwd %s +bias (cuBLASLt) %dx%dx%d", hn, N, C, OC);
+    gh_close(g, what, got, y, ny, atol, rtol);
+    free(got);
+    if (OC % 8 == 0) {
+        ds_gelu_forward(gl, y, ny);
+        GH_OK(g, ds_cuda_matmul_forward_half(g->ctx, h, Y, X, W, Bd, PRE, N, C, OC));
+        got = down16(g, h, Y, ny);
+        snprintf(what, sizeof what, "matmul fwd %s +bias +gelu epilogue", hn);
+        gh_close(g, what, got, gl, ny, atol, rtol);
+        free(got);
+        got = down16(g, h, PRE, ny);
+        gh_close(g, "  its saved pre-gelu values", got, y, ny, atol, rtol);
+        free(got);
+    }
+
+    /* backward: dinp, dweight, dbias accumulate into non-zero 16-bit gradients */
+    float *dx0 = gh_randf(g, nx, -1, 1), *dw0 = gh_randf(g, nw, -1, 1), *db0 = gh_randf(g, OC, -1, 1);
+    uint16_t *dx16 = to16(h, dx0, nx), *dw16 = to16(h, dw0, nw), *db16 = to16(h, db0, OC);
+    float *dx = from16(h, dx16, nx), *dw = from16(h, dw16, nw), *db = from16(h, db16, OC);
+    void *DX = gh_up(g, dx16, nx * 2), *DW = gh_up(g, dw16, nw * 2), *DB = gh_up(g, db16, OC * 2);
+    ds_matmul_backward(dx, dw, db, dy, x, w, N, C, OC);
+    GH_OK(g, ds_cuda_matmul_backward_half(g->ctx, h, DX, DW, DB, DY, X, W, NULL, N, C, OC));
+    snprintf(what, sizeof what, "matmul bwd %s dinp (+=)", hn);
+    got = down16(g, h, DX, nx), gh_close(g, what, got, dx, nx, atol, rtol), free(got);
+    snprintf(what, sizeof what, "matmul bwd %s dweight (+=)", hn);
+    got = down16(g, h, DW, nw), gh_close(g, what, got, dw, nw, 4 * atol, rtol), free(got);
+    snprintf(what, sizeof what, "matmul bwd %s dbias (+=)", hn);
+    got = down16(g, h, DB, OC), gh_close(g, what, got, db, OC, 4 * atol, rtol), free(got);
+
+    /* the GELU's backward fused into dinp: dinp = (dout @ W) * gelu'(pre), pre [N, C] */
+    if (C % 8 == 0) {
+        float *pre0 = gh_randf(g, nx, -3, 3), *zero = gh_alloc(nx * 4), *want = gh_alloc(nx * 4);
+        uint16_t *pre16 = to16(h, pre0, nx);
+        float *pre = from16(h, pre16, nx);
+        memset(zero, 0, nx * 4);
+        ds_matmul_backward(zero, NULL, NULL, dy, NULL, w, N, C, OC);
+        for (size_t i = 0; i < nx; i++) {
+            float d[1] = {0}, one[1] = {1.0f};
+            ds_gelu_backward(d, pre + i, one, 1);
+            want[i] = zero[i] * d[0];
+        }
+        void *PR = gh_up(g, pre16, nx * 2);
+        GH_OK(g, ds_cuda_matmul_backward_half(g->ctx, h, DX, NULL, NULL, DY, NULL, W, PR, N, C, OC));
+        snprintf(what, sizeof what, "matmul bwd %s dinp with the dgelu epilogue (=)", hn);
+        got = down16(g, h, DX, nx), gh_close(g, what, got, want, nx, atol, rtol), free(got);
+        free(pre0), free(zero), free(want), free(pre16), free(pre);
+        ds_cuda_free(g->ctx, PR);
+    }
+    free(x0), free(w0), free(b0), free(dy0), free(x16), free(w16), free(b16), free(dy16);
+    free(x), free(w), free(b), free(dy), free(y), free(gl), free(dx0), free(dw0), free(db0);
+    free(dx16), free(dw16), free(db16), free(dx), free(dw), free(db);
+    ds_cuda_free(g->ctx, X), ds_cuda_free(g->ctx, W), ds_cuda_free(g->ctx, Bd);
+    ds_cuda_free(g->ctx, DY), ds_cuda_free(g->ctx, Y), ds_cuda_free(g->ctx, PRE);
+    ds_cuda_free(g->ctx, DX), ds_cuda_free(g->ctx, DW), ds_cuda_free(g->ctx, DB);
+}
+
 static void test_bad_arguments(gh *g) {
     gh_expect(g, "matmul with N = 0 is refused",
               ds_cuda_matmul_forward(g->ctx, NULL, NULL, NULL, NULL, 0, 4, 4) == -1 &&
@@ -223,6 +316,10 @@ int main(void) {
     test_layernorm(&g, 37, 100, 1);
     test_layernorm(&g, 5, 33, 0);
     test_tf32_and_stream(&g, 1024, 768, 768);
+    test_matmul_half(&g, DS_HALF_BF16, 1024, 768, 3072); /* GPT-2 fc: gelu fused */
+    test_matmul_half(&g, DS_HALF_BF16, 1024, 3072, 768); /* fc proj: dgelu fused */
+    test_matmul_half(&g, DS_HALF_F16, 256, 768, 2304);
+    test_matmul_half(&g, DS_HALF_BF16, 64, 48, 44);      /* OC not a multiple of 8 */
     test_bad_arguments(&g);
     return gh_finish(&g);
 }

@@ -1,5 +1,5 @@
-/* Optimizer steps, sum of squares, precision conversion and dropout on the GPU against the
- * CPU kernels. Conversion and the dropout mask come from the same integer code on both
+/* Optimizer steps (the fused AdamW too), sum of squares, precision conversion and dropout
+ * on the GPU against the CPU kernels. Conversion and the dropout mask come from the same integer code on both
  * sides (kernel_math.h): they must match bit for bit. */
 #include <math.h>
 #include <stdio.h>
@@ -179,11 +179,78 @@ static void test_philox_vector(gh *g) {
                   out[3] == 0x9b00dbd8u);
 }
 
+/* The fused AdamW against the CPU's steps with the scale computed here as train_step
+ * does (double: norm = sqrt(sumsq) / loss scale, clip when above max_norm, / loss scale);
+ * the squared norm is read on the device. half: DS_HALF_BF16 / _F16, or -1 for fp32. A
+ * non-finite squared norm (an fp16 overflow) leaves everything as it was. */
+static void test_adamw_fused(gh *g, int half, size_t n, double sumsq, double loss_scale,
+                             double max_norm) {
+    char what[128];
+    ds_half h = half < 0 ? DS_HALF_BF16 : (ds_half)half;
+    size_t wb = half < 0 ? 4 : 2;
+    float *master0 = gh_randf(g, n, -1, 1), *m0 = gh_randf(g, n, -0.1f, 0.1f);
+    float *v0 = gh_randf(g, n, 0, 0.01f), *gradf = gh_randf(g, n, -100, 100);
+    uint16_t *w16 = gh_alloc(n * 2), *g16 = gh_alloc(n * 2);
+    ds_half_from_f32(h, w16, master0, n);
+    ds_half_from_f32(h, g16, gradf, n);
+    const void *w0 = half < 0 ? (const void *)master0 : (const void *)w16;
+    const void *grad = half < 0 ? (const void *)gradf : (const void *)g16;
+    float *master = gh_copyf(master0, n), *m = gh_copyf(m0, n), *v = gh_copyf(v0, n);
+    void *w = gh_alloc(n * wb);
+    memcpy(w, w0, n * wb);
+
+    double norm = sqrt(sumsq) / loss_scale;
+    double clip = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    float gs = (float)(clip / loss_scale);
+    int skipped = !isfinite(sumsq);
+    for (int t = 1; t <= 2 && !skipped; t++) {
+        if (half < 0) ds_adamw_update_scaled(w, grad, gs, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        else ds_adamw_update_half(h, w, grad, gs, master, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+
+    void *d_w = gh_up(g, w0, n * wb), *d_g = gh_up(g, grad, n * wb);
+    float *d_master = gh_up(g, master0, n * 4), *d_m = gh_up(g, m0, n * 4), *d_v = gh_up(g, v0, n * 4);
+    double *d_ss = gh_up(g, &sumsq, sizeof sumsq);
+    for (int t = 1; t <= 2; t++)
+        GH_OK(g, ds_cuda_adamw_fused(g->ctx, half, d_w, d_g, d_ss, loss_scale, max_norm,
+                                     half < 0 ? NULL : d_master, d_m, d_v, n, 6e-4f, 0.9f, 0.95f,
+                                     1e-8f, 0.1f, t));
+    const char *name = half < 0 ? "fp32" : h == DS_HALF_BF16 ? "bf16" : "fp16";
+    snprintf(what, sizeof what, "adamw fused %s x2 (sumsq %g, loss scale %g, max norm %g): m",
+             name, sumsq, loss_scale, max_norm);
+    float *gm = gh_downf(g, d_m, n), *gv = gh_downf(g, d_v, n);
+    gh_close(g, what, gm, m, n, 1e-7f, 1e-6f);
+    gh_close(g, "  v", gv, v, n, 1e-9f, 1e-6f);
+    void *gw = gh_alloc(n * wb);
+    gh_down(g, gw, d_w, n * wb);
+    if (half < 0) {
+        gh_close(g, "  the parameter", gw, w, n, 1e-6f, 1e-6f);
+    } else {
+        float *gmaster = gh_downf(g, d_master, n), *a = gh_alloc(n * 4), *b = gh_alloc(n * 4);
+        gh_close(g, "  fp32 masters", gmaster, master, n, 1e-6f, 1e-6f);
+        ds_half_to_f32(h, a, gw, n);
+        ds_half_to_f32(h, b, w, n);
+        /* a master within 1e-6 may round the other way: one unit in the last place */
+        gh_close(g, "  the 16-bit copy, written in the same pass", a, b, n, 1e-6f,
+                 h == DS_HALF_BF16 ? 1.0f / 128 : 1.0f / 1024);
+        free(gmaster), free(a), free(b);
+    }
+    if (skipped) gh_same_bits(g, "  skipped: the weights untouched", gw, w0, n * wb);
+    free(gm), free(gv), free(gw), free(master0), free(m0), free(v0), free(gradf), free(w16);
+    free(g16), free(master), free(m), free(v), free(w);
+    ds_cuda_free(g->ctx, d_w), ds_cuda_free(g->ctx, d_g), ds_cuda_free(g->ctx, d_master);
+    ds_cuda_free(g->ctx, d_m), ds_cuda_free(g->ctx, d_v), ds_cuda_free(g->ctx, d_ss);
+}
+
 int main(void) {
     gh g;
     gh_init(&g, "test_gpu_optim");
     test_adamw(&g, 1000003, 1.0f);
     test_adamw(&g, 4099, 0.25f);
+    test_adamw_fused(&g, DS_HALF_BF16, 100003, 4.0e10, 1.0, 1.0);     /* clipped */
+    test_adamw_fused(&g, DS_HALF_F16, 100003, 1.0e6, 65536.0, 0.0);   /* unscaled only */
+    test_adamw_fused(&g, -1, 100003, 2.5e3, 1.0, 100.0);              /* fp32, below the clip */
+    test_adamw_fused(&g, DS_HALF_F16, 4099, INFINITY, 65536.0, 1.0);  /* overflow: skipped */
     test_sgd(&g, 100003, 0.9f);
     test_sgd(&g, 100003, 0.0f);
     test_sumsq(&g, 124439808); /* GPT-2 124M's parameter count */

@@ -1,28 +1,48 @@
 /* The NCCL backend on a machine with GPUs (label "gpu"; exits 77, a skip, without one):
  * every op on device buffers (reductions in fp32, bf16 and fp16), exact against a
  * reference sum, sync and async, with one rank per GPU (up to 2; a single GPU runs a
- * world of one through NCCL all the same).
+ * world of one through NCCL all the same). Each rank runs on the cuda device
+ * (kernels/device.h): buffers come from its allocator and its copies, and a kernel
+ * queued on its compute stream right before an op must be seen by the op.
  * CUDA is never touched in the parent: a process that initialised CUDA cannot fork
  * children that use it, so even the device count comes from a probe child. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "comm_test_util.h"
+#include "device.h"
 #include "kernels.h"
 #include "tensor_half.h"
 
 static float fill(int r, size_t i) { return (float)(int)((i * 7 + (size_t)r * 13) % 2001) - 1000.0f; }
 
+static void *dev_alloc(size_t bytes) {
+    ds_err err = {{0}};
+    void *d = ds_device_get()->ops->alloc(ds_device_get(), bytes, &err);
+    RANK_CHECK(d != NULL, "alloc: %s", err.msg);
+    return d;
+}
+
+static void up(void *d, const void *h, size_t bytes) {
+    ds_err err = {{0}};
+    RANK_CHECK(ds_device_get()->ops->from_host(ds_device_get(), d, h, bytes, &err) == 0, "%s", err.msg);
+}
+
+static void down(void *h, const void *d, size_t bytes) {
+    ds_err err = {{0}};
+    RANK_CHECK(ds_device_get()->ops->to_host(ds_device_get(), h, d, bytes, &err) == 0, "%s", err.msg);
+}
+
 static float *to_device(const float *h, size_t n) {
-    void *d = NULL;
-    RANK_CHECK(cudaMalloc(&d, n * sizeof(float) + 4) == cudaSuccess, "cudaMalloc");
-    if (h) RANK_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    void *d = dev_alloc(n * sizeof(float) + 4);
+    if (h) up(d, h, n * sizeof(float));
     return d;
 }
 
 static float *to_host(const float *d, size_t n) {
     float *h = malloc(n * sizeof(float) + 4);
-    RANK_CHECK(h && cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+    RANK_CHECK(h != NULL, "out of memory");
+    down(h, d, n * sizeof(float));
     return h;
 }
 
@@ -38,9 +58,8 @@ static void check_half_allreduce(ds_comm *c, int rank, int world, ds_dtype dt) {
     ds_half hf = ds_half_of(dt);
     float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
     uint16_t *h = malloc(n * 2), *w16 = malloc(n * 2);
-    void *d = NULL;
     RANK_CHECK(x && want && h && w16, "out of memory");
-    RANK_CHECK(cudaMalloc(&d, n * 2) == cudaSuccess, "cudaMalloc");
+    void *d = dev_alloc(n * 2);
     for (int op = 0; op < 2; op++) {
         for (size_t i = 0; i < n; i++) {
             x[i] = small_int(rank, i);
@@ -50,15 +69,15 @@ static void check_half_allreduce(ds_comm *c, int rank, int world, ds_dtype dt) {
         }
         ds_half_from_f32(hf, h, x, n);
         ds_half_from_f32(hf, w16, want, n);
-        RANK_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+        up(d, h, n * 2);
         ds_err err = {{0}};
         RANK_CHECK(ds_comm_allreduce(c, d, n, dt, op ? DS_COMM_AVG : DS_COMM_SUM, &err) == 0,
                    "%s", err.msg);
-        RANK_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+        down(h, d, n * 2);
         for (size_t i = 0; i < n; i++)
             RANK_CHECK(h[i] == w16[i], "%s allreduce op %d i=%zu", ds_dtype_name(dt), op, i);
     }
-    cudaFree(d);
+    ds_device_get()->ops->free(ds_device_get(), d, n * 2);
     free(x);
     free(want);
     free(h);
@@ -67,8 +86,8 @@ static void check_half_allreduce(ds_comm *c, int rank, int world, ds_dtype dt) {
 
 static int nccl_rank(rank_env *env) {
     int rank = env->ctx.rank, world = env->ctx.world_size;
-    RANK_CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice(%d)", rank);
     ds_err err = {{0}};
+    RANK_CHECK(ds_device_open("cuda", rank, &err) == 0, "%s", err.msg);
     ds_comm_opts o = {.backend = DS_COMM_NCCL, .timeout_ms = env->timeout_ms};
     ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
     RANK_CHECK(c != NULL, "open: %s", err.msg);
@@ -77,14 +96,15 @@ static int nccl_rank(rank_env *env) {
     float *h = malloc(n * sizeof(float)), *full = malloc(shard * (size_t)world * sizeof(float));
     for (size_t i = 0; i < n; i++) h[i] = fill(rank, i);
 
-    /* all-reduce, sum then average */
+    /* all-reduce of what a kernel on the compute stream wrote just before: x2 */
     float *d = to_device(h, n);
+    ds_device_get()->k->scale(d, 2.0f, n);
     RANK_CHECK(ds_comm_allreduce(c, d, n, DS_F32, DS_COMM_SUM, &err) == 0, "%s", err.msg);
     float *r = to_host(d, n);
     for (size_t i = 0; i < n; i++) {
         float want = 0;
-        for (int q = 0; q < world; q++) want += fill(q, i);
-        RANK_CHECK(r[i] == want, "allreduce i=%zu", i);
+        for (int q = 0; q < world; q++) want += 2.0f * fill(q, i);
+        RANK_CHECK(r[i] == want, "allreduce after a kernel on the compute stream i=%zu", i);
     }
     free(r);
 
@@ -105,12 +125,11 @@ static int nccl_rank(rank_env *env) {
     /* all-gather of a 16-bit payload, in place */
     uint16_t *hg = malloc(shard * (size_t)world * 2);
     for (size_t k = 0; k < shard; k++) hg[(size_t)rank * shard + k] = (uint16_t)(rank * 1000 + k);
-    void *dg = NULL;
-    RANK_CHECK(cudaMalloc(&dg, shard * (size_t)world * 2) == cudaSuccess, "cudaMalloc");
-    RANK_CHECK(cudaMemcpy(dg, hg, shard * (size_t)world * 2, cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    void *dg = dev_alloc(shard * (size_t)world * 2);
+    up(dg, hg, shard * (size_t)world * 2);
     RANK_CHECK(ds_comm_allgather(c, (uint16_t *)dg + (size_t)rank * shard, dg, shard, DS_BF16,
                                  &err) == 0, "%s", err.msg);
-    RANK_CHECK(cudaMemcpy(hg, dg, shard * (size_t)world * 2, cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+    down(hg, dg, shard * (size_t)world * 2);
     for (int q = 0; q < world; q++)
         for (size_t k = 0; k < shard; k++)
             RANK_CHECK(hg[(size_t)q * shard + k] == (uint16_t)(q * 1000 + k), "allgather");
@@ -119,17 +138,18 @@ static int nccl_rank(rank_env *env) {
     check_half_allreduce(c, rank, world, DS_F16);
 
     /* broadcast from the last rank, barrier */
-    RANK_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy");
+    up(d, h, n * sizeof(float));
     RANK_CHECK(ds_comm_broadcast(c, d, n, DS_F32, world - 1, &err) == 0, "%s", err.msg);
     r = to_host(d, n);
     for (size_t i = 0; i < n; i++) RANK_CHECK(r[i] == fill(world - 1, i), "broadcast i=%zu", i);
     free(r);
     RANK_CHECK(ds_comm_barrier(c, &err) == 0, "%s", err.msg);
 
-    cudaFree(d);
-    cudaFree(din);
-    cudaFree(dout);
-    cudaFree(dg);
+    ds_device *dev = ds_device_get();
+    dev->ops->free(dev, d, n * sizeof(float) + 4);
+    dev->ops->free(dev, din, shard * (size_t)world * sizeof(float) + 4);
+    dev->ops->free(dev, dout, shard * sizeof(float) + 4);
+    dev->ops->free(dev, dg, shard * (size_t)world * 2);
     free(h);
     free(full);
     free(hg);

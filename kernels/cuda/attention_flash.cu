@@ -1,0 +1,238 @@
+// Causal attention without the [T, T] probabilities (FlashAttention's scheme, in fp32):
+// keys and values go through shared memory in tiles, each query row keeps a running
+// maximum, a running sum and an unnormalised output (the online softmax, fp32
+// statistics), and the forward saves only lse[B, NH, T] = log sum_j exp(s_ij). Backward
+// recomputes the probabilities from lse: one kernel per query row for dq, one per key
+// row for dk and dv, so every gradient element has one owner thread and a fixed order
+// (no atomics: the same call gives the same bits). Attention memory grows with T, not
+// T^2. kernels.h's ds_attention_forward / _backward are the reference.
+//
+// A thread owns one row and holds it in registers, so the head size is a template
+// argument (32, 64, 128, as GPT-2's models use); others are refused.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+#define FA_ROWS 64 // query (forward, dq) or key (dk, dv) rows per block: one per thread
+#define FA_TILE 32 // the other side's rows per tile in shared memory
+
+// Scores in log2 units: exp2f is one instruction; lse is stored in natural units.
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+template <int HS>
+__global__ static void __launch_bounds__(FA_ROWS)
+    flash_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
+    __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
+    int h = blockIdx.y, b = blockIdx.z;
+    int i = blockIdx.x * FA_ROWS + threadIdx.x;
+    int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1)); // the block's last row
+    size_t row3 = (size_t)3 * C;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
+    float q[HS], o[HS];
+    float m = -INFINITY, l = 0.0f;
+    if (i < T)
+        for (int d = 0; d < HS; d++) q[d] = base[(size_t)i * row3 + d] * scale * FA_LOG2E;
+    for (int d = 0; d < HS; d++) o[d] = 0.0f;
+    for (int j0 = 0; j0 <= last; j0 += FA_TILE) {
+        __syncthreads(); // the previous tile is no longer read
+        for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
+            int jj = e / HS, d = e % HS, j = j0 + jj;
+            ks[jj][d] = j < T ? base[(size_t)j * row3 + C + d] : 0.0f;
+            vs[jj][d] = j < T ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        if (i < T && j0 <= i) {
+            int n = min(FA_TILE, i - j0 + 1); // keys j <= i only
+            float s[FA_TILE];
+            float tmax = m;
+            for (int jj = 0; jj < FA_TILE; jj++) {
+                if (jj >= n) break;
+                float acc = 0.0f;
+                for (int d = 0; d < HS; d++) acc += q[d] * ks[jj][d];
+                s[jj] = acc;
+                tmax = fmaxf(tmax, acc);
+            }
+            float corr = exp2f(m - tmax); // m = -inf the first time: corr = 0
+            l *= corr;
+            for (int d = 0; d < HS; d++) o[d] *= corr;
+            for (int jj = 0; jj < FA_TILE; jj++) {
+                if (jj >= n) break;
+                float p = exp2f(s[jj] - tmax);
+                l += p;
+                for (int d = 0; d < HS; d++) o[d] += p * vs[jj][d];
+            }
+            m = tmax;
+        }
+    }
+    if (i >= T) return;
+    float inv = 1.0f / l; // l >= 1: the row's maximum contributes exp2(0)
+    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * HS;
+    for (int d = 0; d < HS; d++) dst[d] = o[d] * inv;
+    lse[((size_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
+}
+
+// delta[b,h,i] = sum_d dout * out over the head: the softmax backward's row term.
+template <int HS>
+__global__ static void flash_delta_k(float *delta, const float *dout, const float *out, int B,
+                                     int T, int C, int NH) {
+    size_t n = (size_t)B * NH * T;
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n;
+         r += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / T / NH);
+        size_t at = ((size_t)b * T + i) * C + (size_t)h * HS;
+        float acc = 0.0f;
+        for (int d = 0; d < HS; d++) acc += dout[at + d] * out[at + d];
+        delta[r] = acc;
+    }
+}
+
+// dq for one query row per thread: over keys j <= i in order.
+template <int HS>
+__global__ static void __launch_bounds__(FA_ROWS)
+    flash_dq_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
+               const float *delta, int T, int C, int NH, float scale) {
+    __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
+    int h = blockIdx.y, b = blockIdx.z;
+    int i = blockIdx.x * FA_ROWS + threadIdx.x;
+    int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1));
+    size_t row3 = (size_t)3 * C;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
+    float q[HS], dO[HS], dq[HS];
+    float L = 0.0f, D = 0.0f;
+    if (i < T) {
+        const float *go = dout + ((size_t)b * T + i) * C + (size_t)h * HS;
+        for (int d = 0; d < HS; d++) q[d] = base[(size_t)i * row3 + d] * scale, dO[d] = go[d];
+        L = lse[((size_t)b * NH + h) * T + i];
+        D = delta[((size_t)b * NH + h) * T + i];
+    }
+    for (int d = 0; d < HS; d++) dq[d] = 0.0f;
+    for (int j0 = 0; j0 <= last; j0 += FA_TILE) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
+            int jj = e / HS, d = e % HS, j = j0 + jj;
+            ks[jj][d] = j < T ? base[(size_t)j * row3 + C + d] : 0.0f;
+            vs[jj][d] = j < T ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        if (i >= T || j0 > i) continue;
+        int n = min(FA_TILE, i - j0 + 1);
+        for (int jj = 0; jj < n; jj++) {
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < HS; d++) s += q[d] * ks[jj][d], dp += dO[d] * vs[jj][d];
+            float ds = expf(s - L) * (dp - D);
+            for (int d = 0; d < HS; d++) dq[d] += ds * ks[jj][d];
+        }
+    }
+    if (i >= T) return;
+    float *dst = dqkv + ((size_t)b * T + i) * row3 + (size_t)h * HS;
+    for (int d = 0; d < HS; d++) dst[d] += dq[d] * scale;
+}
+
+// dk and dv for one key row per thread: over queries i >= j in order.
+template <int HS>
+__global__ static void __launch_bounds__(FA_ROWS)
+    flash_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                const float *delta, int T, int C, int NH, float scale) {
+    __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ls[FA_TILE], ds_[FA_TILE];
+    int h = blockIdx.y, b = blockIdx.z;
+    int j = blockIdx.x * FA_ROWS + threadIdx.x;
+    int first = blockIdx.x * FA_ROWS; // the block's first key: queries before it see none
+    size_t row3 = (size_t)3 * C;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
+    const float *go = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *lrow = lse + ((size_t)b * NH + h) * T, *drow = delta + ((size_t)b * NH + h) * T;
+    float k[HS], v[HS], dk[HS], dv[HS];
+    if (j < T)
+        for (int d = 0; d < HS; d++)
+            k[d] = base[(size_t)j * row3 + C + d] * scale, v[d] = base[(size_t)j * row3 + 2 * C + d];
+    for (int d = 0; d < HS; d++) dk[d] = 0.0f, dv[d] = 0.0f;
+    for (int i0 = first - first % FA_TILE; i0 < T; i0 += FA_TILE) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
+            int ii = e / HS, d = e % HS, i = i0 + ii;
+            qs[ii][d] = i < T ? base[(size_t)i * row3 + d] : 0.0f;
+            dos[ii][d] = i < T ? go[(size_t)i * C + d] : 0.0f;
+        }
+        for (int ii = threadIdx.x; ii < FA_TILE; ii += FA_ROWS) {
+            int i = i0 + ii;
+            ls[ii] = i < T ? lrow[i] : 0.0f;
+            ds_[ii] = i < T ? drow[i] : 0.0f;
+        }
+        __syncthreads();
+        if (j >= T) continue;
+        for (int ii = 0; ii < FA_TILE; ii++) {
+            int i = i0 + ii;
+            if (i < j) continue;
+            if (i >= T) break;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < HS; d++) s += qs[ii][d] * k[d], dp += dos[ii][d] * v[d];
+            float p = expf(s - ls[ii]);
+            float dsv = p * (dp - ds_[ii]);
+            for (int d = 0; d < HS; d++) dv[d] += p * dos[ii][d], dk[d] += dsv * qs[ii][d];
+        }
+    }
+    if (j >= T) return;
+    float *dst = dqkv + ((size_t)b * T + j) * row3 + (size_t)h * HS;
+    for (int d = 0; d < HS; d++) dst[C + d] += dk[d] * scale, dst[2 * C + d] += dv[d];
+}
+
+template <int HS>
+static int flash_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
+                         int C, int NH) {
+    dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
+    flash_fwd_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(out, lse, qkv, T, C, NH,
+                                                      1.0f / sqrtf((float)HS));
+    DS_CU_LAUNCHED(ctx, "flash attention forward");
+    return 0;
+}
+
+template <int HS>
+static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, float *delta, const float *dout,
+                          const float *qkv, const float *out, const float *lse, int B, int T,
+                          int C, int NH) {
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t rows = (size_t)B * NH * T;
+    flash_delta_k<HS><<<ds_cu_blocks(rows), DS_CU_THREADS, 0, ctx->stream>>>(delta, dout, out, B,
+                                                                            T, C, NH);
+    DS_CU_LAUNCHED(ctx, "flash attention backward (delta)");
+    dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
+    flash_dq_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+    DS_CU_LAUNCHED(ctx, "flash attention backward (dq)");
+    flash_dkv_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+    DS_CU_LAUNCHED(ctx, "flash attention backward (dk, dv)");
+    return 0;
+}
+
+static int head_size_ok(ds_cuda_ctx *ctx, int C, int NH) {
+    int hs = C / NH;
+    if (hs != 32 && hs != 64 && hs != 128)
+        return DS_CU_FAIL(ctx, "flash attention: head size %d (C %d / %d heads); 32, 64 or 128 "
+                               "only", hs, C, NH);
+    return 0;
+}
+
+extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,
+                                               const float *qkv, int B, int T, int C, int NH) {
+    DS_CU_ARG(ctx, out && lse && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0);
+    if (head_size_ok(ctx, C, NH) != 0) return -1;
+    switch (C / NH) {
+    case 32: return flash_forward<32>(ctx, out, lse, qkv, B, T, C, NH);
+    case 64: return flash_forward<64>(ctx, out, lse, qkv, B, T, C, NH);
+    default: return flash_forward<128>(ctx, out, lse, qkv, B, T, C, NH);
+    }
+}
+
+extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                                const float *dout, const float *qkv,
+                                                const float *out, const float *lse, int B, int T,
+                                                int C, int NH) {
+    DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && out && lse && B > 0 && T > 0 && NH > 0 &&
+                       C % NH == 0);
+    if (head_size_ok(ctx, C, NH) != 0) return -1;
+    switch (C / NH) {
+    case 32: return flash_backward<32>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    case 64: return flash_backward<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    default: return flash_backward<128>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    }
+}

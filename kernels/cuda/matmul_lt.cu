@@ -1,0 +1,192 @@
+// 16-bit Linear layers through cuBLASLt: bf16 / fp16 inputs and outputs, fp32
+// accumulation on tensor cores, the bias (and the GELU, saving its input for backward)
+// in the GEMM's epilogue, and in backward the GELU's derivative fused into dinp's GEMM.
+// Row-major operands as column-major ones (llm.c's arrangement): out^T[OC,N] =
+// W^T(op T on W's [C,OC] view) * inp^T. One algorithm per shape, chosen once by the
+// heuristic with a fixed workspace (the context's), so the same call gives the same bits.
+#include <pthread.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+#include "half_math.cuh"
+
+struct lt_key {
+    int m, n, k, ta, tb, type, epilogue, beta1, align;
+};
+
+struct lt_plan {
+    lt_key key;
+    cublasLtMatmulAlgo_t algo;
+};
+
+#define LT_CACHE 64
+static lt_plan g_plans[LT_CACHE];
+static int g_nplans;
+static pthread_mutex_t g_plans_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// the alignment cuBLASLt may assume of every operand: what the pointers really have
+static int align_of(const void *const *ptrs, int n) {
+    int a = 256;
+    for (int i = 0; i < n; i++) {
+        if (!ptrs[i]) continue;
+        uintptr_t u = (uintptr_t)ptrs[i];
+        while (a > 2 && (u & (uintptr_t)(a - 1))) a >>= 1;
+    }
+    return a;
+}
+
+struct lt_call {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    const void *A, *B;
+    void *D;
+    int lda, ldb, ldd;
+    float beta;
+    cublasLtEpilogue_t epilogue;
+    const void *bias;
+    const void *aux;
+    int64_t aux_ld;
+};
+
+#define LT_CHECK(ctx, call)                                                                \
+    do {                                                                                   \
+        cublasStatus_t s_ = (call);                                                        \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+            rc = DS_CU_FAIL(ctx, "%s: %s", #call, ds_cu_blas_status(s_));                  \
+            goto done;                                                                     \
+        }                                                                                  \
+    } while (0)
+
+static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
+    if (!ctx->lt) DS_CU_BLAS(ctx, cublasLtCreate(&ctx->lt));
+    cudaDataType_t t = h == DS_HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const void *ptrs[4] = {c->A, c->B, c->D, c->aux};
+    lt_key key = {c->m, c->n, c->k, (int)c->ta, (int)c->tb, (int)t, (int)c->epilogue,
+                  c->beta != 0.0f, align_of(ptrs, 4)};
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    float alpha = 1.0f;
+    int rc = 0;
+    LT_CHECK(ctx, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta));
+    LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb, sizeof c->tb));
+    LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epilogue,
+                                                 sizeof c->epilogue));
+    if (c->bias)
+        LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &c->bias, sizeof c->bias));
+    if (c->aux) {
+        LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                     &c->aux, sizeof c->aux));
+        LT_CHECK(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                     &c->aux_ld, sizeof c->aux_ld));
+    }
+    // the stored shapes: op(A) is m x k, op(B) k x n
+    LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&la, t, c->ta == CUBLAS_OP_N ? c->m : c->k,
+                                             c->ta == CUBLAS_OP_N ? c->k : c->m, c->lda));
+    LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&lb, t, c->tb == CUBLAS_OP_N ? c->k : c->n,
+                                             c->tb == CUBLAS_OP_N ? c->n : c->k, c->ldb));
+    LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&ld, t, c->m, c->n, c->ldd));
+    {
+        cublasLtMatmulAlgo_t algo;
+        int found = 0;
+        pthread_mutex_lock(&g_plans_mu);
+        for (int i = 0; i < g_nplans && !found; i++)
+            if (!memcmp(&g_plans[i].key, &key, sizeof key)) algo = g_plans[i].algo, found = 1;
+        pthread_mutex_unlock(&g_plans_mu);
+        if (!found) {
+            uint64_t ws = ctx->blas_ws_bytes;
+            uint32_t al = (uint32_t)key.align;
+            LT_CHECK(ctx, cublasLtMatmulPreferenceCreate(&pref));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+            cublasLtMatmulHeuristicResult_t res;
+            int n = 0;
+            LT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref, 1, &res, &n));
+            if (n == 0) {
+                rc = DS_CU_FAIL(ctx, "cuBLASLt has no algorithm for %dx%dx%d (epilogue %d, alignment %d)",
+                                c->m, c->n, c->k, (int)c->epilogue, key.align);
+                goto done;
+            }
+            algo = res.algo;
+            pthread_mutex_lock(&g_plans_mu);
+            if (g_nplans < LT_CACHE) g_plans[g_nplans++] = lt_plan{key, algo};
+            pthread_mutex_unlock(&g_plans_mu);
+        }
+        LT_CHECK(ctx, cublasLtMatmul(ctx->lt, desc, &alpha, c->A, la, c->B, lb, &c->beta, c->D, ld,
+                                     c->D, ld, &algo, ctx->blas_ws, ctx->blas_ws_bytes, ctx->stream));
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return rc;
+}
+
+extern "C" int ds_cuda_matmul_forward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *out,
+                                           const uint16_t *inp, const uint16_t *weight,
+                                           const uint16_t *bias, uint16_t *pre_gelu, int N,
+                                           int C, int OC) {
+    DS_CU_ARG(ctx, out && inp && weight && N > 0 && C > 0 && OC > 0);
+    DS_CU_ARG(ctx, !pre_gelu || OC % 8 == 0);
+    lt_call c = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, inp, out, C, C, OC, 0.0f,
+                 CUBLASLT_EPILOGUE_DEFAULT, bias, pre_gelu, OC};
+    if (pre_gelu) c.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (bias) c.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    return lt_matmul(ctx, h, &c);
+}
+
+// dbias[c] = round16(dbias[c] + sum) with the column sums in fp32 (fixed order)
+__global__ static void add_sums_k(ds_half h, uint16_t *dbias, const float *sums, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < OC) dbias[c] = ds_cu_narrow(h, ds_cu_widen(h, dbias[c]) + sums[c]);
+}
+
+struct col_of_half {
+    const uint16_t *m;
+    int C;
+    ds_half h;
+    __device__ float2 operator()(int n, int c) const {
+        return make_float2(ds_cu_widen(h, m[(size_t)n * C + c]), 0.0f);
+    }
+};
+
+extern "C" int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp,
+                                            uint16_t *dweight, uint16_t *dbias,
+                                            const uint16_t *dout, const uint16_t *inp,
+                                            const uint16_t *weight, const uint16_t *pre_gelu,
+                                            int N, int C, int OC) {
+    DS_CU_ARG(ctx, dout && N > 0 && C > 0 && OC > 0);
+    DS_CU_ARG(ctx, !dinp || weight);
+    DS_CU_ARG(ctx, !dweight || inp);
+    DS_CU_ARG(ctx, !pre_gelu || C % 8 == 0);
+    if (dinp) { // dinp[N,C] (+)= dout[N,OC] @ W[OC,C]
+        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, dout, dinp, C, OC, C,
+                     pre_gelu ? 0.0f : 1.0f, pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
+                     NULL, pre_gelu, C};
+        if (lt_matmul(ctx, h, &c) != 0) return -1;
+    }
+    if (dweight) { // dW[OC,C] += dout^T @ inp
+        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, dout, dweight, C, OC, C, 1.0f,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0};
+        if (lt_matmul(ctx, h, &c) != 0) return -1;
+    }
+    if (!dbias) return 0;
+    // the column sums go to fp32 after colsum's partials, in the same scratch buffer
+    int R = ds_cu_colsum_rows(N), P = (N + R - 1) / R;
+    size_t part = ((size_t)P * OC * sizeof(float2) + 255) & ~(size_t)255;
+    char *buf = (char *)ds_cu_scratch(ctx, part + (size_t)OC * sizeof(float));
+    if (!buf) return -1;
+    float *sums = (float *)(buf + part);
+    DS_CU_CHECK(ctx, cudaMemsetAsync(sums, 0, (size_t)OC * sizeof(float), ctx->stream));
+    if (ds_cu_colsum2(ctx, sums, (float *)NULL, N, OC, col_of_half{dout, OC, h}) != 0) return -1;
+    add_sums_k<<<(OC + 255) / 256, 256, 0, ctx->stream>>>(h, dbias, sums, OC);
+    DS_CU_LAUNCHED(ctx, "matmul dbias (16-bit)");
+    return 0;
+}

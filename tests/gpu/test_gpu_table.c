@@ -1,0 +1,301 @@
+/* Every entry of the cuda device's kernel table (kernel_table.h) against the same entry
+ * of the CPU table, through the device (ds_device_open("cuda", 0): its allocator, its
+ * copies, its compute stream). Tolerances per dtype:
+ *   bit for bit  elementwise adds and scales, embeddings, dropout, conversions, 16-bit
+ *                arithmetic (one formula, one rounding: kernel_math.h)
+ *   fp32 sums    GEMMs 2e-4 + 1e-4|x|; attention, layernorm ~1e-5 + 1e-4|x|; sums into
+ *                a double 1e-12 relative
+ *   16-bit copy  one unit in the last place of the 16-bit type (the fp32 master it is
+ *                rounded from may differ in its last bit) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_harness.h"
+
+static gh G;
+static const ds_kernel_table *CPU = &ds_cpu_kernels, *DEV;
+
+static float *rnd(size_t n, float lo, float hi) { return gh_randf(&G, n, lo, hi); }
+static void *up(const void *h, size_t bytes) { return gh_dev_up(&G, h, bytes); }
+static void *zeros(size_t bytes) { return gh_dev_zeros(&G, bytes); }
+static float *downf(const void *d, size_t n) {
+    float *h = gh_alloc(n * 4);
+    gh_dev_down(&G, h, d, n * 4);
+    return h;
+}
+static void dfree(void *d, size_t bytes) { gh_dev_free(&G, d, bytes); }
+
+/* the device result of n floats at d against the host's, then d is freed */
+static void close_f(const char *what, void *d, const float *want, size_t n, float atol,
+                    float rtol) {
+    float *got = downf(d, n);
+    gh_close(&G, what, got, want, n, atol, rtol);
+    free(got);
+}
+static void same_f(const char *what, void *d, const void *want, size_t bytes) {
+    void *got = gh_alloc(bytes);
+    gh_dev_down(&G, got, d, bytes);
+    gh_same_bits(&G, what, got, want, bytes);
+    free(got);
+}
+static void close_double(const char *what, const double *d, double want, double rel) {
+    double got = 0;
+    gh_dev_down(&G, &got, d, sizeof got);
+    char line[160];
+    snprintf(line, sizeof line, "%s: gpu %.17g cpu %.17g", what, got, want);
+    gh_expect(&G, line, fabs(got - want) <= rel * (fabs(want) + 1.0));
+}
+
+static void test_dense(int N, int C, int OC) {
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(OC, -1, 1), *dy = rnd(ny, -1, 1);
+    float *dx = rnd(nx, -1, 1), *dw = rnd(nw, -1, 1), *db = rnd(OC, -1, 1), *y = gh_alloc(ny * 4);
+    void *X = up(x, nx * 4), *W = up(w, nw * 4), *Bi = up(b, OC * 4), *DY = up(dy, ny * 4);
+    void *DX = up(dx, nx * 4), *DW = up(dw, nw * 4), *DB = up(db, OC * 4), *Y = zeros(ny * 4);
+    CPU->matmul_forward(y, x, w, b, N, C, OC);
+    DEV->matmul_forward(Y, X, W, Bi, N, C, OC);
+    close_f("table matmul_forward", Y, y, ny, 2e-4f, 1e-4f);
+    CPU->matmul_backward(dx, dw, db, dy, x, w, N, C, OC);
+    DEV->matmul_backward(DX, DW, DB, DY, X, W, N, C, OC);
+    close_f("table matmul_backward dinp", DX, dx, nx, 2e-4f, 1e-4f);
+    close_f("table matmul_backward dweight", DW, dw, nw, 8e-4f, 1e-4f);
+    close_f("table matmul_backward dbias", DB, db, OC, 1e-4f, 1e-5f);
+
+    /* elementwise on [N, C] */
+    float *a = rnd(nx, -4, 4), *o = gh_alloc(nx * 4);
+    void *A = up(a, nx * 4), *O = zeros(nx * 4);
+    CPU->add_forward(o, a, x, nx);
+    DEV->add_forward(O, A, X, nx);
+    same_f("table add_forward", O, o, nx * 4);
+    CPU->accumulate(o, x, nx);
+    DEV->accumulate(O, X, nx);
+    CPU->scale(o, 0.37f, nx);
+    DEV->scale(O, 0.37f, nx);
+    same_f("table accumulate, scale", O, o, nx * 4);
+    CPU->gelu_forward(o, a, nx);
+    DEV->gelu_forward(O, A, nx);
+    close_f("table gelu_forward", O, o, nx, 1e-6f, 1e-5f);
+    gh_dev_down(&G, o, DX, nx * 4); /* the same start on both sides */
+    CPU->gelu_backward(o, a, x, nx);
+    DEV->gelu_backward(DX, A, X, nx);
+    close_f("table gelu_backward", DX, o, nx, 1e-5f, 1e-5f);
+
+    /* layernorm */
+    float *lw = rnd(C, 0.5f, 1.5f), *mean = gh_alloc(N * 4), *rstd = gh_alloc(N * 4);
+    void *LW = up(lw, C * 4), *MEAN = zeros(N * 4), *RSTD = zeros(N * 4);
+    CPU->layernorm_forward(o, mean, rstd, a, lw, b, N, C, 1e-5f);
+    DEV->layernorm_forward(O, MEAN, RSTD, A, LW, Bi, N, C, 1e-5f);
+    close_f("table layernorm_forward", O, o, nx, 1e-5f, 1e-5f);
+    close_f("table layernorm_forward rstd", RSTD, rstd, N, 1e-6f, 1e-5f);
+    gh_dev_down(&G, o, DX, nx * 4);
+    float *lwg = rnd(C, -1, 1), *lbg = rnd(C, -1, 1);
+    void *LWG = up(lwg, C * 4), *LBG = up(lbg, C * 4);
+    gh_dev_down(&G, mean, MEAN, N * 4); /* backward from the device's statistics */
+    gh_dev_down(&G, rstd, RSTD, N * 4);
+    CPU->layernorm_backward(o, lwg, lbg, x, a, lw, mean, rstd, N, C);
+    DEV->layernorm_backward(DX, LWG, LBG, X, A, LW, MEAN, RSTD, N, C);
+    close_f("table layernorm_backward dinp", DX, o, nx, 1e-5f, 1e-4f);
+    close_f("table layernorm_backward dweight", LWG, lwg, C, 1e-4f, 1e-5f);
+    close_f("table layernorm_backward dbias", LBG, lbg, C, 1e-4f, 1e-5f);
+
+    free(x), free(w), free(b), free(dy), free(dx), free(dw), free(db), free(y), free(a), free(o);
+    free(lw), free(mean), free(rstd), free(lwg), free(lbg);
+    dfree(X, nx * 4), dfree(W, nw * 4), dfree(Bi, OC * 4), dfree(DY, ny * 4), dfree(DX, nx * 4);
+    dfree(DW, nw * 4), dfree(DB, OC * 4), dfree(Y, ny * 4), dfree(A, nx * 4), dfree(O, nx * 4);
+    dfree(LW, C * 4), dfree(MEAN, N * 4), dfree(RSTD, N * 4), dfree(LWG, C * 4), dfree(LBG, C * 4);
+}
+
+static void test_embedding(int N, int C, int vocab) {
+    size_t nt = (size_t)vocab * C, no = (size_t)N * C;
+    float *t = rnd(nt, -1, 1), *dt = rnd(nt, -1, 1), *dy = rnd(no, -1, 1), *o = gh_alloc(no * 4);
+    int32_t *ids = gh_alloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)(gh_rand_u32(&G) % (uint32_t)(n % 3 ? vocab : 3));
+    void *Tb = up(t, nt * 4), *DT = up(dt, nt * 4), *DY = up(dy, no * 4), *O = zeros(no * 4);
+    void *IDS = up(ids, (size_t)N * 4);
+    CPU->embedding_forward(o, ids, t, N, C);
+    DEV->embedding_forward(O, IDS, Tb, N, C);
+    same_f("table embedding_forward", O, o, no * 4);
+    CPU->embedding_backward(dt, dy, ids, N, C);
+    DEV->embedding_backward(DT, DY, IDS, N, C);
+    same_f("table embedding_backward", DT, dt, nt * 4);
+    free(t), free(dt), free(dy), free(o), free(ids);
+    dfree(Tb, nt * 4), dfree(DT, nt * 4), dfree(DY, no * 4), dfree(O, no * 4), dfree(IDS, (size_t)N * 4);
+}
+
+static void test_attention(int B, int T, int C, int NH, float p) {
+    char what[96];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = rnd(nq, -1, 1), *dy = rnd(no, -1, 1), *dq = rnd(nq, -1, 1);
+    float *o = gh_alloc(no * 4), *att = gh_alloc(na * 4), *scr = gh_alloc(na * 4);
+    void *QKV = up(qkv, nq * 4), *DY = up(dy, no * 4), *DQ = up(dq, nq * 4);
+    void *O = zeros(no * 4), *ATT = zeros(na * 4), *SCR = zeros(na * 4);
+    ds_rng_key key = {0xABCDEF12345ull, 3, 1, 2, 777};
+    if (p > 0) {
+        CPU->attention_forward_dropout(o, att, qkv, B, T, C, NH, p, key);
+        DEV->attention_forward_dropout(O, ATT, QKV, B, T, C, NH, p, key);
+    } else {
+        CPU->attention_forward(o, att, qkv, B, T, C, NH);
+        DEV->attention_forward(O, ATT, QKV, B, T, C, NH);
+    }
+    snprintf(what, sizeof what, "table attention_forward%s T%d", p > 0 ? "_dropout" : "", T);
+    close_f(what, O, o, no, 1e-5f, 1e-4f);
+    dfree(ATT, na * 4); /* backward from the CPU's probabilities: only backward compared */
+    ATT = up(att, na * 4);
+    if (p > 0) {
+        CPU->attention_backward_dropout(dq, scr, dy, qkv, att, B, T, C, NH, p, key);
+        DEV->attention_backward_dropout(DQ, SCR, DY, QKV, ATT, B, T, C, NH, p, key);
+    } else {
+        CPU->attention_backward(dq, scr, dy, qkv, att, B, T, C, NH);
+        DEV->attention_backward(DQ, SCR, DY, QKV, ATT, B, T, C, NH);
+    }
+    snprintf(what, sizeof what, "table attention_backward%s T%d", p > 0 ? "_dropout" : "", T);
+    close_f(what, DQ, dq, nq, 1e-5f, 1e-4f);
+    free(qkv), free(dy), free(dq), free(o), free(att), free(scr);
+    dfree(QKV, nq * 4), dfree(DY, no * 4), dfree(DQ, nq * 4), dfree(O, no * 4);
+    dfree(ATT, na * 4), dfree(SCR, na * 4);
+}
+
+static void test_loss(int N, int V) {
+    size_t nv = (size_t)N * V;
+    float *lg = rnd(nv, -8, 8), *dl = rnd(nv, -1, 1), *ls = gh_alloc((size_t)N * 4);
+    int32_t *tg = gh_alloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) tg[n] = n % 5 == 2 ? -1 : (int32_t)(gh_rand_u32(&G) % (uint32_t)V);
+    void *LG = up(lg, nv * 4), *DL = up(dl, nv * 4), *LS = zeros((size_t)N * 4), *TG = up(tg, (size_t)N * 4);
+    double *SUM = zeros(sizeof(double)), sum = 0;
+    CPU->crossentropy_forward(ls, lg, tg, N, V, &sum);
+    DEV->crossentropy_forward(LS, LG, TG, N, V, SUM);
+    close_f("table crossentropy_forward losses", LS, ls, N, 1e-5f, 1e-5f);
+    close_double("table crossentropy_forward sum", SUM, sum, 1e-5);
+    CPU->crossentropy_backward(dl, lg, tg, 1.0f / N, N, V);
+    DEV->crossentropy_backward(DL, LG, TG, 1.0f / N, N, V);
+    close_f("table crossentropy_backward", DL, dl, nv, 1e-7f, 5e-5f);
+    CPU->crossentropy_forward_backward(ls, dl, lg, tg, 1.0f / N, N, V, &sum);
+    DEV->crossentropy_forward_backward(LS, LG, LG, TG, 1.0f / N, N, V, SUM); /* in place */
+    close_f("table crossentropy_forward_backward in place", LG, dl, nv, 1e-7f, 5e-5f);
+    close_double("table crossentropy_forward_backward sum", SUM, sum, 1e-5);
+    free(lg), free(dl), free(ls), free(tg);
+    dfree(LG, nv * 4), dfree(DL, nv * 4), dfree(LS, (size_t)N * 4), dfree(TG, (size_t)N * 4);
+    dfree(SUM, sizeof(double));
+}
+
+static void test_dropout(size_t n, float p) {
+    ds_rng_key key = {77, 5, 4, 3, 1001};
+    float *x = rnd(n, -1, 1), *o = rnd(n, -1, 1);
+    void *X = up(x, n * 4), *O = up(o, n * 4);
+    CPU->dropout_backward(o, x, n, p, key); /* accumulating into o */
+    DEV->dropout_backward(O, X, n, p, key);
+    same_f("table dropout_backward", O, o, n * 4);
+    CPU->dropout_forward(o, x, n, p, key);
+    DEV->dropout_forward(O, X, n, p, key);
+    same_f("table dropout_forward", O, o, n * 4);
+    free(x), free(o);
+    dfree(X, n * 4), dfree(O, n * 4);
+}
+
+static void test_optim(size_t n) {
+    float *p = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
+    void *P = up(p, n * 4), *Gd = up(g, n * 4), *M = up(m, n * 4), *Vd = up(v, n * 4);
+    for (int t = 1; t <= 2; t++) {
+        CPU->adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        DEV->adamw_update(P, Gd, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        CPU->adamw_update_scaled(p, g, 0.5f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        DEV->adamw_update_scaled(P, Gd, 0.5f, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    close_f("table adamw_update, adamw_update_scaled param", P, p, n, 1e-6f, 1e-6f);
+    close_f("table adamw_update, adamw_update_scaled v", Vd, v, n, 1e-9f, 1e-6f);
+    CPU->sgd_update(p, g, m, n, 0.01f, 0.9f, 1e-4f);
+    DEV->sgd_update(P, Gd, M, n, 0.01f, 0.9f, 1e-4f);
+    close_f("table sgd_update param", P, p, n, 1e-6f, 1e-6f);
+    close_f("table sgd_update momentum", M, m, n, 1e-6f, 1e-6f);
+    double *S = zeros(sizeof(double)), s = 0;
+    CPU->sumsq(g, n, &s);
+    DEV->sumsq(Gd, n, S);
+    close_double("table sumsq", S, s, 1e-12);
+    free(p), free(g), free(m), free(v);
+    dfree(P, n * 4), dfree(Gd, n * 4), dfree(M, n * 4), dfree(Vd, n * 4), dfree(S, sizeof(double));
+}
+
+/* the 16-bit values at d widened, within one unit in the last place of want's */
+static void close_half(const char *what, ds_half h, void *d, const uint16_t *want, size_t n) {
+    uint16_t *got = gh_alloc(n * 2);
+    gh_dev_down(&G, got, d, n * 2);
+    float *a = gh_alloc(n * 4), *b = gh_alloc(n * 4);
+    ds_half_to_f32(h, a, got, n);
+    ds_half_to_f32(h, b, want, n);
+    gh_close(&G, what, a, b, n, 1e-30f, h == DS_HALF_BF16 ? 1.0f / 128 : 1.0f / 1024);
+    free(got), free(a), free(b);
+}
+
+static void test_half(ds_half h, size_t n) {
+    char what[96];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+    float *x = rnd(n, -3, 3), *y = rnd(n, -3, 3);
+    uint16_t *a = gh_alloc(n * 2), *b = gh_alloc(n * 2);
+    void *X = up(x, n * 4), *A = zeros(n * 2), *Bd = zeros(n * 2);
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s", s, hn), what)
+    CPU->half_from_f32(h, a, x, n);
+    DEV->half_from_f32(h, A, X, n);
+    same_f(NAME("half_from_f32"), A, a, n * 2);
+    CPU->half_from_f32(h, b, y, n);
+    gh_dev_free(&G, Bd, n * 2);
+    Bd = up(b, n * 2);
+    float *w = gh_alloc(n * 4);
+    void *W = zeros(n * 4);
+    CPU->half_to_f32(h, w, a, n);
+    DEV->half_to_f32(h, W, A, n);
+    same_f(NAME("half_to_f32"), W, w, n * 4);
+    void *Y = up(y, n * 4);
+    CPU->half_acc_f32(h, a, y, n);
+    DEV->half_acc_f32(h, A, Y, n);
+    dfree(Y, n * 4);
+    same_f(NAME("half_acc_f32"), A, a, n * 2);
+    CPU->half_add(h, a, a, b, n);
+    DEV->half_add(h, A, A, Bd, n);
+    same_f(NAME("half_add (out = a)"), A, a, n * 2);
+    CPU->half_scale(h, a, 0.125f, n);
+    DEV->half_scale(h, A, 0.125f, n);
+    same_f(NAME("half_scale"), A, a, n * 2);
+    double *S = zeros(sizeof(double)), s = 0;
+    CPU->half_sumsq(h, a, n, &s);
+    DEV->half_sumsq(h, A, n, S);
+    close_double(NAME("half_sumsq"), S, s, 1e-12);
+
+    /* optimizer steps on a 16-bit working copy: w = a, gradient b */
+    float *master = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
+    void *MA = up(master, n * 4), *M = up(m, n * 4), *Vd = up(v, n * 4);
+    for (int t = 1; t <= 2; t++) {
+        CPU->adamw_update_half(h, a, b, 0.25f, master, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        DEV->adamw_update_half(h, A, Bd, 0.25f, MA, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    close_f(NAME("adamw_update_half master"), MA, master, n, 1e-6f, 1e-6f);
+    close_half(NAME("adamw_update_half working copy"), h, A, a, n);
+    CPU->sgd_update_half(h, a, b, 0.5f, master, m, n, 0.01f, 0.9f, 1e-4f);
+    DEV->sgd_update_half(h, A, Bd, 0.5f, MA, M, n, 0.01f, 0.9f, 1e-4f);
+    close_f(NAME("sgd_update_half master"), MA, master, n, 1e-6f, 1e-6f);
+    close_half(NAME("sgd_update_half working copy"), h, A, a, n);
+#undef NAME
+    free(x), free(y), free(a), free(b), free(w), free(master), free(m), free(v);
+    dfree(X, n * 4), dfree(A, n * 2), dfree(Bd, n * 2), dfree(W, n * 4), dfree(S, sizeof(double));
+    dfree(MA, n * 4), dfree(M, n * 4), dfree(Vd, n * 4);
+}
+
+int main(void) {
+    gh_init_device(&G, "test_gpu_table");
+    DEV = G.dev->k;
+    test_dense(64, 48, 40);
+    test_dense(1000, 768, 3072);
+    test_embedding(1024, 768, 1000);
+    test_attention(2, 64, 128, 4, 0.0f);
+    test_attention(2, 64, 128, 4, 0.1f);
+    test_attention(1, 300, 96, 2, 0.2f);
+    test_loss(64, 50257);
+    test_loss(7, 5);
+    test_dropout(1000003, 0.1f);
+    test_optim(1000003);
+    test_half(DS_HALF_BF16, 1000003);
+    test_half(DS_HALF_F16, 1000003);
+    test_half(DS_HALF_BF16, 7);
+    return gh_finish(&G);
+}
