@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     }
     if (cli.plan_all && !cli.plan_memory) {
         fprintf(stderr, "dslaunch: --all goes with --plan-memory\n%s\n", DS_CLI_USAGE);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     if (cli.help) {
         fputs(DS_CLI_HELP, stdout);
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
         if (fflush(stdout) != 0) rc = 1;
     } else if (!cli.no_plan_check && ds_plan_memory_check(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
-        rc = EXIT_USAGE;
+        rc = DS_EXIT_USER_ERROR;
     } else {
         rc = ds_controller_run(&spec, &plan);
     }
