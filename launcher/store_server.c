@@ -569,6 +569,7 @@ static void reap(ds_store_server *s) {
 
 static void *server_main(void *arg) {
     ds_store_server *s = arg;
+    pthread_setname_np(pthread_self(), "ds-store"); /* its CPU time apart in /proc (bench/scale) */
     struct pollfd *pfd = NULL;
     int pcap = 0;
     while (!atomic_load(&s->stop)) {
