@@ -176,6 +176,18 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
         rc = send_all(c, deadline, "auth", err) == 0 ? 0 : -1;
         uint8_t hdr[5];
         if (rc == 0 && recv_exact(c, hdr, 5, deadline, "auth", err) != 0) rc = -1;
+        if (rc == 0 && hdr[4] == DS_STORE_ERROR) {
+            /* The server says why it will not serve us (wrong token, too many connections). */
+            char why[256] = "";
+            uint32_t n = ds_load_u32(hdr) - 1;
+            if (n >= sizeof why) n = sizeof why - 1;
+            ds_err ignored;
+            if (recv_exact(c, (uint8_t *)why, n, deadline, "auth", &ignored) != 0) why[0] = 0;
+            why[n] = 0;
+            ds_err_set(err, "store %s refused this client: %s", c->where, why[0] ? why : "(no reason given)");
+            ds_store_close(c);
+            return NULL;
+        }
         if (rc == 0 && (ds_load_u32(hdr) != 1 || hdr[4] != DS_STORE_OK))
             rc = ds_err_set(err, "auth at %s: unexpected answer", c->where);
     } else {
