@@ -9,9 +9,13 @@
 #include <unistd.h>
 
 #include "agent_proto.h"
+#include "log_files.h"
+
+/* Rank files open at once, however many ranks (log_files.h). */
+#define OPEN_LOG_FILES 64
 
 typedef struct rank_stream {
-    int fd;          /* rank-R.out / .err */
+    int file;        /* rank-R.out / .err in l->files; -1 once it failed */
     ds_buf line;   /* the line being assembled for the terminal */
 } rank_stream;
 
@@ -25,6 +29,7 @@ typedef struct rank_log {
 
 struct ds_logs {
     rank_log *ranks;
+    ds_log_files *files;
     int n;
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
     void (*on_terminal)(void *ctx, int before);
@@ -66,13 +71,12 @@ int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *e
     return 0;
 }
 
-static int open_rank(rank_log *rl, const char *dir, int rank, ds_err *err) {
+static int open_rank(ds_logs *l, rank_log *rl, const char *dir, int rank, ds_err *err) {
     static const char *ext[2] = {"out", "err"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%d.%s", dir, rank, ext[k]);
-        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (rl->s[k].fd < 0) return ds_err_errno(err, errno, "%s", path);
+        if ((rl->s[k].file = ds_log_files_add(l->files, path, err)) < 0) return -1;
     }
     return 0;
 }
@@ -80,19 +84,20 @@ static int open_rank(rank_log *rl, const char *dir, int rank, ds_err *err) {
 ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, ds_err *err) {
     ds_logs *l = calloc(1, sizeof *l);
     unsigned char *show = calloc((size_t)plan->world_size + 1, 1);
-    if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks))) {
+    if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks)) ||
+        !(l->files = ds_log_files_new(OPEN_LOG_FILES))) {
         ds_err_set(err, "out of memory");
         goto fail;
     }
     l->n = plan->world_size;
-    for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
+    for (int r = 0; r < l->n; r++) l->ranks[r].s[0].file = l->ranks[r].s[1].file = -1;
     if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || mkdir_p(dir, err) != 0) goto fail;
     for (int r = 0; r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
         const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];
         snprintf(rl->tag, sizeof rl->tag, "[%s:%d] ", node->host, r);
         rl->show = show[r];
-        if (open_rank(rl, dir, r, err) != 0) goto fail;
+        if (open_rank(l, rl, dir, r, err) != 0) goto fail;
     }
     free(show);
     return l;
@@ -145,10 +150,8 @@ void ds_logs_write(ds_logs *l, int rank, int stream, const void *p, size_t n) {
     if (!l || rank < 0 || rank >= l->n || (stream != 1 && stream != 2)) return;
     rank_log *rl = &l->ranks[rank];
     rank_stream *s = &rl->s[stream - 1];
-    if (s->fd >= 0 && ds_write_all(s->fd, p, n) != 0) {
-        close(s->fd); /* a full disk stops the file, not the job */
-        s->fd = -1;
-    }
+    if (s->file >= 0 && ds_log_files_write(l->files, s->file, p, n) != 0)
+        s->file = -1; /* a full disk stops the file, not the job */
     const unsigned char *b = p;
     while (n > 0) {
         const unsigned char *nl = memchr(b, '\n', n);
@@ -193,13 +196,11 @@ void ds_logs_close(ds_logs *l) {
     if (!l) return;
     for (int r = 0; l->ranks && r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
-        for (int k = 0; k < 2; k++) {
-            if (rl->s[k].fd >= 0) close(rl->s[k].fd);
-            ds_buf_free(&rl->s[k].line);
-        }
+        for (int k = 0; k < 2; k++) ds_buf_free(&rl->s[k].line);
         for (int i = 0; i < DS_LOG_TAIL_LINES; i++) free(rl->tail[i]);
     }
     free(l->ranks);
+    ds_log_files_free(l->files);
     ds_buf_free(&l->term[0]);
     ds_buf_free(&l->term[1]);
     free(l);

@@ -1,6 +1,6 @@
 /* A light rank for simulated clusters (docs/scale.md): what a real rank does with the
  * launcher's store, and nothing else. It joins the store as a worker does (DS_RDZV and
- * DS_STORE_TOKEN from its agent), passes SIM_BARRIERS barriers of the whole world (1 by
+ * DS_STORE_TOKEN from its agent, through the agent when DS_STORE_SOCKET is set), passes SIM_BARRIERS barriers of the whole world (1 by
  * default), prints "past SECONDS" (CLOCK_BOOTTIME, /proc/uptime's clock) once past the
  * first, and exits 0. With SIM_HOLD=1 it waits after the first barrier for a key nobody
  * sets, so a test can kill a node while every rank is in the job. No Lua, no engine, no
@@ -34,12 +34,10 @@ int main(void) {
         return 2;
     }
     ds_err err = {{0}};
-    char host[256], prefix[32], name[64];
-    int port;
+    char prefix[32], name[64];
     snprintf(prefix, sizeof prefix, "a%d/", env_int("DS_ATTEMPT", 0));
     ds_store_client *c = NULL;
-    if (ds_store_split_addr(rdzv, host, sizeof host, &port, &err) != 0 ||
-        !(c = ds_store_connect(host, port, token, timeout_ms, &err)) ||
+    if (!(c = ds_store_connect_rank(rdzv, token, timeout_ms, &err)) ||
         ds_store_set_prefix(c, prefix, &err) != 0) {
         fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
         return 1;
