@@ -15,6 +15,7 @@
 #include "controller.h"
 #include "job.h"
 #include "srun.h"
+#include "start_queue.h"
 #include "ssh_target.h"
 #include "ds_clock.h"
 #include "ds_signals.h"
@@ -154,6 +155,19 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
     return rc;
 }
 
+/* Nodes waiting for a handshake slot start as slots free up (start_queue.h). */
+static void start_queued(ds_job *job, ds_ssh_config **ssh_config) {
+    ds_node *n;
+    while ((n = ds_start_next(job))) {
+        ds_err err = {{0}};
+        if (start_node(job, n, ssh_config, &err) == 0) continue;
+        snprintf(n->error, sizeof n->error, "%s", err.msg);
+        n->failed = 1;
+        n->state = DS_NODE_DONE;
+        ds_job_stop(job, "node %d (%s): %s", n->plan->node_rank, n->plan->host, err.msg);
+    }
+}
+
 /* ---- the loop ---- */
 
 static int setup_signals(ds_err *err) {
@@ -238,7 +252,7 @@ static int poll_timeout(ds_job *job) {
     return wake > now ? (int)(wake - now) : 0;
 }
 
-static void run_loop(ds_job *job, int sigfd) {
+static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
     int nn = job->plan->nnodes;
     struct pollfd *pf = calloc((size_t)(2 + 3 * nn), sizeof *pf);
     if (!pf) {
@@ -249,6 +263,7 @@ static void run_loop(ds_job *job, int sigfd) {
     ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
     long long next_tick = 0;
     for (;;) {
+        start_queued(job, ssh_config);
         int live = 0;
         for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
         if (!live) break;
@@ -346,7 +361,7 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
             continue;
         }
         err.msg[0] = 0;
-        if (queue_plan(&job, n, &err) != 0 || start_node(&job, n, &ssh_config, &err) != 0) {
+        if (queue_plan(&job, n, &err) != 0 || (ds_start_admit(&job, n) && start_node(&job, n, &ssh_config, &err) != 0)) {
             snprintf(n->error, sizeof n->error, "%s", err.msg);
             n->failed = 1;
             n->state = DS_NODE_DONE;
@@ -354,8 +369,8 @@ int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
         }
     }
     ds_srun_launch(&job);
+    run_loop(&job, sigfd, &ssh_config);
     ds_ssh_config_free(ssh_config);
-    run_loop(&job, sigfd);
     ds_job_monitor_end(&job);
     int status = ds_job_summary(&job);
     job_free(&job);

@@ -31,7 +31,7 @@ static void fail(ds_node *n, const char *fmt, const char *detail) {
 }
 
 int ds_node_pollfds(ds_node *n, struct pollfd *pf) {
-    if (n->state == DS_NODE_DONE) return 0;
+    if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
     if (n->via_ssh) {
         pf[0] = (struct pollfd){.fd = ds_ssh_fd(n->ssh), .events = ds_ssh_events(n->ssh)};
         return 1;
@@ -175,7 +175,7 @@ static void check_done(ds_node *n) {
 }
 
 void ds_node_io(ds_node *n, const ds_node_handler *h) {
-    if (n->state == DS_NODE_DONE) return;
+    if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return;
     if (n->state == DS_NODE_CONNECTING) {
         ds_err err = {{0}};
         int rc = ds_ssh_open_step(n->ssh, &err);
@@ -207,7 +207,7 @@ void ds_node_reap(ds_node *n) {
 }
 
 void ds_node_stop(ds_node *n) {
-    if (n->state == DS_NODE_CONNECTING) {
+    if (n->state == DS_NODE_CONNECTING || n->state == DS_NODE_QUEUED) {
         ds_node_abandon(n, NULL);
         return;
     }

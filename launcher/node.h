@@ -14,6 +14,7 @@
 #include "ssh.h"
 
 typedef enum {
+    DS_NODE_QUEUED,     /* not started yet: waits for a free handshake slot (start_queue.h) */
     DS_NODE_CONNECTING, /* SSH session opening */
     DS_NODE_STARTED,    /* agent process running, HELLO not yet seen */
     DS_NODE_RUNNING,    /* HELLO seen: store connected, workers starting */
