@@ -244,8 +244,8 @@ static int poll_timeout(ds_job *job) {
         long long d = ds_node_deadline_ms(n);
         if (d >= 0 && d < wake) wake = d;
         /* libssh2 can keep bytes it read in its own buffers, where poll cannot see them:
-         * look again soon rather than trust the socket alone. */
-        if (n->via_ssh && n->state != DS_NODE_DONE && now + 100 < wake) wake = now + 100;
+         * such a node is pending (ds_node_due) and the next pass comes at once. */
+        if (n->pending && n->state != DS_NODE_DONE) wake = now;
     }
     if (job->stopping && !job->drop_at_ms && job->kill_at_ms < wake) wake = job->kill_at_ms;
     if (job->drop_at_ms && job->drop_at_ms < wake) wake = job->drop_at_ms;
@@ -284,13 +284,18 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
         int k = 0;
         pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
         pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
-        for (int i = 0; i < nn; i++) k += ds_node_pollfds(&job->nodes[i], pf + k);
-        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
-        handle_signals(job, sigfd);
-        /* libssh2 may hold data it already read from a socket: give every node a turn. */
         for (int i = 0; i < nn; i++) {
             ds_node *n = &job->nodes[i];
-            if (n->state == DS_NODE_DONE) continue;
+            n->pf_at = k;
+            k += n->pf_n = ds_node_pollfds(n, pf + k);
+        }
+        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
+        handle_signals(job, sigfd);
+        /* Only nodes with something to do (ready, or data libssh2 holds: ds_node_due). */
+        long long polled = ds_now_ms();
+        for (int i = 0; i < nn; i++) {
+            ds_node *n = &job->nodes[i];
+            if (!ds_node_due(n, pf, polled)) continue;
             int was_connecting = n->state == DS_NODE_CONNECTING;
             ds_node_io(n, &h);
             if (was_connecting && n->state == DS_NODE_STARTED)
