@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "controller.h"
+#include "fd_budget.h"
 #include "job.h"
 #include "srun.h"
 #include "start_queue.h"
@@ -317,14 +318,6 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
     free(pf);
 }
 
-static void raise_fd_limit(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 static void job_free(ds_job *job) {
     ds_srun_free(job);
     if (job->nodes)
@@ -343,7 +336,10 @@ static void job_free(ds_job *job) {
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_job job = {.spec = spec, .plan = plan, .first_failed_rank = -1, .t0_ms = ds_now_ms()};
     ds_err err = {{0}};
-    raise_fd_limit();
+    if (ds_fd_budget_check(plan->nnodes, &err) != 0) { /* raises the limit; says when it is not enough */
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        return 1;
+    }
     ds_ssh_config *ssh_config = NULL;
     int sigfd = setup_signals(&err);
     job.nodes = calloc((size_t)plan->nnodes, sizeof *job.nodes);
