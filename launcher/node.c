@@ -200,6 +200,9 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
         if (rounds == 15) n->pending = 1; /* more may be there: next pass */
     }
     flush_out(n);
+    /* libssh2 said "again" to an EOF or a kill: poll may never say when (it is not
+     * waiting on the socket for it), so the next pass tries at once. */
+    if (n->via_ssh && ((n->close_stdin && !n->stdin_closed) || (n->kill_cmd && !n->kill_sent))) n->pending = 1;
     check_done(n);
 }
 
