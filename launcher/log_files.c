@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 typedef struct log_file {
     char *path;
     int fd;          /* -1 while closed */
+    int created;     /* truncated by this run: later opens append */
     int prev, next;  /* in the open list */
 } log_file;
 
@@ -38,9 +40,11 @@ int ds_log_files_add(ds_log_files *f, const char *path, ds_err *err) {
         f->files = fs;
         f->cap = cap;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ds_err_errno(err, errno, "%s", path);
-    close(fd);
+    /* The directory must take it (a file may already be there from an earlier run). */
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (access(dir, W_OK) != 0) return ds_err_errno(err, errno, "%s", path);
     char *p = strdup(path);
     if (!p) return ds_err_set(err, "out of memory");
     f->files[f->n] = (log_file){.path = p, .fd = -1, .prev = -1, .next = -1};
@@ -79,8 +83,9 @@ int ds_log_files_write(ds_log_files *f, int idx, const void *p, size_t n) {
         unlink_open(f, idx);
     } else {
         if (f->nopen >= f->max_open) close_file(f, f->tail);
-        lf->fd = open(lf->path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        lf->fd = open(lf->path, O_WRONLY | O_APPEND | O_CLOEXEC | (lf->created ? 0 : O_CREAT | O_TRUNC), 0644);
         if (lf->fd < 0) return -1;
+        lf->created = 1;
         f->nopen++;
     }
     push_front(f, idx);
@@ -97,6 +102,8 @@ void ds_log_files_free(ds_log_files *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) {
         if (f->files[i].fd >= 0) close(f->files[i].fd);
+        int fd = f->files[i].created ? -1 : open(f->files[i].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd); /* never written: exists, empty */
         free(f->files[i].path);
     }
     free(f->files);
