@@ -6,6 +6,8 @@
 #   wall_s                 dslaunch started -> exited (the ranks end after their barriers)
 #   first_barrier_s        dslaunch started -> rank 0 past the first barrier of the world
 #   controller_cpu_s       the controller's CPU time, all threads; _main_s / _store_s apart
+#   controller_cpu_to_barrier_s  the same when rank 0's log appeared (its first output,
+#                          past the first barrier), sampled every 50 ms
 #   store_connections_peak TCP connections to the store at once, at most
 #   fds_peak               the controller's open descriptors, at most
 #   controller_rss_mb      the controller's peak resident memory
@@ -42,7 +44,7 @@ INI
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(cut -d' ' -f1 /proc/uptime)
 DS_TEST_WORKER_EXE=$sim python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
-    "$dslaunch" "$work/job.ini"
+    "$work/logs/$name/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
 t1=$(cut -d' ' -f1 /proc/uptime)
 rc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit"])' "$work/sample.json")
 if [[ $rc != 0 ]]; then
@@ -57,7 +59,7 @@ s = json.load(open(sys.argv[1]))
 nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:])
 print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks,
                   "wall_s": round(t1 - t0, 2), "first_barrier_s": round(past - t0, 2),
-                  "controller_cpu_s": s["cpu_total_s"],
+                  "controller_cpu_s": s["cpu_total_s"], "controller_cpu_to_barrier_s": s["cpu_to_watch_s"],
                   "controller_cpu_main_s": s["cpu_main_s"], "controller_cpu_store_s": s["cpu_store_s"],
                   "store_connections_peak": s["store_connections_peak"], "fds_peak": s["fds_peak"],
                   "controller_rss_mb": s["rss_mb"], "load": load}))

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Runs dslaunch and samples it from /proc until it exits (bench/scale/run.sh).
 
-sample.py OUT_JSON STDOUT STDERR COMMAND...: every 50 ms reads the controller's CPU time
-per thread (the store's thread is named ds-store), its open descriptors, its peak RSS
-and the TCP connections established to its store's port; writes the peaks, the exact
-CPU time of the whole process (read from the zombie) and its exit status as JSON."""
+sample.py OUT_JSON STDOUT STDERR WATCH COMMAND...: every 50 ms reads the controller's CPU
+time per thread (the store's thread is named ds-store), its open descriptors, its peak
+RSS and the TCP connections established to its store's port; writes the peaks, the CPU
+time when the file WATCH first appeared (rank 0's log: its first output comes after the
+first barrier), the exact CPU time of the whole process (read from the zombie) and its
+exit status as JSON."""
 import json, os, subprocess, sys, time
 
 out = sys.argv[1]
-proc = subprocess.Popen(sys.argv[4:], stdout=open(sys.argv[2], "w"), stderr=open(sys.argv[3], "w"))
+watch = sys.argv[4]
+at_watch = None
+proc = subprocess.Popen(sys.argv[5:], stdout=open(sys.argv[2], "w"), stderr=open(sys.argv[3], "w"))
 pid = proc.pid
 tick = os.sysconf("SC_CLK_TCK")
 peak = {"fds": 0, "conns": 0}
@@ -71,6 +75,8 @@ while status is None:
             c[key] += secs
         for k in c:
             cpu[k] = max(cpu[k], c[k])
+        if at_watch is None and os.path.exists(watch):
+            at_watch = c["main"] + c["store"] + c["other"]
         peak["fds"] = max(peak["fds"], len(os.listdir(f"/proc/{pid}/fd")))
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
@@ -92,6 +98,7 @@ while status is None:
         status = os.waitpid(pid, 0)[1]
 
 json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_total_s": round(total, 3),
+           "cpu_to_watch_s": round(at_watch, 3) if at_watch is not None else None,
            "cpu_main_s": round(total - cpu["store"] - cpu["other"], 3), "cpu_store_s": round(cpu["store"], 3),
            "fds_peak": peak["fds"], "store_connections_peak": peak["conns"],
            "rss_mb": round(rss_kb / 1024, 1)}, open(out, "w"))
