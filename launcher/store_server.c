@@ -118,8 +118,11 @@ void ds_store_client_drop(ds_store_server *s, client *c, const char *reason) {
     pthread_mutex_unlock(&s->lock);
 }
 
-static void client_free(client *c) {
-    if (c->fd >= 0) close(c->fd); /* leaves the epoll set with it */
+static void client_free(ds_store_server *s, client *c) {
+    /* Out of the epoll set first: a forked child (the controller starts local agents)
+     * may still hold the socket, and then close alone would leave it registered. */
+    if (c->fd >= 0) epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->fd >= 0) close(c->fd);
     ds_buf_free(&c->in);
     ds_buf_free(&c->out);
     free(c);
@@ -324,7 +327,7 @@ static void check_deadlines(ds_store_server *s, int64_t now) {
 static void reap(ds_store_server *s) {
     int j = 0;
     for (int i = 0; i < s->nclients; i++) {
-        if (s->clients[i]->dead) client_free(s->clients[i]);
+        if (s->clients[i]->dead) client_free(s, s->clients[i]);
         else s->clients[j++] = s->clients[i];
     }
     s->nclients = j;
@@ -461,7 +464,7 @@ void ds_store_server_stop(ds_store_server *s) {
     pthread_join(s->thread, NULL);
     for (int i = 0; i < s->nclients; i++) {
         ds_store_drop_waiters(s, s->clients[i]);
-        client_free(s->clients[i]);
+        client_free(s, s->clients[i]);
     }
     free(s->clients);
     close(s->listen_fd);
