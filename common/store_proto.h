@@ -10,7 +10,17 @@
  *   CHECK    = u32 nkeys | (u32 klen | key)*                  -> OK u8 all-exist
  *   DELETE   = key (rest)                                     -> OK u8 deleted
  *   HEARTBEAT= u32 node_rank                                  -> OK
+ *   TAGGED   = u32 tag | u8 op | that op's body    -> TAGGED u32 tag | u8 status | body
+ *   CANCEL   = (only inside TAGGED) drops the tag's waiting GET or WAIT; no answer
  *   response status: OK (body as above), TIMEOUT (empty), ERROR (message text).
+ *
+ * TAGGED is how an agent multiplexes its node's ranks on its one connection
+ * (runtime/agent/store_mux.c): requests with different tags are independent, so one
+ * rank's blocked GET never holds another's request back, and answers come as they are
+ * ready, each with its tag. A tagged request the server finds malformed is answered
+ * ERROR (the connection stays: it carries other ranks). A connection the server will not
+ * serve (wrong token, too many connections) gets an ERROR answer to its AUTH, then is
+ * closed.
  *
  * Keys are 1..DS_STORE_MAX_KEY bytes without NUL; values 0..DS_STORE_MAX_VALUE bytes.
  * ADD keeps its counter as decimal text, so GET of a counter returns e.g. "12". */
@@ -41,12 +51,15 @@ enum ds_store_op {
     DS_STORE_OP_CHECK,
     DS_STORE_OP_DELETE,
     DS_STORE_OP_HEARTBEAT,
+    DS_STORE_OP_TAGGED,
+    DS_STORE_OP_CANCEL,
 };
 
 enum ds_store_status {
     DS_STORE_OK = 0,
     DS_STORE_TIMEOUT = 1,
     DS_STORE_ERROR = 2,
+    DS_STORE_TAGGED = 3, /* u32 tag | u8 status | body: the answer to a TAGGED request */
 };
 
 /* Starts a frame (placeholder length + op) / patches its length once the body is in.

@@ -17,10 +17,12 @@
 #include "controller.h"
 #include "exit_codes.h"
 #include "notify.h"
+#include "fd_budget.h"
 #include "job.h"
 #include "restart.h"
 #include "run_dir.h"
 #include "srun.h"
+#include "start_queue.h"
 #include "ssh_target.h"
 #include "ds_clock.h"
 #include "ds_signals.h"
@@ -157,6 +159,18 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
     return rc;
 }
 
+/* Nodes waiting for a handshake slot start as slots free up (start_queue.h). */
+static void start_queued(ds_job *job, ds_ssh_config **ssh_config) {
+    ds_node *n;
+    while ((n = ds_start_next(job))) {
+        ds_err err = {{0}};
+        if (start_node(job, n, ssh_config, &err) == 0) continue;
+        ds_job_node_failed(job, n, err.msg);
+        n->state = DS_NODE_DONE;
+        ds_job_stop(job, "node %d (%s): %s", n->plan->node_rank, n->plan->host, err.msg);
+    }
+}
+
 /* ---- the loop ---- */
 
 static int setup_signals(ds_err *err) {
@@ -236,15 +250,15 @@ static int poll_timeout(ds_job *job) {
         long long d = ds_node_deadline_ms(n);
         if (d >= 0 && d < wake) wake = d;
         /* libssh2 can keep bytes it read in its own buffers, where poll cannot see them:
-         * look again soon rather than trust the socket alone. */
-        if (n->via_ssh && n->state != DS_NODE_DONE && now + 100 < wake) wake = now + 100;
+         * such a node is pending (ds_node_due) and the next pass comes at once. */
+        if (n->pending && n->state != DS_NODE_DONE) wake = now;
     }
     if (job->stopping && !job->drop_at_ms && job->kill_at_ms < wake) wake = job->kill_at_ms;
     if (job->drop_at_ms && job->drop_at_ms < wake) wake = job->drop_at_ms;
     return wake > now ? (int)(wake - now) : 0;
 }
 
-static void run_loop(ds_job *job, int sigfd) {
+static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
     int nn = job->plan->nnodes;
     struct pollfd *pf = calloc((size_t)(2 + 3 * nn), sizeof *pf);
     if (!pf) {
@@ -255,6 +269,7 @@ static void run_loop(ds_job *job, int sigfd) {
     ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
     long long next_tick = 0;
     for (;;) {
+        start_queued(job, ssh_config);
         int live = 0;
         for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
         if (!live) break;
@@ -275,13 +290,18 @@ static void run_loop(ds_job *job, int sigfd) {
         int k = 0;
         pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
         pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
-        for (int i = 0; i < nn; i++) k += ds_node_pollfds(&job->nodes[i], pf + k);
-        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
-        handle_signals(job, sigfd);
-        /* libssh2 may hold data it already read from a socket: give every node a turn. */
         for (int i = 0; i < nn; i++) {
             ds_node *n = &job->nodes[i];
-            if (n->state == DS_NODE_DONE) continue;
+            n->pf_at = k;
+            k += n->pf_n = ds_node_pollfds(n, pf + k);
+        }
+        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
+        handle_signals(job, sigfd);
+        /* Only nodes with something to do (ready, or data libssh2 holds: ds_node_due). */
+        long long polled = ds_now_ms();
+        for (int i = 0; i < nn; i++) {
+            ds_node *n = &job->nodes[i];
+            if (!ds_node_due(n, pf, polled)) continue;
             int was_connecting = n->state == DS_NODE_CONNECTING;
             ds_node_io(n, &h);
             if (was_connecting && n->state == DS_NODE_STARTED)
@@ -304,14 +324,6 @@ static void run_loop(ds_job *job, int sigfd) {
             for (int i = 0; i < nn; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */
     }
     free(pf);
-}
-
-static void raise_fd_limit(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
 }
 
 static void job_free(ds_job *job) {
@@ -352,10 +364,10 @@ static int fetch_files(ds_job *job, ds_restart *rs) {
     return 0;
 }
 
-/* Starts every node of the attempt at once; a node that cannot start stops the job. */
-static void start_nodes(ds_job *job) {
+/* Starts the attempt's nodes: SSH sessions at most [launch] max_handshakes at once, the
+ * others queued for run_loop (start_queue.h); a node that cannot start stops the job. */
+static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
     ds_err err = {{0}};
-    ds_ssh_config *ssh_config = NULL;
     for (int i = 0; i < job->plan->nnodes; i++) {
         ds_node *n = &job->nodes[i];
         if (job->stopping) {
@@ -363,13 +375,13 @@ static void start_nodes(ds_job *job) {
             continue;
         }
         err.msg[0] = 0;
-        if (queue_plan(job, n, &err) != 0 || start_node(job, n, &ssh_config, &err) != 0) {
+        if (queue_plan(job, n, &err) != 0 ||
+            (ds_start_admit(job, n) && start_node(job, n, ssh_config, &err) != 0)) {
             ds_job_node_failed(job, n, err.msg);
             n->state = DS_NODE_DONE;
             ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
     }
-    ds_ssh_config_free(ssh_config);
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
 }
 
@@ -419,8 +431,10 @@ static int run_attempt(ds_job *job, int sigfd, ds_restart *rs, long long *wait_m
     }
     ds_event_end(job->ev, "job %s attempt %d: %d ranks on %d nodes, logs in %s", job->id, job->attempt,
                  job->plan->world_size, job->plan->nnodes, job->attempt_dir);
-    start_nodes(job);
-    run_loop(job, sigfd);
+    ds_ssh_config *ssh_config = NULL; /* read when the first node needs SSH */
+    start_nodes(job, &ssh_config);
+    run_loop(job, sigfd, &ssh_config);
+    ds_ssh_config_free(ssh_config);
     ds_job_note_resumed(job);
     ds_job_monitor_end(job);
     job->logs_lost += ds_job_report_lost_logs(job);
@@ -529,7 +543,10 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_job job = {.spec = spec, .plan = plan, .run_t0_ms = ds_now_ms()};
     ds_err err = {{0}};
-    raise_fd_limit();
+    if (ds_fd_budget_check(plan->nnodes, &err) != 0) { /* raises the limit; says when it is not enough */
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        return DS_EXIT_FAILED;
+    }
     int sigfd = setup_signals(&err);
     if (sigfd < 0 || make_job_id(&job, &err) != 0 || make_run_dir(&job, &err) != 0 ||
         start_store(&job, &err) != 0 || ds_ssh_global_init(&err) != 0) {

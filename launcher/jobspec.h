@@ -61,6 +61,7 @@ typedef struct ds_jobspec {
 
     /* [launch] */
     ds_launch_method launch_method; /* key `method`: auto | ssh | srun | local; default auto */
+    int max_handshakes;  /* [launch] max_handshakes: SSH openings in flight at once; default 64 */
 
     /* [ssh]: a key given here wins over the ssh configuration's value for the node (as an
      * ssh command-line option would); unset (NULL, 0, -1): the configuration's, else the

@@ -11,10 +11,11 @@ const char *ds_launch_name(ds_launch_method m) {
     return m >= DS_LAUNCH_AUTO && m <= DS_LAUNCH_LOCAL ? NAMES[m] : "?";
 }
 
-/* 1 when host is this machine: by name, or as this node's name in the allocation. */
+/* 1 when host is this machine: by name, as this node's name in the allocation, or as
+ * any loopback address (127.0.0.0/8: a simulated cluster names its nodes 127.0.x.y). */
 static int is_this_machine(const char *host) {
     const char *slurm_name = getenv("SLURMD_NODENAME");
-    return ds_host_is_local(host) || (slurm_name && !strcmp(host, slurm_name));
+    return ds_host_is_local(host) || !strncmp(host, "127.", 4) || (slurm_name && !strcmp(host, slurm_name));
 }
 
 int ds_launch_resolve(ds_jobspec *spec, ds_plan *plan, ds_err *err) {

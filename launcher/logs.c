@@ -9,10 +9,14 @@
 #include <unistd.h>
 
 #include "agent_proto.h"
+#include "log_files.h"
 #include "run_dir.h"
 
+/* Rank files open at once, however many ranks (log_files.h). */
+#define OPEN_LOG_FILES 64
+
 typedef struct rank_stream {
-    int fd;          /* rank-R.out / .err; -1 after a write failed */
+    int file;        /* rank-R.out / .err in l->files; -1 once a write failed */
     ds_buf line;   /* the line being assembled for the terminal */
     long long lost;  /* bytes that did not reach the file */
     int why;         /* errno of the first failed write */
@@ -28,6 +32,7 @@ typedef struct rank_log {
 
 struct ds_logs {
     rank_log *ranks;
+    ds_log_files *files;
     int n;
     int warned;     /* warnings printed about lost logs */
     ds_buf term[2]; /* whole tagged lines for stdout / stderr, written once per call */
@@ -57,14 +62,12 @@ int ds_logs_parse_tee(const char *tee, int world, unsigned char *show, ds_err *e
     return 0;
 }
 
-static int open_rank(rank_log *rl, const char *dir, int rank, int mode, ds_err *err) {
+static int open_rank(ds_logs *l, rank_log *rl, const char *dir, int rank, ds_err *err) {
     static const char *ext[2] = {"out", "err"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%d.%s", dir, rank, ext[k]);
-        rl->s[k].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)(mode & 0666));
-        if (rl->s[k].fd < 0) return ds_err_errno(err, errno, "%s", path);
-        fchmod(rl->s[k].fd, (mode_t)(mode & 0666));
+        if ((rl->s[k].file = ds_log_files_add(l->files, path, err)) < 0) return -1;
     }
     return 0;
 }
@@ -72,19 +75,20 @@ static int open_rank(rank_log *rl, const char *dir, int rank, int mode, ds_err *
 ds_logs *ds_logs_open(const char *dir, const ds_plan *plan, const char *tee, int mode, ds_err *err) {
     ds_logs *l = calloc(1, sizeof *l);
     unsigned char *show = calloc((size_t)plan->world_size + 1, 1);
-    if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks))) {
+    if (!l || !show || !(l->ranks = calloc((size_t)plan->world_size, sizeof *l->ranks)) ||
+        !(l->files = ds_log_files_new(OPEN_LOG_FILES, mode))) {
         ds_err_set(err, "out of memory");
         goto fail;
     }
     l->n = plan->world_size;
-    for (int r = 0; r < l->n; r++) l->ranks[r].s[0].fd = l->ranks[r].s[1].fd = -1;
+    for (int r = 0; r < l->n; r++) l->ranks[r].s[0].file = l->ranks[r].s[1].file = -1;
     if (ds_logs_parse_tee(tee, l->n, show, err) != 0 || ds_mkdir_p(dir, mode, err) != 0) goto fail;
     for (int r = 0; r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
         const ds_plan_node *node = &plan->nodes[plan->ranks[r].node_rank];
         snprintf(rl->tag, sizeof rl->tag, "[%s:%d] ", node->host, r);
         rl->show = show[r];
-        if (open_rank(rl, dir, r, mode, err) != 0) goto fail;
+        if (open_rank(l, rl, dir, r, err) != 0) goto fail;
     }
     free(show);
     return l;
@@ -137,26 +141,17 @@ void ds_logs_on_terminal(ds_logs *l, void (*fn)(void *ctx, int before), void *ct
  * what does not fit is counted, and the first loss of each file is said on the terminal
  * (the terminal still shows the lines). */
 static void write_file(ds_logs *l, int rank, int stream, rank_stream *s, const void *p, size_t n) {
-    const char *b = p;
-    while (s->fd >= 0 && n > 0) {
-        ssize_t w = write(s->fd, b, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            s->why = w < 0 ? errno : ENOSPC;
-            close(s->fd);
-            s->fd = -1;
-            if (l->warned++ < 4) {
-                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 1);
-                fprintf(stderr, "dslaunch: warning: rank %d's %s log: %s; the rest of it is lost (the terminal "
-                                "still shows it)\n", rank, stream == 1 ? "stdout" : "stderr", strerror(s->why));
-                if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 0);
-            }
-            break;
+    if (s->file >= 0 && ds_log_files_write(l->files, s->file, p, n) != 0) {
+        s->why = errno ? errno : ENOSPC;
+        s->file = -1; /* a full disk stops the file, not the job */
+        if (l->warned++ < 4) {
+            if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 1);
+            fprintf(stderr, "dslaunch: warning: rank %d's %s log: %s; the rest of it is lost (the terminal "
+                            "still shows it)\n", rank, stream == 1 ? "stdout" : "stderr", strerror(s->why));
+            if (l->on_terminal) l->on_terminal(l->on_terminal_ctx, 0);
         }
-        b += w;
-        n -= (size_t)w;
     }
-    s->lost += (long long)n;
+    if (s->file < 0) s->lost += (long long)n; /* a write that failed part way counts whole */
 }
 
 long long ds_logs_lost(const ds_logs *l, int rank, int stream) {
@@ -213,13 +208,11 @@ void ds_logs_close(ds_logs *l) {
     if (!l) return;
     for (int r = 0; l->ranks && r < l->n; r++) {
         rank_log *rl = &l->ranks[r];
-        for (int k = 0; k < 2; k++) {
-            if (rl->s[k].fd >= 0) close(rl->s[k].fd);
-            ds_buf_free(&rl->s[k].line);
-        }
+        for (int k = 0; k < 2; k++) ds_buf_free(&rl->s[k].line);
         for (int i = 0; i < DS_LOG_TAIL_LINES; i++) free(rl->tail[i]);
     }
     free(l->ranks);
+    ds_log_files_free(l->files);
     ds_buf_free(&l->term[0]);
     ds_buf_free(&l->term[1]);
     free(l);

@@ -36,7 +36,7 @@ static void fail(ds_node *n, const char *fmt, const char *detail) {
 }
 
 int ds_node_pollfds(ds_node *n, struct pollfd *pf) {
-    if (n->state == DS_NODE_DONE) return 0;
+    if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
     if (n->via_ssh) {
         pf[0] = (struct pollfd){.fd = ds_ssh_fd(n->ssh), .events = ds_ssh_events(n->ssh)};
         return 1;
@@ -93,6 +93,7 @@ static void t_close_stream(ds_node *n, int stream) {
 static void flush_out(ds_node *n) {
     while (ds_buf_unread(&n->to_agent) && !n->stdin_closed) {
         ssize_t w = t_write(n, ds_buf_head(&n->to_agent), ds_buf_unread(&n->to_agent));
+        if (n->via_ssh) n->pending = 1; /* writing can make libssh2 read (window adjusts, data) */
         if (w == 0) return;
         if (w < 0) {
             /* The agent is gone; reading its end will tell why. */
@@ -180,7 +181,7 @@ static void check_done(ds_node *n) {
 }
 
 void ds_node_io(ds_node *n, const ds_node_handler *h) {
-    if (n->state == DS_NODE_DONE) return;
+    if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return;
     if (n->state == DS_NODE_CONNECTING) {
         ds_err err = {{0}};
         int rc = ds_ssh_open_step(n->ssh, &err);
@@ -195,14 +196,30 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
     if (n->kill_cmd && !n->kill_sent && n->ssh && ds_ssh_exec_aux(n->ssh, n->kill_cmd) != 0) n->kill_sent = 1;
     /* Over SSH, reading one stream can pull the other's data (or the EOF) off the socket
      * into libssh2's buffers, where poll cannot see it: go round until nothing moves. */
+    n->pending = 0;
     for (int rounds = 0; rounds < 16; rounds++) {
         flush_out(n);
         int moved = read_stream(n, 1, h);
         moved |= read_stream(n, 2, h);
         if (!moved || !n->via_ssh) break;
+        if (rounds == 15) n->pending = 1; /* more may be there: next pass */
     }
     flush_out(n);
+    /* libssh2 said "again" to an EOF or a kill: poll may never say when (it is not
+     * waiting on the socket for it), so the next pass tries at once. */
+    if (n->via_ssh && ((n->close_stdin && !n->stdin_closed) || (n->kill_cmd && !n->kill_sent))) n->pending = 1;
     check_done(n);
+}
+
+int ds_node_due(const ds_node *n, const struct pollfd *pf, long long now_ms) {
+    if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
+    if (n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped)) return 1;
+    if ((ds_buf_unread(&n->to_agent) || n->close_stdin) && !n->stdin_closed) return 1;
+    long long d = ds_node_deadline_ms(n);
+    if (d >= 0 && now_ms >= d) return 1;
+    for (int j = 0; j < n->pf_n; j++)
+        if (pf[n->pf_at + j].revents) return 1;
+    return 0;
 }
 
 void ds_node_reap(ds_node *n) {
@@ -212,7 +229,7 @@ void ds_node_reap(ds_node *n) {
 }
 
 void ds_node_stop(ds_node *n) {
-    if (n->state == DS_NODE_CONNECTING) {
+    if (n->state == DS_NODE_CONNECTING || n->state == DS_NODE_QUEUED) {
         ds_node_abandon(n, NULL);
         return;
     }
@@ -256,7 +273,10 @@ long long ds_node_deadline_ms(const ds_node *n) {
 }
 
 void ds_node_keepalive(ds_node *n) {
-    if (n->ssh && n->state != DS_NODE_CONNECTING && n->state != DS_NODE_DONE) ds_ssh_keepalive(n->ssh);
+    if (n->ssh && n->state != DS_NODE_CONNECTING && n->state != DS_NODE_DONE) {
+        ds_ssh_keepalive(n->ssh);
+        n->pending = 1; /* libssh2 may have read what came meanwhile */
+    }
 }
 
 void ds_node_free(ds_node *n) {

@@ -20,6 +20,7 @@
 #include "cgroup.h"
 #include "ds_proctree.h"
 #include "store_client.h"
+#include "store_mux.h"
 #include "subcommands.h"
 #include "ds_signals.h"
 #include "ds_clock.h"
@@ -153,8 +154,13 @@ static void handle_stdin(ds_agent *a) {
 }
 
 static void handle_store(ds_agent *a) {
-    /* Requests are synchronous, so nothing may arrive in between: readable means closed. */
+    /* Requests are synchronous, so nothing may arrive in between: readable means closed
+     * (with the mux: its descriptor is readable when it lost the connection). */
+    if (a->mux && ds_store_mux_error(a->mux)[0])
+        fprintf(stderr, "dsrun agent %s node %d: %s\n", a->job, a->node, ds_store_mux_error(a->mux));
     begin_stop(a, "store connection lost");
+    ds_store_mux_stop(a->mux);
+    a->mux = NULL;
     ds_store_close(a->store);
     a->store = NULL;
 }
@@ -163,8 +169,9 @@ static void heartbeat(ds_agent *a, long long *next) {
     long long now = ds_now_ms();
     if (!a->store || now < *next) return;
     ds_err err = {{0}};
-    if (ds_store_heartbeat(a->store, a->node, &err) != 0) {
-        fprintf(stderr, "dsrun agent %s node %d: heartbeat: %s\n", a->job, a->node, err.msg);
+    if (a->mux ? ds_store_mux_heartbeat(a->mux, a->node) != 0 : ds_store_heartbeat(a->store, a->node, &err) != 0) {
+        fprintf(stderr, "dsrun agent %s node %d: heartbeat: %s\n", a->job, a->node,
+                a->mux ? ds_store_mux_error(a->mux) : err.msg);
         handle_store(a);
         return;
     }
@@ -194,7 +201,8 @@ static int run_loop(ds_agent *a) {
         int n = 0;
         pf[n++] = (struct pollfd){.fd = a->sigfd, .events = POLLIN};
         pf[n++] = (struct pollfd){.fd = stdin_open ? a->in_fd : -1, .events = POLLIN};
-        pf[n++] = (struct pollfd){.fd = a->store ? ds_store_fd(a->store) : -1, .events = POLLIN};
+        pf[n++] = (struct pollfd){.fd = a->mux ? ds_store_mux_fd(a->mux) : a->store ? ds_store_fd(a->store) : -1,
+                                  .events = POLLIN};
         for (int i = 0; i < a->nworkers; i++) {
             ds_agent_worker *w = &a->workers[i];
             owner[n] = w;
@@ -261,6 +269,10 @@ static int connect_store(ds_agent *a, ds_err *err) {
 
 static int start_workers(ds_agent *a, ds_err *err) {
     if (chdir(a->workdir) != 0) return ds_err_errno(err, errno, "workdir %s", a->workdir);
+    /* The node's ranks reach the store through this agent's connection (store_mux.h);
+     * DS_STORE_DIRECT=1 gives each rank its own connection, as before (for comparison). */
+    if (a->store && !getenv("DS_STORE_DIRECT") && !(a->mux = ds_store_mux_start(a->store, a->token, err)))
+        return -1;
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;
@@ -317,6 +329,7 @@ int dsrun_agent_main(int argc, char **argv) {
     ds_kill_descendants(); /* as a subreaper it inherited every orphan of its ranks */
     ds_cgroup_node_remove(a.cg_base);
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
+    ds_store_mux_stop(a.mux);
     if (a.store) ds_store_close(a.store);
     ds_agent_free(&a);
     return rc;

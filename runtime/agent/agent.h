@@ -48,6 +48,7 @@ typedef struct ds_agent {
 
     int in_fd, out_fd; /* where frames come from and go to: stdin and stdout, or the link */
     struct ds_store_client *store;
+    struct ds_store_mux *mux; /* the ranks' store traffic on the agent's connection (store_mux.h) */
     int sigfd;        /* signalfd: SIGCHLD, SIGTERM, SIGINT, SIGHUP */
     int lifeline_w;   /* write end only the agent holds: workers die when it closes */
     int lifeline_r;   /* read end every worker inherits as DS_AGENT_FD */

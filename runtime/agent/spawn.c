@@ -147,6 +147,8 @@ int ds_agent_spawn(ds_agent *a, ds_agent_worker *w, ds_err *err) {
     snprintf(local_rank_arg, sizeof local_rank_arg, "--local_rank=%d", (int)(w - a->workers)); /* plan order */
     char **env = build_env(a, w);
     char **argv = build_argv(a, self, rankbuf, local_rank_arg);
+    /* A simulated cluster (docs/scale.md) runs a light rank program instead. */
+    if (argv && getenv("DS_TEST_WORKER_EXE")) argv[0] = getenv("DS_TEST_WORKER_EXE");
     pid_t agent_pid = getpid();
     char procs[4200];
     if (w->cgroup) snprintf(procs, sizeof procs, "%s/cgroup.procs", w->cgroup);

@@ -12,10 +12,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "store_proto.h"
@@ -152,23 +154,8 @@ static int put_key(ds_store_client *c, const char *key, int prefixed, const char
 
 /* ---- API --------------------------------------------------------------------------- */
 
-ds_store_client *ds_store_connect(const char *host, int port, const char *token, int timeout_ms, ds_err *err) {
-    if (!ds_store_token_valid(token)) {
-        ds_err_set(err, "store %s:%d: the token must be 64 hex chars", host, port);
-        return NULL;
-    }
-    ds_store_client *c = calloc(1, sizeof *c);
-    if (!c) {
-        ds_err_set(err, "store %s:%d: out of memory", host, port);
-        return NULL;
-    }
-    snprintf(c->where, sizeof c->where, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-    int64_t deadline = deadline_after(timeout_ms);
-    c->fd = ds_tcp_connect("store", host, port, deadline, err);
-    if (c->fd < 0) {
-        free(c);
-        return NULL;
-    }
+/* Presents the token on c's fresh connection; frees c and returns NULL when refused. */
+static ds_store_client *authenticate(ds_store_client *c, const char *token, int64_t deadline, ds_err *err) {
     int rc = -1;
     if (begin(c, DS_STORE_OP_AUTH) == 0 && ds_buf_put_u32(&c->out, DS_STORE_VERSION) == 0 &&
         ds_buf_put(&c->out, token, DS_STORE_TOKEN_LEN) == 0) {
@@ -176,6 +163,18 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
         rc = send_all(c, deadline, "auth", err) == 0 ? 0 : -1;
         uint8_t hdr[5];
         if (rc == 0 && recv_exact(c, hdr, 5, deadline, "auth", err) != 0) rc = -1;
+        if (rc == 0 && hdr[4] == DS_STORE_ERROR) {
+            /* The server says why it will not serve us (wrong token, too many connections). */
+            char why[256] = "";
+            uint32_t n = ds_load_u32(hdr) - 1;
+            if (n >= sizeof why) n = sizeof why - 1;
+            ds_err ignored;
+            if (recv_exact(c, (uint8_t *)why, n, deadline, "auth", &ignored) != 0) why[0] = 0;
+            why[n] = 0;
+            ds_err_set(err, "store %s refused this client: %s", c->where, why[0] ? why : "(no reason given)");
+            ds_store_close(c);
+            return NULL;
+        }
         if (rc == 0 && (ds_load_u32(hdr) != 1 || hdr[4] != DS_STORE_OK))
             rc = ds_err_set(err, "auth at %s: unexpected answer", c->where);
     } else {
@@ -189,6 +188,76 @@ ds_store_client *ds_store_connect(const char *host, int port, const char *token,
         return NULL;
     }
     return c;
+}
+
+static ds_store_client *client_new(const char *token, const char *where, ds_err *err) {
+    if (!ds_store_token_valid(token)) {
+        ds_err_set(err, "store %s: the token must be 64 hex chars", where);
+        return NULL;
+    }
+    ds_store_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        ds_err_set(err, "store %s: out of memory", where);
+        return NULL;
+    }
+    snprintf(c->where, sizeof c->where, "%s", where);
+    return c;
+}
+
+ds_store_client *ds_store_connect(const char *host, int port, const char *token, int timeout_ms, ds_err *err) {
+    char where[300];
+    snprintf(where, sizeof where, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    ds_store_client *c = client_new(token, where, err);
+    if (!c) return NULL;
+    int64_t deadline = deadline_after(timeout_ms);
+    c->fd = ds_tcp_connect("store", host, port, deadline, err);
+    if (c->fd < 0) {
+        free(c);
+        return NULL;
+    }
+    return authenticate(c, token, deadline, err);
+}
+
+/* The agent may not listen yet when its first rank starts: refused or missing sockets
+ * are tried again until the deadline. */
+ds_store_client *ds_store_connect_unix(const char *path, const char *where, const char *token, int timeout_ms,
+                                       ds_err *err) {
+    ds_store_client *c = client_new(token, where, err);
+    if (!c) return NULL;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof sa.sun_path) {
+        free(c);
+        ds_err_set(err, "store socket '%.100s': not a socket name", path);
+        return NULL;
+    }
+    memcpy(sa.sun_path, path, n);
+    if (path[0] == '@') sa.sun_path[0] = 0; /* abstract: no file to clean up */
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    int64_t deadline = deadline_after(timeout_ms);
+    for (;;) {
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (c->fd >= 0 && connect(c->fd, (struct sockaddr *)&sa, len) == 0) break;
+        int e = errno;
+        if (c->fd >= 0) close(c->fd);
+        c->fd = -1;
+        if ((e != ECONNREFUSED && e != ENOENT && e != EAGAIN) || remaining(deadline) == 0) {
+            ds_err_errno(err, e, "store %s: connecting to this node's agent at %s", where, path);
+            free(c);
+            return NULL;
+        }
+        poll(NULL, 0, 10);
+    }
+    return authenticate(c, token, deadline, err);
+}
+
+ds_store_client *ds_store_connect_rank(const char *rdzv, const char *token, int timeout_ms, ds_err *err) {
+    const char *via = getenv("DS_STORE_SOCKET");
+    if (via && via[0]) return ds_store_connect_unix(via, rdzv, token, timeout_ms, err);
+    char host[256];
+    int port = 0;
+    if (ds_store_split_addr(rdzv, host, sizeof host, &port, err) != 0) return NULL;
+    return ds_store_connect(host, port, token, timeout_ms, err);
 }
 
 void ds_store_close(ds_store_client *c) {

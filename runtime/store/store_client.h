@@ -20,6 +20,14 @@ typedef struct ds_store_client ds_store_client;
  * token fails with "store H:P refused this client (wrong token, ...)". */
 ds_store_client *ds_store_connect(const char *host, int port, const char *token,
                                   int timeout_ms, ds_err *err);
+/* The same through this node's agent (DS_STORE_SOCKET: a Unix socket, "@name" for an
+ * abstract one), which carries its node's ranks on its one connection to the store
+ * (runtime/agent/store_mux.c). where names the store in messages (DS_RDZV). */
+ds_store_client *ds_store_connect_unix(const char *path, const char *where, const char *token,
+                                       int timeout_ms, ds_err *err);
+/* A rank's connection: through its agent when DS_STORE_SOCKET is set (as the agent sets
+ * it for its workers), else straight to rdzv ("host:port", DS_RDZV). */
+ds_store_client *ds_store_connect_rank(const char *rdzv, const char *token, int timeout_ms, ds_err *err);
 void ds_store_close(ds_store_client *c);
 
 /* Prepends prefix to every key this client names from now on (barrier keys included).

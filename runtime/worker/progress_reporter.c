@@ -39,9 +39,8 @@ static void *report_loop(void *arg) {
     return NULL;
 }
 
-ds_progress_reporter *ds_progress_reporter_start(const char *host, int port, const char *token,
-                                                 const char *prefix, int rank, int interval_ms,
-                                                 ds_err *err) {
+ds_progress_reporter *ds_progress_reporter_start(const char *rdzv, const char *token, const char *prefix,
+                                                 int rank, int interval_ms, ds_err *err) {
     ds_progress_reporter *r = calloc(1, sizeof *r);
     if (!r) {
         ds_err_set(err, "out of memory");
@@ -50,7 +49,7 @@ ds_progress_reporter *ds_progress_reporter_start(const char *host, int port, con
     r->rank = rank;
     r->interval_ms = interval_ms > 0 ? interval_ms : 1000;
     r->stop_pipe[0] = r->stop_pipe[1] = -1;
-    r->store = ds_store_connect(host, port, token, 30000, err);
+    r->store = ds_store_connect_rank(rdzv, token, 30000, err);
     if (!r->store) {
         free(r);
         return NULL;

@@ -56,15 +56,15 @@ static int context_from_env(ds_context *ctx, ds_err *err) {
 static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_err *err) {
     const char *rdzv = getenv("DS_RDZV");
     if (!rdzv || !rdzv[0]) return 0; /* no store: a world that never meets */
-    char host[256];
-    int port, timeout_ms = 30000;
-    if (ds_store_split_addr(rdzv, host, sizeof host, &port, err) != 0) return ds_err_prefix(err, "DS_RDZV");
+    int timeout_ms = 30000;
     if (getenv("DS_RDZV_TIMEOUT_MS")) env_int("DS_RDZV_TIMEOUT_MS", &timeout_ms, NULL);
     const char *tok = getenv("DS_STORE_TOKEN");
     char token[256];
     snprintf(token, sizeof token, "%s", tok ? tok : "");
     unsetenv("DS_STORE_TOKEN"); /* the script's children need not see it */
-    ctx->store = ds_store_connect(host, port, token, timeout_ms, err);
+    /* Through the node's agent (DS_STORE_SOCKET), which carries every rank's requests on
+     * its one connection; the progress reporter's too. */
+    ctx->store = ds_store_connect_rank(rdzv, token, timeout_ms, err);
     /* Keys of one attempt never meet those of an earlier one (a restarted job reuses
      * the store). */
     char prefix[32];
@@ -74,9 +74,10 @@ static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_er
     int progress_ms = 0;
     if (rc == 0 && getenv("DS_PROGRESS_MS") && env_int("DS_PROGRESS_MS", &progress_ms, err) != 0) rc = -1;
     if (rc == 0 && progress_ms > 0) {
-        *reporter = ds_progress_reporter_start(host, port, token, prefix, ctx->rank, progress_ms, err);
+        *reporter = ds_progress_reporter_start(rdzv, token, prefix, ctx->rank, progress_ms, err);
         if (!*reporter) rc = -1;
     }
+    unsetenv("DS_STORE_SOCKET");
     memset(token, 0, sizeof token);
     return rc == 0 ? 0 : ds_err_prefix(err, "rendezvous %s", rdzv);
 }

@@ -46,6 +46,19 @@ case_ipv6_local() {
 
 # 2 nodes x 2 slots over SSH: barrier, every rank prints, logs in the right files,
 # long lines, binary bytes and a last line without newline intact.
+# [launch] max_handshakes = 1: the second node's SSH session opens after the first's.
+case_bounded_start() {
+    write_job hello.lua '[launch]' 'max_handshakes = 1'
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    has "$job/logs/$name/latest/launcher.log" "node 1 (127.0.0.3) and the next ones wait: 1 SSH sessions opening at once" ||
+        fail "launcher.log does not say node 1 waited for a handshake slot"
+    first=$(grep -n "node 0 (127.0.0.2): SSH session open" "$job/logs/$name/latest/launcher.log" | cut -d: -f1)
+    second=$(grep -n "node 1 (127.0.0.3): connecting over SSH" "$job/logs/$name/latest/launcher.log" | cut -d: -f1)
+    [[ -n $first && -n $second ]] && ((first < second)) || fail "node 1 began connecting before node 0's session was open"
+    assert_no_orphans
+}
+
 case_two_nodes() {
     write_job hello.lua
     run_job

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Scale benchmark on a simulated cluster (docs/scale.md): NODES agents on this machine,
+# each a node of its own (loopback addresses 127.0.x.y, [launch] method = local), each
+# with RANKS light ranks (sim_rank: they join the store and pass barriers, no training).
+# Prints one JSON line:
+#   wall_s                 dslaunch started -> exited (the ranks end after their barriers)
+#   first_barrier_s        dslaunch started -> rank 0 past the first barrier of the world
+#   controller_cpu_s       the controller's CPU time, all threads; _main_s / _store_s apart
+#   controller_cpu_to_barrier_s  the same when rank 0's log appeared (its first output,
+#                          past the first barrier), sampled every 50 ms
+#   store_connections_peak TCP connections to the store at once, at most
+#   fds_peak               the controller's open descriptors, at most
+#   controller_rss_mb      the controller's peak resident memory
+#   load                   the 1-minute load average before the run (2-core machines are shared)
+# Usage: bench/scale/run.sh NODES RANKS [BUILD_DIR]   (env SIM_BARRIERS: barriers per rank)
+set -euo pipefail
+nodes=${1:?usage: run.sh NODES RANKS [BUILD_DIR]}
+ranks=${2:?usage: run.sh NODES RANKS [BUILD_DIR]}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${3:-$root/build}" && pwd)
+dslaunch=$build/launcher/dslaunch
+dsrun=$build/runtime/dsrun
+sim=$build/tests/integration/scale/sim_rank
+for f in "$dslaunch" "$dsrun" "$sim"; do [[ -x $f ]] || { echo "run.sh: build $f first" >&2; exit 1; }; done
+
+work=$(mktemp -d /tmp/ds-bench-scale.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+name=scale-$nodes-$ranks-$$
+for ((i = 0; i < nodes; i++)); do echo "127.0.$((i / 250)).$((i % 250 + 2)) slots=$ranks"; done > "$work/hosts"
+cat > "$work/job.ini" <<INI
+[job]
+name = $name
+script = $sim
+dsrun = $dsrun
+[resources]
+hostfile = hosts
+[launch]
+method = local
+[logs]
+tee = none
+INI
+
+load=$(cut -d' ' -f1 /proc/loadavg)
+t0=$(cut -d' ' -f1 /proc/uptime)
+DS_TEST_WORKER_EXE=$sim python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
+    "$work/logs/$name/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
+t1=$(cut -d' ' -f1 /proc/uptime)
+rc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit"])' "$work/sample.json")
+if [[ $rc != 0 ]]; then
+    echo "run.sh: the job failed (exit $rc):" >&2
+    tail -n 20 "$work/err" >&2
+    exit 1
+fi
+past=$(sed -n 's/^past //p' "$work/logs/$name/attempt-0/rank-0.out")
+python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:])
+print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks,
+                  "wall_s": round(t1 - t0, 2), "first_barrier_s": round(past - t0, 2),
+                  "controller_cpu_s": s["cpu_total_s"], "controller_cpu_to_barrier_s": s["cpu_to_watch_s"],
+                  "controller_cpu_main_s": s["cpu_main_s"], "controller_cpu_store_s": s["cpu_store_s"],
+                  "store_connections_peak": s["store_connections_peak"], "fds_peak": s["fds_peak"],
+                  "controller_rss_mb": s["rss_mb"], "load": load}))
+PY

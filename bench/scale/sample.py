@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Runs dslaunch and samples it from /proc until it exits (bench/scale/run.sh).
+
+sample.py OUT_JSON STDOUT STDERR WATCH COMMAND...: every 50 ms reads the controller's CPU
+time per thread (the store's thread is named ds-store), its open descriptors, its peak
+RSS and the TCP connections established to its store's port; writes the peaks, the CPU
+time when the file WATCH first appeared (rank 0's log: its first output comes after the
+first barrier), the exact CPU time of the whole process (read from the zombie) and its
+exit status as JSON."""
+import json, os, subprocess, sys, time
+
+out = sys.argv[1]
+watch = sys.argv[4]
+at_watch = None
+proc = subprocess.Popen(sys.argv[5:], stdout=open(sys.argv[2], "w"), stderr=open(sys.argv[3], "w"))
+pid = proc.pid
+tick = os.sysconf("SC_CLK_TCK")
+peak = {"fds": 0, "conns": 0}
+cpu = {"main": 0.0, "store": 0.0, "other": 0.0}
+rss_kb = 0
+store_port = None
+
+
+def listen_ports():
+    """Ports pid listens on (TCP state 0A), from the inodes of its sockets."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:
+                ports.append(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def established_to(port):
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh)
+                for line in fh:
+                    f = line.split(None, 4)
+                    if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                        n += 1
+        except OSError:
+            pass
+    return n
+
+
+status = None
+while status is None:
+    try:
+        tasks = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                st = fh.read()
+            name = st[st.index("(") + 1:st.rindex(")")]
+            fields = st[st.rindex(")") + 2:].split()
+            tasks[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        c = {"main": 0.0, "store": 0.0, "other": 0.0}
+        for tid, (name, secs) in tasks.items():
+            key = "main" if int(tid) == pid else "store" if name == "ds-store" else "other"
+            c[key] += secs
+        for k in c:
+            cpu[k] = max(cpu[k], c[k])
+        if at_watch is None and os.path.exists(watch):
+            at_watch = c["main"] + c["store"] + c["other"]
+        peak["fds"] = max(peak["fds"], len(os.listdir(f"/proc/{pid}/fd")))
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    rss_kb = int(line.split()[1])
+        if store_port is None:
+            ports = listen_ports()
+            store_port = ports[0] if ports else None
+        if store_port is not None:
+            peak["conns"] = max(peak["conns"], established_to(store_port))
+    except (OSError, ValueError):
+        pass  # ending
+    time.sleep(0.05)
+    # Exited: a zombie still shows its own CPU time (every thread's, not its children's).
+    if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / tick
+        status = os.waitpid(pid, 0)[1]
+
+json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_total_s": round(total, 3),
+           "cpu_to_watch_s": round(at_watch, 3) if at_watch is not None else None,
+           "cpu_main_s": round(total - cpu["store"] - cpu["other"], 3), "cpu_store_s": round(cpu["store"], 3),
+           "fds_peak": peak["fds"], "store_connections_peak": peak["conns"],
+           "rss_mb": round(rss_kb / 1024, 1)}, open(out, "w"))

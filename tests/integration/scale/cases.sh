@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A simulated cluster in CI (docs/scale.md): NODES agents on this machine, each a node of
+# its own (127.0.x.y, [launch] method = local), each with RANKS light ranks (sim_rank).
+#   cases.sh clean        the job starts, every rank passes its barriers, it ends cleanly
+#   cases.sh node_killed  while every rank holds: the store has one connection per node
+#                         (not per rank), the controller's descriptors do not grow with
+#                         ranks; then one node's agent is killed: the job sees it, stops,
+#                         and leaves no process behind
+# Needs DSLAUNCH, DSRUN, SIM_RANK and WORK in the environment; NODES and RANKS default to
+# 128 and 8.
+set -uo pipefail
+case_name=${1:?usage: cases.sh CASE}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/job.sh"
+nodes=${NODES:-128}
+ranks=${RANKS:-8}
+name="sc-${case_name//_/-}-$$"
+job="$WORK/$name"
+[[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
+mkdir -p "$job"
+dl_pid=
+
+cleanup() {
+    [[ -n $dl_pid ]] && kill -KILL "$dl_pid" 2>/dev/null
+    for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL [$case_name]: $*" >&2
+    for f in "$job"/err "$job"/logs/"$name"/latest/launcher.log; do
+        [[ -f $f ]] && { echo "--- $f" >&2; tail -n 30 "$f" >&2; }
+    done
+    exit 1
+}
+
+# write_job NODES RANKS: hosts and job.ini for the simulated cluster.
+write_job() {
+    for ((i = 0; i < $1; i++)); do echo "127.0.$((i / 250)).$((i % 250 + 2)) slots=$2"; done > "$job/hosts"
+    printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n[resources]\nhostfile = hosts\n[launch]\nmethod = local\n[logs]\ntee = none\n' \
+        "$name" "$SIM_RANK" "$DSRUN" > "$job/job.ini"
+}
+
+start_job() {
+    DS_TEST_WORKER_EXE=$SIM_RANK "$DSLAUNCH" "$job/job.ini" > "$job/out" 2> "$job/err" &
+    dl_pid=$!
+}
+
+# Waits (bounded) for dslaunch to end; sets rc.
+wait_job() {
+    local end=$((SECONDS + $1))
+    while kill -0 "$dl_pid" 2>/dev/null; do
+        ((SECONDS >= end)) && fail "dslaunch did not end within $1 s"
+        sleep 0.1
+    done
+    wait "$dl_pid"
+    rc=$?
+    dl_pid=
+}
+
+logs() { echo "$job/logs/$name/latest/attempt-0"; }
+past_barrier() { grep -qs '^past ' "$(logs)/rank-0.out"; }
+no_job_processes() { [[ -z $(job_pids) ]]; }
+
+# Established TCP connections to the store (its port from launcher.log).
+store_connections() {
+    local port
+    port=$(sed -n 's/.*store listening on [^"]*:\([0-9]*\)".*/\1/p' "$job/logs/$name/latest/launcher.log" | head -1)
+    [[ -n $port ]] || fail "no store port in launcher.log"
+    awk -v p="$(printf '%04X' "$port")" '$4 == "01" { split($2, a, ":"); if (a[2] == p) n++ } END { print n + 0 }' \
+        /proc/net/tcp /proc/net/tcp6
+}
+
+# The pid of node N's agent (one pgrep: a loop over a thousand processes is slow).
+agent_pid() { pgrep -f -- " agent --job $name-[0-9a-f]{8} --node $1\$"; }
+
+case_clean() {
+    write_job "$nodes" "$ranks"
+    SIM_BARRIERS=3 start_job
+    wait_job 150
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    grep -q "all $((nodes * ranks)) ranks exited 0" "$job/err" || fail "the summary does not say every rank exited 0"
+    local n
+    n=$(grep -ls '^past ' "$(logs)"/rank-*.out | wc -l)
+    [[ $n == $((nodes * ranks)) ]] || fail "$n of $((nodes * ranks)) ranks passed the first barrier"
+    wait_for 5 "every process of $name to be gone" no_job_processes
+}
+
+case_node_killed() {
+    write_job "$nodes" "$ranks"
+    SIM_HOLD=1 start_job
+    wait_for 150 "every rank past the first barrier" past_barrier
+    # Every rank is in the job, holding its store client.
+    local conns fds victim=$((nodes / 2 + 1)) pid
+    conns=$(store_connections)
+    fds=$(ls "/proc/$dl_pid/fd" | wc -l)
+    echo "nodes=$nodes ranks_per_node=$ranks store_connections=$conns controller_fds=$fds"
+    ((conns >= nodes && conns <= nodes + 4)) || fail "$conns store connections for $nodes nodes (expected nodes + at most 4)"
+    # Per node: the agent's three pipes and its store connection; per rank: nothing held
+    # open (rank log files are opened on demand, at most 64 at a time).
+    ((fds <= 4 * nodes + 64 + 64)) ||
+        fail "$fds descriptors open in the controller for $nodes nodes x $ranks ranks (4 per node + 128 allowed)"
+    pid=$(agent_pid "$victim")
+    [[ -n $pid ]] || fail "no agent of node $victim"
+    kill -KILL "$pid"
+    wait_job 60
+    [[ $rc != 0 ]] || fail "the job succeeded although node $victim was killed"
+    grep -q "node $victim " "$job/err" || fail "the summary does not name node $victim"
+    wait_for 10 "every process of $name to be gone ($(job_pids | wc -l) left)" no_job_processes
+}
+
+"case_$case_name"
+[[ -n ${KEEP_WORK:-} ]] || rm -rf "$job"
+echo "PASS [$case_name]"

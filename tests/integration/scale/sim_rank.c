@@ -1,0 +1,64 @@
+/* A light rank for simulated clusters (docs/scale.md): what a real rank does with the
+ * launcher's store, and nothing else. It joins the store as a worker does (DS_RDZV and
+ * DS_STORE_TOKEN from its agent, through the agent when DS_STORE_SOCKET is set), passes SIM_BARRIERS barriers of the whole world (1 by
+ * default), prints "past SECONDS" (CLOCK_BOOTTIME, /proc/uptime's clock) once past the
+ * first, and exits 0. With SIM_HOLD=1 it waits after the first barrier for a key nobody
+ * sets, so a test can kill a node while every rank is in the job. No Lua, no engine, no
+ * communicator: thousands of these fit on one machine.
+ *   The agent starts it in place of `dsrun worker` when DS_TEST_WORKER_EXE names it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store_client.h"
+
+static int env_int(const char *key, int fallback) {
+    const char *v = getenv(key);
+    return v && v[0] ? atoi(v) : fallback;
+}
+
+static double uptime_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_BOOTTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int rank = env_int("RANK", -1), world = env_int("WORLD_SIZE", -1);
+    int timeout_ms = env_int("DS_RDZV_TIMEOUT_MS", 60000), barriers = env_int("SIM_BARRIERS", 1);
+    const char *rdzv = getenv("DS_RDZV"), *token = getenv("DS_STORE_TOKEN");
+    if (rank < 0 || world < 1 || !rdzv || !token) {
+        fprintf(stderr, "sim_rank: RANK, WORLD_SIZE, DS_RDZV and DS_STORE_TOKEN must be set\n");
+        return 2;
+    }
+    ds_err err = {{0}};
+    char prefix[32], name[64];
+    snprintf(prefix, sizeof prefix, "a%d/", env_int("DS_ATTEMPT", 0));
+    ds_store_client *c = NULL;
+    if (!(c = ds_store_connect_rank(rdzv, token, timeout_ms, &err)) ||
+        ds_store_set_prefix(c, prefix, &err) != 0) {
+        fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+        return 1;
+    }
+    for (int b = 0; b < barriers; b++) {
+        snprintf(name, sizeof name, "sim/%d", b);
+        if (ds_store_barrier(c, name, rank, world, timeout_ms, &err) != 0) {
+            fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+            ds_store_close(c);
+            return 1;
+        }
+        if (b == 0) printf("past %.3f\n", uptime_s());
+        if (b == 0 && env_int("SIM_HOLD", 0)) {
+            void *v;
+            size_t n;
+            ds_store_get(c, "sim/never", &v, &n, -1, &err); /* until the job stops us */
+            fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+            ds_store_close(c);
+            return 1;
+        }
+    }
+    ds_store_close(c);
+    return 0;
+}
