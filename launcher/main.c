@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "controller.h"
+#include "ds_config.h"
 #include "env_export.h"
 #include "hostfile.h"
 #include "jobspec.h"
@@ -132,6 +133,13 @@ int main(int argc, char **argv) {
         ds_env_collect(&spec, cli.exports, cli.nexports, environ, &err) != 0 ||
         plan_job(&plan, &spec, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_jobspec_free(&spec);
+        return EXIT_USAGE;
+    }
+    /* a DeepSpeed config's train_batch_size needs the world size: after planning */
+    if (ds_dsconfig_use(&spec, plan.world_size, stderr, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_plan_free(&plan);
         ds_jobspec_free(&spec);
         return EXIT_USAGE;
     }

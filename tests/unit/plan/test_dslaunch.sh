@@ -71,9 +71,9 @@ expect_rc 0 "--dry-run"
 got=$(printf '%s' "$out" | tr -d ' \n')
 # The engine's options (one DS_ENGINE_* per option of common/engine_opts.h, checked
 # member by member in test_plan.c) are compared here by their presence and first member.
-eng_of_rank=$(printf '%s' "$got" | grep -o '"DS_ENGINE_[A-Z_]*":"[^"]*"' | head -n 40 | sort -u | wc -l)
+eng_of_rank=$(printf '%s' "$got" | grep -o '"DS_ENGINE_[A-Z0-9_]*":"[^"]*"' | head -n 40 | sort -u | wc -l)
 [[ $eng_of_rank -ge 11 ]] || fail "--dry-run plan: $eng_of_rank DS_ENGINE_* variables"
-got=$(printf '%s' "$got" | sed -E 's/"DS_ENGINE_ZERO":"0"(,"DS_ENGINE_[A-Z_]*":"[^"]*")*/ENGINE/g')
+got=$(printf '%s' "$got" | sed -E 's/"DS_ENGINE_ZERO":"0"(,"DS_ENGINE_[A-Z0-9_]*":"[^"]*")*/ENGINE/g')
 eng='ENGINE'
 env0='"MASTER_ADDR":"n0","MASTER_PORT":"2000","DS_JOB_ID":"t","DS_ATTEMPT":"0"'
 torch0='"ROLE_NAME":"default","TORCHELASTIC_RESTART_COUNT":"0","TORCHELASTIC_MAX_RESTARTS":"0","TORCHELASTIC_RUN_ID":"t"'
