@@ -575,8 +575,8 @@ static void merge_opt(cfg_ctx *c, int opt) {
     fmt_opt(opt, &c->val, theirs, sizeof theirs);
     if (s->engine_given[opt]) {
         if (!same(opt, &s->engine, &c->val))
-            ds_buf_printf(&c->kept, "%s = %s: %s = %s kept (the job's [engine] or --set gives it)\n",
-                          c->path[opt], theirs, key, mine);
+            ds_buf_printf(&c->kept, "%s -> %s = %s: the job's %s = %s kept\n", c->path[opt], key, theirs,
+                          key, mine);
         return;
     }
     copy_opt(opt, &s->engine, &c->val);
@@ -680,7 +680,7 @@ static int merge(cfg_ctx *c, int fp16, int bf16, const ds_jv *bf16v) {
     if (merge_batch(c)) return -1;
     if (c->steps_per_print > 0) {
         if (c->spec->steps_per_print_given && c->spec->steps_per_print != c->steps_per_print)
-            ds_buf_printf(&c->kept, "steps_per_print = %d: [monitor] steps_per_print = %d kept\n",
+            ds_buf_printf(&c->kept, "steps_per_print -> %d: the job's [monitor] steps_per_print = %d kept\n",
                           c->steps_per_print, c->spec->steps_per_print);
         else if (!c->spec->steps_per_print_given) {
             c->spec->steps_per_print = c->steps_per_print;

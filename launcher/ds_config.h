@@ -23,7 +23,7 @@
 typedef struct ds_dsconfig_notes {
     char *applied;  /* "zero_optimization.stage = 2 -> zero_stage = 2" */
     char *resolved; /* "train_batch_size = auto -> 32 (4 x 4 x 2 ranks)" */
-    char *kept;     /* "bf16.enabled = true: precision = fp16 kept ([engine] or --set)" */
+    char *kept;     /* "bf16.enabled -> precision = bf16: the job's precision = fp16 kept" */
     char *ignored;  /* "zero_optimization.overlap_comm: why it does not apply" */
 } ds_dsconfig_notes;
 
