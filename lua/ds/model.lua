@@ -49,12 +49,13 @@ end
 -- job's. A script's value that differs from one the job states is said once per option
 -- (rank 0, stderr): the job asked for something the script overrides.
 local told = {}
+function M.note(msg) io.stderr:write(msg, '\n') end -- tests replace it
 function M.job_value(name, script_value, what)
   local d = M.defaults()
   if script_value == nil then return d[name] end
-  if d.given[name] and script_value ~= d[name] and not told[name] and core.rank() == 0 then
+  if d.given[name] and script_value ~= d[name] and not told[name] and (core.rank and core.rank() or 0) == 0 then
     told[name] = true
-    io.stderr:write(string.format("ds: %s: the script's %s = %s is used, not the job's %s\n",
+    M.note(string.format("ds: %s: the script's %s = %s is used, not the job's %s",
       what, name, tostring(script_value), tostring(d[name])))
   end
   return script_value

@@ -24,8 +24,8 @@ function synth.progressions(cfg)
   local seed = model.job_value('seed', cfg.seed, 'synth.progressions seed')
   local s = {vocab = util.int(cfg, 'vocab', 'synth', nil, 8), context = util.int(cfg, 'context', 'synth', nil, 2),
              batch_size = util.int({batch = batch}, 'batch', 'synth', nil, 1), seed = util.int({seed = seed}, 'seed', 'synth', 0),
-             world_size = util.int(cfg, 'world_size', 'synth', core.world_size(), 1)}
-  s.rank = util.int(cfg, 'rank', 'synth', core.rank(), 0)
+             world_size = util.int(cfg, 'world_size', 'synth', cfg.world_size or core.world_size(), 1)}
+  s.rank = util.int(cfg, 'rank', 'synth', cfg.rank or core.rank(), 0)
   if s.rank >= s.world_size then
     util.errorf('synth: rank %d outside the world of %d', s.rank, s.world_size)
   end
