@@ -523,6 +523,7 @@ static int map_top(cfg_ctx *c, const ds_jv *root, int *fp16, int *bf16, const ds
                 rc = fail(c, v, p, "%lld is out of range; expected an integer in 1..%d", (long long)x, 1 << 30);
             else if (rc == 0) c->steps_per_print = (int)x;
         } else if (reason_of(TOP_IGNORED, key)) {
+            if (is_auto(v)) continue; /* "auto" asks for whatever the engine does */
             const ds_jv *en = v->type == DS_JV_OBJ ? ds_jv_get(v, "enabled") : NULL;
             if ((en && en->type == DS_JV_BOOL && !en->boolean) || (v->type == DS_JV_BOOL && !v->boolean))
                 continue; /* a feature turned off asks for nothing */
