@@ -105,22 +105,14 @@ static int want_obj(cfg_ctx *c, const ds_jv *v, const char *path) {
     return 0;
 }
 
-/* Records the config's value for option opt, checked by the table. */
-static int put_int(cfg_ctx *c, int opt, const ds_jv *v, const char *path, int64_t x) {
-    const ds_engine_opt *o = &DS_ENGINE_OPTS[opt];
-    char why[400];
-    if (ds_engine_opt_check_int(o, x, why, sizeof why) != 0) return fail(c, v, path, "%s", why);
-    *ds_engine_opt_int(o, &c->val) = x;
-    c->set[opt] = 1, c->is_auto[opt] = 0;
-    snprintf(c->path[opt], PATH_LEN, "%s", path);
-    return 0;
-}
-
-static int put_num(cfg_ctx *c, int opt, const ds_jv *v, const char *path, double x) {
+/* Records the config's value for option opt, checked by the table (an integer option
+ * takes only integral values). */
+static int put(cfg_ctx *c, int opt, const ds_jv *v, const char *path, double x) {
     const ds_engine_opt *o = &DS_ENGINE_OPTS[opt];
     char why[400];
     if (ds_engine_opt_check_num(o, x, why, sizeof why) != 0) return fail(c, v, path, "%s", why);
-    *ds_engine_opt_num(o, &c->val) = x;
+    if (o->type == DS_OPT_NUM) *ds_engine_opt_num(o, &c->val) = x;
+    else *ds_engine_opt_int(o, &c->val) = (int64_t)x;
     c->set[opt] = 1, c->is_auto[opt] = 0;
     snprintf(c->path[opt], PATH_LEN, "%s", path);
     return 0;
@@ -135,13 +127,13 @@ static void put_auto(cfg_ctx *c, int opt, const char *path) {
 static int map_int(cfg_ctx *c, int opt, const ds_jv *v, const char *path) {
     if (is_auto(v)) return put_auto(c, opt, path), 0;
     int64_t x = 0;
-    return want_int(c, v, path, &x) ? -1 : put_int(c, opt, v, path, x);
+    return want_int(c, v, path, &x) ? -1 : put(c, opt, v, path, x);
 }
 
 static int map_num(cfg_ctx *c, int opt, const ds_jv *v, const char *path) {
     if (is_auto(v)) return put_auto(c, opt, path), 0;
     double x = 0;
-    return want_num(c, v, path, &x) ? -1 : put_num(c, opt, v, path, x);
+    return want_num(c, v, path, &x) ? -1 : put(c, opt, v, path, x);
 }
 
 /* ---- sections ---- */
@@ -391,29 +383,29 @@ static int map_scheduler(cfg_ctx *c, const ds_jv *s, const char *path) {
                          ? "a resumed run's schedule follows its step (model:load)"
                          : "not a parameter of this scheduler");
     }
-    put_int(c, DS_EO_lr_schedule, ps, p, kind); /* warmup=1, warmup_decay=2, warmup_cosine=3 */
+    put(c, DS_EO_lr_schedule, ps, p, kind); /* warmup=1, warmup_decay=2, warmup_cosine=3 */
     const ds_jv *wt = ds_jv_get(ps, "warmup_type");
     char q[PATH_LEN];
     join(q, pp, "warmup_type");
     if (wt && (wt->type != DS_JV_STR || (strcmp(wt->str, "log") && strcmp(wt->str, "linear"))))
         return fail(c, wt, q, "expected \"log\" or \"linear\"");
-    if (put_int(c, DS_EO_warmup_type, wt ? wt : ps, q, wt && !strcmp(wt->str, "linear") ? 0 : 1)) return -1;
+    if (put(c, DS_EO_warmup_type, wt ? wt : ps, q, wt && !strcmp(wt->str, "linear") ? 0 : 1)) return -1;
     double steps, total, x;
     join(q, pp, "warmup_num_steps");
     if (sched_num(c, ps, pp, "warmup_num_steps", 1000, &steps)) return -1;
     if (steps != floor(steps)) return fail(c, ds_jv_get(ps, "warmup_num_steps"), q, "%g is not an integer", steps);
-    if (put_int(c, DS_EO_warmup_steps, ps, q, steps < 2 ? 2 : (int64_t)steps)) return -1;
+    if (put(c, DS_EO_warmup_steps, ps, q, steps < 2 ? 2 : (int64_t)steps)) return -1;
     if (kind >= 2) {
         join(q, pp, "total_num_steps");
         const ds_jv *t = ds_jv_get(ps, "total_num_steps");
         if (!t) return fail(c, ps, q, "missing (%s needs it)", type->str);
         if (sched_num(c, ps, pp, "total_num_steps", 0, &total)) return -1;
         if (total != floor(total) || total < 1) return fail(c, t, q, "%g is not an integer >= 1", total);
-        if (put_int(c, DS_EO_total_steps, t, q, (int64_t)total)) return -1;
+        if (put(c, DS_EO_total_steps, t, q, (int64_t)total)) return -1;
     }
     if (kind <= 2) {
         join(q, pp, "warmup_min_lr");
-        if (sched_num(c, ps, pp, "warmup_min_lr", 0, &x) || put_num(c, DS_EO_warmup_min_lr, ps, q, x)) return -1;
+        if (sched_num(c, ps, pp, "warmup_min_lr", 0, &x) || put(c, DS_EO_warmup_min_lr, ps, q, x)) return -1;
         /* DeepSpeed's WarmupLR sets the lr itself, over the optimizer's (map_top) */
         snprintf(c->sched_lr_path, PATH_LEN, "%s.warmup_max_lr", pp);
         return sched_num(c, ps, pp, "warmup_max_lr", 0.001, &c->sched_lr);
@@ -536,7 +528,7 @@ static int map_top(cfg_ctx *c, const ds_jv *root, int *fp16, int *bf16, const ds
     if (c->sched_lr >= 0) {
         if (c->set[DS_EO_lr] && c->val.lr != c->sched_lr)
             ignore(c, c->path[DS_EO_lr], "the scheduler's warmup_max_lr sets the lr, as in DeepSpeed");
-        return put_num(c, DS_EO_lr, ds_jv_get(root, "scheduler"), c->sched_lr_path, c->sched_lr);
+        return put(c, DS_EO_lr, ds_jv_get(root, "scheduler"), c->sched_lr_path, c->sched_lr);
     }
     return 0;
 }
@@ -590,10 +582,10 @@ static void merge_opt(cfg_ctx *c, int opt) {
 static int merge_precision(cfg_ctx *c, int fp16, int bf16, const ds_jv *bf16v) {
     if (fp16 == 1 && bf16 == 1)
         return fail(c, bf16v, "bf16.enabled", "fp16 and bf16 are both enabled; enable one");
-    if (fp16 == 1) put_int(c, DS_EO_precision, NULL, "fp16.enabled", 2);
-    else if (bf16 == 1) put_int(c, DS_EO_precision, NULL, "bf16.enabled", 1);
+    if (fp16 == 1) put(c, DS_EO_precision, NULL, "fp16.enabled", 2);
+    else if (bf16 == 1) put(c, DS_EO_precision, NULL, "bf16.enabled", 1);
     else if (fp16 == -2 || bf16 == -2) put_auto(c, DS_EO_precision, fp16 == -2 ? "fp16.enabled" : "bf16.enabled");
-    else if (fp16 == 0 || bf16 == 0) put_int(c, DS_EO_precision, NULL, fp16 == 0 ? "fp16.enabled" : "bf16.enabled", 0);
+    else if (fp16 == 0 || bf16 == 0) put(c, DS_EO_precision, NULL, fp16 == 0 ? "fp16.enabled" : "bf16.enabled", 0);
     merge_opt(c, DS_EO_precision);
     return 0;
 }
@@ -659,8 +651,8 @@ static int batch_rule(cfg_ctx *c, int64_t tbs, int mb_known, int ga_known, int64
 static void merge_cosine_ratios(cfg_ctx *c) {
     if (c->warmup_min_ratio < 0) return;
     double lr = c->spec->engine.lr;
-    put_num(c, DS_EO_warmup_min_lr, NULL, "scheduler.params.warmup_min_ratio x lr", c->warmup_min_ratio * lr);
-    put_num(c, DS_EO_min_lr, NULL, "scheduler.params.cos_min_ratio x lr", c->cos_min_ratio * lr);
+    put(c, DS_EO_warmup_min_lr, NULL, "scheduler.params.warmup_min_ratio x lr", c->warmup_min_ratio * lr);
+    put(c, DS_EO_min_lr, NULL, "scheduler.params.cos_min_ratio x lr", c->cos_min_ratio * lr);
     merge_opt(c, DS_EO_warmup_min_lr);
     merge_opt(c, DS_EO_min_lr);
 }
