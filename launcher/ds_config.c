@@ -407,7 +407,7 @@ static int map_scheduler(cfg_ctx *c, const ds_jv *s, const char *path) {
         join(q, pp, "warmup_min_lr");
         if (sched_num(c, ps, pp, "warmup_min_lr", 0, &x) || put(c, DS_EO_warmup_min_lr, ps, q, x)) return -1;
         /* DeepSpeed's WarmupLR sets the lr itself, over the optimizer's (map_top) */
-        snprintf(c->sched_lr_path, PATH_LEN, "%s.warmup_max_lr", pp);
+        join(c->sched_lr_path, pp, "warmup_max_lr");
         return sched_num(c, ps, pp, "warmup_max_lr", 0.001, &c->sched_lr);
     }
     if (sched_num(c, ps, pp, "warmup_min_ratio", 0, &c->warmup_min_ratio) ||
