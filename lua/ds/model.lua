@@ -64,7 +64,7 @@ end
 -- Says so for each stage option the script gives that differs from the job's.
 local function note_stage_opts(o, what)
   for k, v in pairs(o) do
-    if type(k) == 'string' and k ~= 'name' and k ~= 'seed' then
+    if type(k) == 'string' and k ~= 'name' and k ~= 'seed' and v ~= 'auto' then -- 'auto': the planner's
       M.job_value(k, core.engine_option(k, v, what), what)
     end
   end
