@@ -207,7 +207,14 @@ void ds_engine_opt_format(const ds_engine_opt *o, const ds_engine_opts *v, char 
     switch (o->type) {
     case DS_OPT_INT:
     case DS_OPT_BYTES: snprintf(buf, len, "%lld", (long long)i); return;
-    case DS_OPT_NUM: snprintf(buf, len, "%.17g", *ds_engine_opt_num(o, vv)); return;
+    case DS_OPT_NUM: { /* the shortest text that reads back the same: 0.1, not 0.10000000000000001 */
+        double d = *ds_engine_opt_num(o, vv);
+        for (int digits = 6; digits <= 17; digits++) {
+            snprintf(buf, len, "%.*g", digits, d);
+            if (strtod(buf, NULL) == d) break;
+        }
+        return;
+    }
     case DS_OPT_CKPT:
         if (i == 0) snprintf(buf, len, "none");
         else if (i == 1) snprintf(buf, len, "full");

@@ -51,9 +51,31 @@
     X(device, "device", ENUM, 0, 0, "auto|cpu|cuda|sim", "auto", JOB,                               \
       "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")    \
     X(memory_limit, "memory_limit", BYTES, 0, INT64_MAX, NULL, "0", JOB,                            \
-      "bytes a rank may hold (every category together); 0: what its device has")                \
+      "bytes a rank may hold (every category together); 0: what its device has")                  \
     X(tf32, "tf32", ENUM, 0, 0, "false|true", "false", JOB,                                         \
-      "on a GPU, fp32 GEMMs may use TF32 tensor cores (faster, about 1e-3 relative error)")
+      "on a GPU, fp32 GEMMs may use TF32 tensor cores (faster, about 1e-3 relative error)")        \
+    X(lr, "lr", NUM, 0, 1e6, NULL, "0.001", JOB,                                                    \
+      "ds.optim.AdamW's learning rate when the script gives none; the schedule's peak")           \
+    X(beta1, "beta1", NUM, 0, 0.999999999, NULL, "0.9", JOB,                                        \
+      "ds.optim.AdamW's first-moment decay when the script gives no betas")                       \
+    X(beta2, "beta2", NUM, 0, 0.999999999, NULL, "0.999", JOB,                                      \
+      "ds.optim.AdamW's second-moment decay when the script gives no betas")                      \
+    X(eps, "eps", NUM, 0, 1, NULL, "1e-8", JOB,                                                    \
+      "ds.optim.AdamW's epsilon when the script gives none")                                      \
+    X(weight_decay, "weight_decay", NUM, 0, 1e6, NULL, "0", JOB,                                    \
+      "ds.optim.AdamW's decoupled weight decay when the script gives none")                       \
+    X(lr_schedule, "lr_schedule", ENUM, 0, 0, "constant|warmup|warmup_decay|warmup_cosine",         \
+      "constant", JOB, "ds.optim.schedule(): constant lr, warmup then constant, warmup then "     \
+      "linear decay, warmup then cosine decay")                                                    \
+    X(warmup_type, "warmup_type", ENUM, 0, 0, "linear|log", "linear", JOB,                          \
+      "how the schedule's warmup rises from warmup_min_lr to lr")                                  \
+    X(warmup_steps, "warmup_steps", INT, 0, 1 << 30, NULL, "0", JOB,                                \
+      "the schedule's warmup, in optimizer steps")                                                 \
+    X(warmup_min_lr, "warmup_min_lr", NUM, 0, 1e6, NULL, "0", JOB,                                  \
+      "the lr the warmup starts from (warmup_decay also ends there)")                              \
+    X(min_lr, "min_lr", NUM, 0, 1e6, NULL, "0", JOB, "the lr warmup_cosine decays to")             \
+    X(total_steps, "total_steps", INT, 0, 1 << 30, NULL, "0", JOB,                                  \
+      "the step warmup_decay and warmup_cosine end at (0: none; they need one)")
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;

@@ -35,6 +35,8 @@ const char DS_CLI_HELP[] =
     "      --log_dir DIR       where rank logs go (default: logs/ in the workdir)\n"
     "      --force_ssh         start even this node's ranks over SSH\n"
     "      --local_rank_arg    give a program --local_rank=N, as deepspeed does\n"
+    "      --deepspeed_config FILE  apply a DeepSpeed JSON config to [engine]\n"
+    "                          (docs/from-deepspeed.md)\n"
     "      --set S.KEY=VALUE   set any job spec key, e.g. --set engine.zero_stage=2\n"
     "      --export VAR[,VAR]  give every rank these variables of this environment\n"
     "      --dry-run           print the plan as JSON (docs/plan.md) and start nothing\n"
@@ -77,6 +79,7 @@ static const opt OPTS[] = {
     {"log_dir", 0, O_STR, F(log_dir), 0, 0},
     {"force_ssh", 0, O_FLAG, F(force_ssh), 0, 0},
     {"local_rank_arg", 0, O_FLAG, F(local_rank_arg), 0, 0},
+    {"deepspeed_config", 0, O_STR, F(deepspeed_config), 0, 0},
     {"set", 0, O_SET, F(sets), 0, 0},
     {"export", 0, O_EXPORT, F(exports), 0, 0},
     {"dry-run", 0, O_FLAG, F(dry_run), 0, 0},
@@ -312,5 +315,7 @@ int ds_cli_apply(const ds_cli *cli, ds_jobspec *spec, ds_err *err) {
     if (cli->log_dir && replace(&spec->log_dir, abs_path(cli->log_dir), err)) return -1;
     if (cli->force_ssh) spec->ssh_force = 1;
     if (cli->local_rank_arg) spec->local_rank_arg = 1;
+    if (cli->deepspeed_config && replace(&spec->deepspeed_config, abs_path(cli->deepspeed_config), err))
+        return -1;
     return 0;
 }

@@ -32,6 +32,7 @@ typedef struct ds_cli {
     const char *log_dir;   /* --log_dir DIR: overrides [logs] dir */
     int force_ssh;         /* --force_ssh: [ssh] force = true */
     int local_rank_arg;    /* --local_rank_arg: [job] local_rank_arg = true */
+    const char *deepspeed_config; /* --deepspeed_config FILE: [engine] deepspeed_config */
     int dry_run;
     int plan_memory, plan_all; /* --plan-memory [--all] (launcher/plan_memory.h) */
     int no_plan_check;         /* --no-plan-check */

@@ -119,7 +119,7 @@ static const char *RESERVED_ENV[] = {"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RAN
                                      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_JOB_ID",
                                      "DS_ATTEMPT", "DS_RDZV", "DS_STORE_TOKEN",
-                                     "CUDA_VISIBLE_DEVICES", "DS_CKPT_MODE"};
+                                     "CUDA_VISIBLE_DEVICES", "DS_CKPT_MODE", "DS_ENGINE_GIVEN"};
 
 int ds_env_reserved(const char *name) {
     for (size_t i = 0; i < sizeof RESERVED_ENV / sizeof RESERVED_ENV[0]; i++)
@@ -508,7 +508,7 @@ void ds_jobspec_free(ds_jobspec *spec) {
                      &spec->hostfile, &spec->include, &spec->exclude, &spec->ssh_user,
                      &spec->ssh_identity, &spec->ssh_known_hosts, &spec->ssh_config,
                      &spec->rdzv_addr, &spec->log_dir, &spec->tee, &spec->metrics_addr,
-                     &spec->webhook};
+                     &spec->webhook, &spec->deepspeed_config};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) set_str(strs[i], NULL);
     free_args(spec);
     free_words(&spec->interpreter, &spec->ninterp);
@@ -751,6 +751,17 @@ static int set_key(parse_state *st, int ki, const char *value) {
 
 /* An [engine] key: the option table parses and checks it. */
 static int set_engine_key(parse_state *st, const char *key, const char *value) {
+    if (!strcmp(key, "deepspeed_config")) { /* a path, not an option: launcher/ds_config.c */
+        if (!*value) return fail(st, "[engine] deepspeed_config: empty value, expected a path");
+        char *e = expand_home(value);
+        if (e && e[0] != '/') {
+            char *abs = path_join(st->base, e);
+            free(e);
+            e = abs;
+        }
+        set_str(&st->spec->deepspeed_config, e);
+        return 1;
+    }
     const ds_engine_opt *o = ds_engine_opt_keyed(key);
     if (!o) {
         char known[600] = "";
@@ -758,7 +769,7 @@ static int set_engine_key(parse_state *st, const char *key, const char *value) {
         for (int i = 0; i < DS_EO_COUNT && len < sizeof known - 40; i++)
             len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "",
                                     DS_ENGINE_OPTS[i].key);
-        return fail(st, "[engine] %s: unknown key (expected one of: %s)", key, known);
+        return fail(st, "[engine] %s: unknown key (expected one of: %s, deepspeed_config)", key, known);
     }
     int i = (int)(o - DS_ENGINE_OPTS);
     if (st->engine_line[i])
@@ -767,6 +778,7 @@ static int set_engine_key(parse_state *st, const char *key, const char *value) {
     char why[400];
     if (ds_engine_opt_parse(o, value, &st->spec->engine, why, sizeof why) != 0)
         return fail(st, "[engine] %s: %s", key, why);
+    st->spec->engine_given[i] = 1;
     return 1;
 }
 
@@ -781,6 +793,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
         if (st->key_line[i])
             return fail(st, "[%s] %s: given twice (first on line %d)", section, key, st->key_line[i]);
         st->key_line[i] = st->line;
+        if (KEYS[i].off == offsetof(ds_jobspec, steps_per_print)) st->spec->steps_per_print_given = 1;
         return set_key(st, i, value);
     }
     /* list the section's keys so the fix is in the message */

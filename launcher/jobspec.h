@@ -128,10 +128,16 @@ typedef struct ds_jobspec {
     /* [engine]: every rank's engine options (common/engine_opts.h has the keys, types,
      * ranges and defaults); a script may override the stage options per stage */
     ds_engine_opts engine;
+    unsigned char engine_given[DS_EO_COUNT]; /* 1 for each option the file or a --set gave
+                                                (a DeepSpeed config does not override those) */
+    char *deepspeed_config; /* key deepspeed_config (relative to the spec's folder) or
+                               --deepspeed_config: a DeepSpeed JSON config mapped onto the
+                               options (launcher/ds_config.h); NULL: none */
 
     /* [monitor] (docs/monitoring.md) */
     int monitor_outputs;     /* key outputs: DS_MONITOR_* bits; default all four */
     int steps_per_print;     /* progress lines when not on a terminal, default 10 */
+    int steps_per_print_given; /* 1 when the file or a --set gave it */
     int metrics_port;        /* Prometheus /metrics; -1 off (default), 0 any free port */
     char *metrics_addr;      /* the address it listens on; default 127.0.0.1 */
 } ds_jobspec;

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "controller.h"
+#include "ds_config.h"
 #include "env_export.h"
 #include "exit_codes.h"
 #include "hostfile.h"
@@ -134,6 +135,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_jobspec_free(&spec);
         return DS_EXIT_USER_ERROR;
+    }
+    /* a DeepSpeed config's train_batch_size needs the world size: after planning */
+    if (ds_dsconfig_use(&spec, plan.world_size, stderr, &err) != 0) {
+        fprintf(stderr, "dslaunch: %s\n", err.msg);
+        ds_plan_free(&plan);
+        ds_jobspec_free(&spec);
+        return EXIT_USAGE;
     }
     int rc = 0;
     if (cli.plan_memory) {

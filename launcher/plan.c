@@ -167,6 +167,13 @@ static int push_engine_defaults(char **env, int *n, const ds_jobspec *spec) {
         ds_engine_opt_format(&DS_ENGINE_OPTS[i], &spec->engine, value, sizeof value);
         bad |= push_env(env, n, name, value);
     }
+    /* the options the job states ([engine], --set, a DeepSpeed config), by name: where a
+     * script's own value differs from one of these, the ds library says so */
+    ds_buf given = {0};
+    for (int i = 0; i < DS_EO_COUNT; i++)
+        if (spec->engine_given[i]) ds_buf_printf(&given, "%s%s", given.len ? "," : "", DS_ENGINE_OPTS[i].name);
+    if (given.len) bad |= given.oom ? -1 : push_env(env, n, "DS_ENGINE_GIVEN", ds_buf_str(&given));
+    ds_buf_free(&given);
     return bad;
 }
 
@@ -200,9 +207,9 @@ char **ds_plan_rank_env(const ds_plan *plan, const ds_jobspec *spec, int r, cons
     const ds_plan_rank *rk = &plan->ranks[r];
     const ds_plan_node *node = &plan->nodes[rk->node_rank];
     int nenv = spec ? spec->nenv : 0;
-    /* 9 job variables, 8 more of torchrun's, CUDA_VISIBLE_DEVICES, the DS_ENGINE_*, the
-     * [env] entries, NULL */
-    char **env = calloc((size_t)(19 + DS_EO_COUNT + nenv), sizeof *env);
+    /* 9 job variables, 8 more of torchrun's, CUDA_VISIBLE_DEVICES, the DS_ENGINE_* and
+     * DS_ENGINE_GIVEN, the [env] entries, NULL */
+    char **env = calloc((size_t)(20 + DS_EO_COUNT + nenv), sizeof *env);
     if (!env) return NULL;
     int n = 0, bad = 0;
     bad |= push_int(env, &n, "RANK", rk->rank);

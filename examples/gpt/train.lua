@@ -13,17 +13,21 @@
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
 
--- The job's [engine] section (micro_batch, grad_accum, seed, stage options) gives the
--- defaults when a launcher runs this; CONFIG.lua and key=value override them.
+-- Under a launcher the job's [engine] section (micro_batch, grad_accum, seed, the stage
+-- options, the AdamW settings and the lr schedule; a DeepSpeed config maps onto it) gives
+-- every training setting CONFIG.lua and key=value leave out: this script passes nil and
+-- the ds library takes the job's. Alone (dsrun run), the script's own defaults below.
 local D = ds.engine_defaults()
 local from_job = os.getenv('DS_ENGINE_MICRO_BATCH') ~= nil
 local settings = {
   model = {vocab = 64, context = 32, layers = 2, heads = 4, d = 64, dropout = 0.0},
-  batch = from_job and D.micro_batch or 8, accum = D.grad_accum, steps = 100, lr = 1e-3, min_lr = 1e-4, warmup = 10,
-  weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0, seed = D.seed,
-  data = 'synthetic', log_every = 10, threads = 0, blocks = {}, optimizer = 'adamw',
-  momentum = 0.9, schedule = 'cosine', save_every = 0,
+  steps = 100, data = 'synthetic', log_every = 10, threads = 0, blocks = {}, optimizer = 'adamw',
+  momentum = 0.9, save_every = 0,
 }
+if not from_job then
+  for k, v in pairs {batch = 8, lr = 1e-3, min_lr = 1e-4, warmup = 10, weight_decay = 0.1,
+                     betas = {0.9, 0.95}, eps = 1e-8, clip = 1.0} do settings[k] = v end
+end
 
 local function merge(dst, src)
   for k, v in pairs(src) do
@@ -58,6 +62,8 @@ for _, a in ipairs(arg) do
 end
 
 local S = settings
+-- a schedule of the script's own when it sets any of its settings, else the job's
+if S.schedule == nil and (S.lr or S.warmup or S.min_lr) then S.schedule = 'cosine' end
 if S.threads > 0 then ds.set_threads(S.threads) end
 local cfg = gpt.config(S.model)
 local model = gpt.GPT(cfg, {seed = S.seed, embed = S.embed, blocks = S.blocks, head = S.head})
@@ -73,19 +79,32 @@ else
 end
 
 local opt
+S.batch = S.data == 'synthetic' and source.batch_size or source:batch_size()
 if S.optimizer == 'adamw' then
   opt = ds.optim.AdamW {model, lr = S.lr, betas = S.betas, eps = S.eps, weight_decay = S.weight_decay}
 elseif S.optimizer == 'sgd' then
-  opt = ds.optim.SGD {model, lr = S.lr, momentum = S.momentum, weight_decay = S.weight_decay}
+  opt = ds.optim.SGD {model, lr = S.lr or D.lr, momentum = S.momentum, weight_decay = S.weight_decay}
 else
   error("optimizer must be 'adamw' or 'sgd', got " .. tostring(S.optimizer))
 end
-local lr_at = S.schedule == 'constant' and ds.optim.constant {lr = S.lr}
-  or ds.optim.warmup_cosine {lr = S.lr, min_lr = S.min_lr, warmup = math.min(S.warmup, S.steps), total = S.steps}
+local lr_at
+if S.schedule == 'constant' then lr_at = ds.optim.constant {lr = opt.lr}
+elseif S.schedule == 'cosine' then
+  lr_at = ds.optim.warmup_cosine {lr = opt.lr, min_lr = S.min_lr or 0, warmup = math.min(S.warmup or 0, S.steps), total = S.steps}
+elseif S.schedule == nil or S.schedule == 'job' then lr_at = ds.optim.schedule()
+else error("schedule must be 'cosine', 'constant' or 'job', got " .. tostring(S.schedule)) end
 
 print(string.format('GPT: %d layers, %d heads, d %d, vocab %d, context %d: %.3fM parameters; '
   .. 'batch %d x %d, accumulation %d; %d threads', cfg.layers, cfg.heads, cfg.d, cfg.vocab,
-  cfg.context, model:num_parameters() / 1e6, S.batch, cfg.context, S.accum, ds.threads()))
+  cfg.context, model:num_parameters() / 1e6, S.batch, cfg.context, S.accum or D.grad_accum, ds.threads()))
+print(string.format('%s: lr %g, betas %g %g, eps %g, weight decay %g; schedule %s; clip %g',
+  S.optimizer, opt.lr, opt.beta1 or 0, opt.beta2 or 0, opt.eps or 0, opt.weight_decay, S.schedule or ('job ' .. D.lr_schedule),
+  S.clip or D.gradient_clipping))
+if model.scaler then
+  local ls = ds.engine_defaults().loss_scaler -- ds.Model's, as this script gives none
+  print(string.format('loss scaler: initial scale %g, window %d, hysteresis %d, min %g', ls.init_scale,
+    ls.scale_window, ls.hysteresis, ls.min_scale))
+end
 -- Under a launcher the worker logs its OpenBLAS core at start, once per node.
 if not from_job then
   local blas = ds.blas()

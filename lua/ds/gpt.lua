@@ -51,13 +51,16 @@ local STAGING_KEYS = util.set {'seed', 'embed', 'blocks', 'head', 'zero_bucket',
 local function stage_of(layers, opts, name, seed)
   opts = opts or {}
   model.check_stage_opts(opts, 'gpt.GPT ' .. name .. ' stage')
+  model.note_stage_opts(opts, 'gpt.GPT ' .. name .. ' stage')
   local spec = {name = opts.name or name, zero = opts.zero, checkpoint = opts.checkpoint,
                 precision = opts.precision, seed = opts.seed or seed}
-  if name == 'embed' or name == 'head' then -- checkpointing is for the blocks
-    spec.checkpoint = opts.checkpoint or 'none'
-  end
+  -- The job's checkpointing is for the blocks: the embedding's activations are small, and
+  -- the head's output (the logits) is kept for the loss anyway, so checkpointing either
+  -- would only add a recomputation (the head's: a vocabulary-wide matmul). Their staging
+  -- may still choose it.
+  if name == 'embed' or name == 'head' then spec.checkpoint = opts.checkpoint or 'none' end
   for i, l in ipairs(layers) do spec[i] = l end
-  return model.Stage(spec)
+  return model.stage_of(spec)
 end
 
 -- gpt.GPT(cfg, staging) -> ds.Model. staging (all optional):

@@ -21,6 +21,22 @@ ds.engine_options = core.engine_options
 ds.engine_option = core.engine_option
 ds.error = util.error
 
+-- The token-file loader takes its batch (rows per rank) and seed from the job unless the
+-- script gives them ([engine] micro_batch, seed).
+if core.data then
+  local data = {}
+  for k, v in pairs(core.data) do data[k] = v end
+  function data.open(cfg)
+    if type(cfg) ~= 'table' then return core.data.open(cfg) end
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    c.batch = model.job_value('micro_batch', c.batch, 'ds.data.open batch')
+    c.seed = model.job_value('seed', c.seed, 'ds.data.open seed')
+    return core.data.open(c)
+  end
+  ds.data = data
+end
+
 -- A table of current and peak bytes per allocation category, as text.
 function ds.memory_report()
   local m = core.memory()

@@ -30,6 +30,8 @@ M.check_stage_opts = check_stage_opts
 -- checkpoint=, micro_batch=, grad_accum=, seed=, ...} by option name, plus the same
 -- values in the shapes ds.Model takes them: loss_scaler = {init_scale=, scale_window=,
 -- hysteresis=, min_scale=} and zero_bucket.
+-- given: the set of options the job states (its [engine], a --set or its DeepSpeed
+-- config; DS_ENGINE_GIVEN), as opposed to the defaults it passes on.
 local defaults
 function M.defaults()
   if defaults then return defaults end
@@ -37,15 +39,49 @@ function M.defaults()
   d.loss_scaler = {init_scale = 2.0 ^ d.initial_scale_power, scale_window = d.loss_scale_window,
                    hysteresis = d.hysteresis, min_scale = d.min_loss_scale}
   d.zero_bucket = d.reduce_bucket_size
+  d.given = {}
+  for name in (os.getenv('DS_ENGINE_GIVEN') or ''):gmatch('[^,]+') do d.given[name] = true end
   defaults = d
   return d
 end
+
+-- The value of engine option `name` for `what`: the script's when it gives one, else the
+-- job's. A script's value that differs from one the job states is said once per option
+-- (rank 0, stderr): the job asked for something the script overrides.
+local told = {}
+function M.note(msg) io.stderr:write(msg, '\n') end -- tests replace it
+function M.job_value(name, script_value, what)
+  local d = M.defaults()
+  if script_value == nil then return d[name] end
+  if d.given[name] and script_value ~= d[name] and not told[name] and (core.rank and core.rank() or 0) == 0 then
+    told[name] = true
+    M.note(string.format("ds: %s: the script's %s = %s is used, not the job's %s",
+      what, name, tostring(script_value), tostring(d[name])))
+  end
+  return script_value
+end
+
+-- Says so for each stage option the script gives that differs from the job's.
+local function note_stage_opts(o, what)
+  for k, v in pairs(o) do
+    if type(k) == 'string' and k ~= 'name' and k ~= 'seed' and v ~= 'auto' then -- 'auto': the planner's
+      M.job_value(k, core.engine_option(k, v, what), what)
+    end
+  end
+end
+M.note_stage_opts = note_stage_opts
 
 -- ds.Stage{layer1, layer2, ..., name=, zero=, checkpoint=, precision=, seed=}; options
 -- not given come from the job's [engine] section (ds._core.stage_new reads them).
 function M.Stage(spec)
   if type(spec) ~= 'table' then util.error('ds.Stage: expected a table {layer, ..., options}') end
   check_stage_opts(spec, 'ds.Stage')
+  note_stage_opts(spec, 'ds.Stage ' .. tostring(spec.name or 'stage'))
+  return M.stage_of(spec)
+end
+
+-- ds.Stage without the note (gpt.GPT gives notes for the options its caller chose).
+function M.stage_of(spec)
   if #spec == 0 then util.error('ds.Stage: no layers') end
   local desc = {name = spec.name or 'stage', seed = spec.seed or M.defaults().seed}
   for k in pairs(STAGE_OPTS) do
@@ -86,8 +122,9 @@ function M.Model(spec)
     m.stages[i] = s
   end
   if #m.stages == 0 then util.error('ds.Model: no stages') end
-  local bucket = M.defaults().zero_bucket
-  if spec.zero_bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', spec.zero_bucket, 'ds.Model zero_bucket') end
+  local bucket = spec.zero_bucket
+  if bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', bucket, 'ds.Model zero_bucket') end
+  bucket = M.job_value('reduce_bucket_size', bucket, 'ds.Model zero_bucket')
   m.zero_bucket, m.zero_prefetch = bucket, spec.zero_prefetch ~= false
   m.allow_fp16, m.loss_scaler_opts = spec.allow_fp16 == true, spec.loss_scaler
   local memplan = require 'ds.memplan'
@@ -316,8 +353,9 @@ end
 function Model:train_step(t)
   util.check_keys(t, util.set {'step', 'next_batch', 'accum', 'optimizer', 'clip', 'lr'}, 'model:train_step')
   if self.auto then require('ds.memplan').resolve(self, t, M) end
-  local accum = t.accum or 1
-  if math.type(accum) ~= 'integer' or accum < 1 then util.error('model:train_step: accum must be an integer >= 1') end
+  local accum = t.accum
+  if accum ~= nil and (math.type(accum) ~= 'integer' or accum < 1) then util.error('model:train_step: accum must be an integer >= 1') end
+  accum = M.job_value('grad_accum', accum, 'model:train_step accum')
   if core.report_step and math.type(t.step) == 'integer' then core.report_step(t.step) end -- hang detection
   self:zero_grad()
   local scale = self.scaler and self.scaler:scale() or 1.0
@@ -345,8 +383,7 @@ function Model:train_step(t)
     end
     gn = gn / scale -- powers of two: exact
   end
-  local clip = t.clip
-  if clip == nil then clip = M.defaults().gradient_clipping end
+  local clip = M.job_value('gradient_clipping', t.clip, 'model:train_step clip')
   local lr = t.optimizer:step(t.lr, clip_factor(gn, clip) / scale)
   return {loss = loss, grad_norm = gn, lr = lr, tokens = tokens, loss_scale = scale, skipped = false}
 end

@@ -16,12 +16,16 @@ local STRIDES = {1, 2, 3, 5, 7}
 -- batch of batch x world_size windows, deterministic from (seed, step, micro). As with the
 -- token-file loader (docs/data.md), rank r takes rows [r*batch, (r+1)*batch), so the
 -- global batch is the same at any world size; rank and world_size default to this rank's.
+-- batch and seed not given are the job's ([engine] micro_batch and seed).
 function synth.progressions(cfg)
   util.check_keys(cfg, util.set {'vocab', 'context', 'batch', 'seed', 'rank', 'world_size'}, 'synth.progressions')
+  local model = require 'ds.model'
+  local batch = model.job_value('micro_batch', cfg.batch, 'synth.progressions batch')
+  local seed = model.job_value('seed', cfg.seed, 'synth.progressions seed')
   local s = {vocab = util.int(cfg, 'vocab', 'synth', nil, 8), context = util.int(cfg, 'context', 'synth', nil, 2),
-             batch_size = util.int(cfg, 'batch', 'synth', nil, 1), seed = util.int(cfg, 'seed', 'synth', 0),
-             world_size = util.int(cfg, 'world_size', 'synth', core.world_size(), 1)}
-  s.rank = util.int(cfg, 'rank', 'synth', core.rank(), 0)
+             batch_size = util.int({batch = batch}, 'batch', 'synth', nil, 1), seed = util.int({seed = seed}, 'seed', 'synth', 0),
+             world_size = util.int(cfg, 'world_size', 'synth', cfg.world_size or core.world_size(), 1)}
+  s.rank = util.int(cfg, 'rank', 'synth', cfg.rank or core.rank(), 0)
   if s.rank >= s.world_size then
     util.errorf('synth: rank %d outside the world of %d', s.rank, s.world_size)
   end

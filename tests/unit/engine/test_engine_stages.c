@@ -225,6 +225,54 @@ static void test_job_gradient_clipping(void **state) {
     unsetenv("DS_ENGINE_GRADIENT_CLIPPING");
 }
 
+/* The job's training settings reach the ds library: the data loaders' batch and seed,
+ * train_step's accumulation, AdamW's settings and ds.optim.schedule() come from
+ * DS_ENGINE_* when the script gives none; a script value that differs from one the job
+ * states (DS_ENGINE_GIVEN) is noted once; the schedules follow DeepSpeed's formulas. */
+static void test_job_training_settings(void **state) {
+    (void)state;
+    const char *env[][2] = {{"DS_ENGINE_MICRO_BATCH", "3"}, {"DS_ENGINE_GRAD_ACCUM", "2"},
+                            {"DS_ENGINE_LR", "0.02"}, {"DS_ENGINE_BETA2", "0.95"},
+                            {"DS_ENGINE_LR_SCHEDULE", "warmup_cosine"}, {"DS_ENGINE_WARMUP_STEPS", "10"},
+                            {"DS_ENGINE_TOTAL_STEPS", "110"}, {"DS_ENGINE_MIN_LR", "0.002"},
+                            {"DS_ENGINE_GIVEN", "micro_batch,grad_accum,lr,beta2"}};
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) setenv(env[i][0], env[i][1], 1);
+    run_chunk(
+        "local model = require 'ds.model'\n"
+        "local notes = {}\n"
+        "model.note = function(m) notes[#notes + 1] = m end\n"
+        "local cfg = {vocab=13, context=6, layers=1, heads=2, d=8, dropout=0}\n"
+        "local src = require('ds.synth').progressions {vocab = 13, context = 6, rank = 0, world_size = 1}\n"
+        "assert(src.batch_size == 3 and src.seed == ds.engine_defaults().seed, 'synth from the job')\n"
+        "local m = gpt.GPT(cfg, {seed = 2})\n"
+        "local o = ds.optim.AdamW {m}\n"
+        "assert(o.lr == 0.02 and math.abs(o.beta2 - 0.95) < 1e-12 and o.beta1 == 0.9, 'AdamW from the job')\n"
+        "local st = m:train_step {step = 1, optimizer = o, next_batch = function(k) return src:batch(1, k) end}\n"
+        "assert(st.tokens == 3 * 6 * 2, 'accumulation from the job: ' .. st.tokens)\n"
+        "assert(#notes == 0, 'a note with nothing overridden: ' .. tostring(notes[1]))\n"
+        /* a script's own value wins, and the differing ones are said once each */
+        "local src8 = require('ds.synth').progressions {vocab = 13, context = 6, batch = 8, rank = 0, world_size = 1}\n"
+        "require('ds.synth').progressions {vocab = 13, context = 6, batch = 8, rank = 0, world_size = 1}\n"
+        "ds.optim.AdamW {m, lr = 0.02, betas = {0.9, 0.9}}\n"
+        "assert(src8.batch_size == 8 and #notes == 2, table.concat(notes, '|'))\n"
+        "assert(notes[1]:find(\"synth.progressions batch: the script's micro_batch = 8 is used, not the job's 3\", 1, true), notes[1])\n"
+        "assert(notes[2]:find(\"beta2 = 0.9 is used, not the job's 0.95\", 1, true), notes[2])\n"
+        /* the schedules: step s is DeepSpeed's iteration s - 1 */
+        "local f = ds.optim.schedule()\n"
+        "assert(f(1) == 0 and math.abs(f(6) - 0.01) < 1e-15 and math.abs(f(10) - 0.018) < 1e-15, 'cosine warmup')\n"
+        "assert(math.abs(f(11) - (0.002 + 0.018 * 0.5 * (1 + math.cos(math.pi / 100)))) < 1e-15, 'cosine start')\n"
+        "assert(math.abs(f(61) - (0.002 + 0.018 * 0.5 * (1 + math.cos(math.pi * 51 / 100)))) < 1e-15, 'cosine')\n"
+        "assert(f(110) == 0.002 and f(500) == 0.002, 'cosine end')\n"
+        "f = ds.optim.schedule {lr_schedule = 'warmup', warmup_type = 'log', warmup_min_lr = 0.01}\n"
+        "assert(f(1) == 0.01 and math.abs(f(4) - (0.01 + 0.01 * math.log(4) / math.log(10))) < 1e-15 and f(11) == 0.02)\n"
+        "f = ds.optim.schedule {lr_schedule = 'warmup_decay', warmup_type = 'linear', lr = 1.0}\n"
+        "assert(f(6) == 0.5 and f(11) == 1.0 and f(61) == 0.5 and f(111) == 0 and f(200) == 0, 'decay')\n"
+        "assert(ds.optim.schedule {lr_schedule = 'constant'}(5) == 0.02)\n"
+        "local ok, err = pcall(ds.optim.schedule, {lr_schedule = 'warmup_decay', total_steps = 5})\n"
+        "assert(not ok and err:find('needs total_steps %(5%) >= warmup_steps %(10%)'), err)\n");
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) unsetenv(env[i][0]);
+}
+
 /* [engine] memory_limit: an allocation that would take the rank past it fails, naming
  * what was asked, the limit and what the rank holds per category; below it, training is
  * untouched (the same model trains under a limit above its peak). */
@@ -439,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
         cmocka_unit_test(test_attention_dropout),
+        cmocka_unit_test(test_job_training_settings),
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_half_precision_weights),
     };
