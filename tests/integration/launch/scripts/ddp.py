@@ -43,7 +43,9 @@ else:
     net = DDP(model)
     if rank == a.fail_rank:
         print(f"rank {rank} is failing on purpose", file=sys.stderr, flush=True)
-        sys.exit(3)
+        # at once, as a crash ends: sys.exit would tear PyTorch down for a while after its
+        # sockets closed, and a peer that saw them close could exit first (operations.md)
+        os._exit(3)
 
 per = a.global_batch // world
 rows = slice(rank * per, (rank + 1) * per)
