@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_plan_free(&plan);
         ds_jobspec_free(&spec);
-        return EXIT_USAGE;
+        return DS_EXIT_USER_ERROR;
     }
     int rc = 0;
     if (cli.plan_memory) {
