@@ -42,7 +42,7 @@ static long long hi_of(const ds_engine_opt *o) {
     return o->hi >= 9.2e18 ? INT64_MAX : (long long)o->hi;
 }
 
-void ds_engine_opt_expect(const ds_engine_opt *o, char *buf, size_t len) {
+static void expect_values(const ds_engine_opt *o, char *buf, size_t len) {
     switch (o->type) {
     case DS_OPT_INT: snprintf(buf, len, "an integer in %lld..%lld", lo_of(o), hi_of(o)); return;
     case DS_OPT_BYTES:
@@ -54,6 +54,12 @@ void ds_engine_opt_expect(const ds_engine_opt *o, char *buf, size_t len) {
     case DS_OPT_ENUM: snprintf(buf, len, "one of %s", o->choices); return;
     }
     snprintf(buf, len, "?");
+}
+
+void ds_engine_opt_expect(const ds_engine_opt *o, char *buf, size_t len) {
+    expect_values(o, buf, len);
+    size_t n = strlen(buf);
+    if (ds_engine_opt_takes_auto(o) && n < len) snprintf(buf + n, len - n, ", or auto");
 }
 
 static int bad(const ds_engine_opt *o, char *why, size_t len, const char *fmt, const char *what)
@@ -158,6 +164,8 @@ int ds_engine_opt_parse(const ds_engine_opt *o, const char *text, ds_engine_opts
                         size_t why_len) {
     int64_t v = 0;
     int rc;
+    if (ds_engine_opt_takes_auto(o) && !strcmp(text, "auto"))
+        return *ds_engine_opt_int(o, out) = DS_ENGINE_AUTO, 0;
     switch (o->type) {
     case DS_OPT_INT:
         rc = parse_integer(text, &v);
@@ -204,6 +212,10 @@ int ds_engine_opt_parse(const ds_engine_opt *o, const char *text, ds_engine_opts
 void ds_engine_opt_format(const ds_engine_opt *o, const ds_engine_opts *v, char *buf, size_t len) {
     ds_engine_opts *vv = (ds_engine_opts *)v; /* the accessors are shared with writers */
     int64_t i = o->type == DS_OPT_NUM ? 0 : *ds_engine_opt_int(o, vv);
+    if (ds_engine_opt_takes_auto(o) && i == DS_ENGINE_AUTO) {
+        snprintf(buf, len, "auto");
+        return;
+    }
     switch (o->type) {
     case DS_OPT_INT:
     case DS_OPT_BYTES: snprintf(buf, len, "%lld", (long long)i); return;

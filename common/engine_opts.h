@@ -15,6 +15,8 @@
  *   choices  ENUM: "a|b|c"
  *   default  as a job spec would write it
  *   scope    STAGE: a per-stage option (ds.Stage{...}) the job sets the default of;
+ *            it may also be `auto` (stored as DS_ENGINE_AUTO): the memory planner
+ *            chooses it per stage at the first train_step (docs/memory.md);
  *            MODEL: an option of ds.Model{...}; JOB: read by the training loop
  *   doc      one line for --help, errors and docs */
 #ifndef DS_ENGINE_OPTS_H
@@ -52,6 +54,8 @@
       "where a rank computes: auto (its GPU when the node has one, else cpu), cpu, cuda, sim")    \
     X(memory_limit, "memory_limit", BYTES, 0, INT64_MAX, NULL, "0", JOB,                            \
       "bytes a rank may hold (every category together); 0: what its device has")                  \
+    X(allow_fp16, "allow_fp16", ENUM, 0, 0, "false|true", "false", MODEL,                          \
+      "precision = auto may choose fp16 (it changes numerics: the loss scaler runs)")              \
     X(tf32, "tf32", ENUM, 0, 0, "false|true", "false", JOB,                                         \
       "on a GPU, fp32 GEMMs may use TF32 tensor cores (faster, about 1e-3 relative error)")        \
     X(lr, "lr", NUM, 0, 1e6, NULL, "0.001", JOB,                                                    \
@@ -79,6 +83,9 @@
 
 typedef enum { DS_OPT_INT, DS_OPT_ENUM, DS_OPT_CKPT, DS_OPT_NUM, DS_OPT_BYTES } ds_opt_type;
 typedef enum { DS_OPT_STAGE, DS_OPT_MODEL, DS_OPT_JOB } ds_opt_scope;
+
+/* A STAGE option's value `auto`: the planner's to choose. Never reaches a stage. */
+#define DS_ENGINE_AUTO (-1)
 
 /* The C type of each option type's values. */
 #define DS_OPT_CTYPE_INT int64_t
@@ -113,6 +120,8 @@ typedef struct ds_engine_opt {
 } ds_engine_opt;
 
 extern const ds_engine_opt DS_ENGINE_OPTS[DS_EO_COUNT];
+
+static inline int ds_engine_opt_takes_auto(const ds_engine_opt *o) { return o->scope == DS_OPT_STAGE; }
 
 /* By Lua/C name or by job-spec key; NULL when there is none. */
 const ds_engine_opt *ds_engine_opt_named(const char *name);

@@ -46,9 +46,12 @@ static int run_planner(const ds_plan *plan, const ds_jobspec *spec, int all, int
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
+        /* as a rank on this node would run: dslaunch's environment (DS_SIM_MEMORY,
+         * CUDA_VISIBLE_DEVICES, ...) with rank 0's on top */
+        for (char **e = env; *e; e++) putenv(*e);
         if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
         if (chdir(spec->workdir) != 0) _exit(126);
-        execve(spec->dsrun, (char *const *)argv, env);
+        execv(spec->dsrun, (char *const *)argv);
         fprintf(stderr, "dslaunch: cannot run %s: %s\n", spec->dsrun, strerror(errno));
         _exit(127);
     }
@@ -72,8 +75,17 @@ static void copy_out(FILE *f) {
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stderr);
 }
 
+/* Whether the ranks have a budget the plan can be checked against before launch: a
+ * memory_limit, or a GPU's memory (the planner reads the free memory of the device this
+ * node gives rank 0; the job's nodes are taken to be alike). */
+static int has_budget(const ds_plan *plan, const ds_jobspec *spec) {
+    char device[16];
+    ds_engine_opt_format(&DS_ENGINE_OPTS[DS_EO_device], &spec->engine, device, sizeof device);
+    return spec->engine.memory_limit > 0 || plan->gpus || !strcmp(device, "cuda") || !strcmp(device, "sim");
+}
+
 int ds_plan_memory_check(const ds_plan *plan, const ds_jobspec *spec, ds_err *err) {
-    if (!ds_jobspec_is_lua(spec) || spec->engine.memory_limit == 0) return 0; /* nothing to check */
+    if (!ds_jobspec_is_lua(spec) || !has_budget(plan, spec)) return 0; /* nothing to check */
     FILE *out = tmpfile();
     if (!out) return ds_err_set(err, "memory plan: tmpfile: %s", strerror(errno));
     ds_err why = {{0}};
@@ -81,8 +93,9 @@ int ds_plan_memory_check(const ds_plan *plan, const ds_jobspec *spec, ds_err *er
     if (rc == 3) {
         copy_out(out);
         fclose(out);
-        return ds_err_set(err, "the memory plan predicts this job does not fit [engine] memory_limit "
-                               "(the plan above; --no-plan-check launches it anyway)");
+        return ds_err_set(err, "the memory plan predicts this job does not fit %s (the plan above; "
+                               "--no-plan-check launches it anyway)",
+                          spec->engine.memory_limit > 0 ? "[engine] memory_limit" : "the device's free memory");
     }
     if (rc != 0) {
         copy_out(out);

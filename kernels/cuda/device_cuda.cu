@@ -78,11 +78,13 @@ static void cuda_mem_info(ds_device *dd, ds_device_mem *out) {
         total_b = d->total_mem;
     }
     out->total = total_b;
-    out->free = free_b;
     out->reserved = pool_attr(d, cudaMemPoolAttrReservedMemCurrent);
     pthread_mutex_lock(&d->mu);
     out->in_use = d->in_use;
     pthread_mutex_unlock(&d->mu);
+    // what this device could still give (device.h): the GPU's free memory and what the
+    // pool holds unused, as on sim, whose free counts its whole region
+    out->free = free_b + (out->reserved > out->in_use ? out->reserved - out->in_use : 0);
 }
 
 static void *cuda_alloc(ds_device *dd, size_t bytes, ds_err *err) {
@@ -104,7 +106,7 @@ static void *cuda_alloc(ds_device *dd, size_t bytes, ds_err *err) {
         ds_err_set(err,
                    "%s: out of device memory: asked %zu bytes, %zu free of %zu on the device, "
                    "%zu in use through this device's allocator and %zu more held by it (%s)",
-                   d->dev.name, bytes, m.free, m.total, m.in_use, held, cudaGetErrorString(e));
+                   d->dev.name, bytes, m.free - held, m.total, m.in_use, held, cudaGetErrorString(e));
         return NULL;
     }
     e = cudaMemsetAsync(p, 0, asked, d->ctx->stream);

@@ -293,23 +293,30 @@ function M.describe(fn)
   return r
 end
 
--- The limit a rank runs under: [engine] memory_limit, else DS_PLAN_DEVICE_BYTES (what the
--- launcher read from the node's device), else none.
+-- The limit a rank runs under, and where it comes from: [engine] memory_limit; else, on a
+-- GPU (cuda, or the simulated one), what this rank holds now plus what its device could
+-- still give (the device's free memory: a GPU rank's default budget); else none (a cpu
+-- rank without a memory_limit has no budget to plan for).
 function M.limit()
   local l = require('ds.model').defaults().memory_limit or 0
-  if l == 0 then l = math.tointeger(tonumber(os.getenv('DS_PLAN_DEVICE_BYTES') or '')) or 0 end
-  return l
+  if l > 0 then return l, '[engine] memory_limit' end
+  local mem = core.memory()
+  if mem.device_kind ~= 'cpu' then
+    return mem.total.current + mem.device_free, string.format('the free memory of device %s', mem.device)
+  end
+  return 0, 'none'
 end
 
 -- The plan, printed; the script ends here: 0 when the job fits (or no limit is known),
 -- 3 when it does not.
 function M.plan_and_exit(model, job)
-  local limit = M.limit()
+  local limit, limit_from = M.limit()
+  local allow16 = model.allow_fp16 or os.getenv('DS_PLAN_ALLOW_FP16') == '1'
   local sp = M.machine()
   job.gemm_flops, job.link_bytes_s = sp.gemm_flops, sp.link_bytes_s
   local p = M.predict(model, job)
   if M.has_auto(model.stages) then
-    local chosen = M.choose(model, p.job, limit, model.allow_fp16 or os.getenv('DS_PLAN_ALLOW_FP16') == '1')
+    local chosen = M.choose(model, p.job, limit, allow16)
     if chosen then
       print('auto: the planner chooses the fastest choice predicted to fit')
       p = M.predict(model, job, chosen.choices)
@@ -322,7 +329,7 @@ function M.plan_and_exit(model, job)
   local j = p.job
   print(string.format('memory plan: %d parameters in %d stages, world %d, micro-batch [%s], grad_accum %d, ' ..
                       'limit %s per rank (GEMM %.1f GFLOP/s, links %.2f GB/s)', nparams, #model.stages, j.world,
-                      table.concat(j.batch, ', '), j.accum, limit > 0 and hb(limit) or 'none',
+                      table.concat(j.batch, ', '), j.accum, limit > 0 and (hb(limit) .. ', ' .. limit_from) or 'none',
                       sp.gemm_flops / 1e9, sp.link_bytes_s / 1e9))
   print(M.report(p))
   local fits = limit == 0 or p.total_peak <= limit
@@ -331,12 +338,11 @@ function M.plan_and_exit(model, job)
                       (fits and 'fits' or 'does NOT fit')))
   local mode = os.getenv('DS_PLAN_MEMORY')
   if mode == 'all' or not fits then
-    local rows, rec = M.all(model, j, {limit = limit, allow_fp16 = os.getenv('DS_PLAN_ALLOW_FP16') == '1'})
+    local rows, rec = M.all(model, j, {limit = limit, allow_fp16 = allow16})
     print('')
     print(M.all_report(rows, rec))
     if rec then
       -- then stage by stage: the head or the embedding need not do what the blocks do
-      local allow16 = os.getenv('DS_PLAN_ALLOW_FP16') == '1'
       local best = M.refine(model, j, rec, limit, allow16)
       print(string.format('recommended: %s (peak %s, about %.1f ms per step)', M.choices_text(model, best.choices),
                           hb(best.total_peak), best.step_s * 1e3))
@@ -361,9 +367,14 @@ function M.auto_fields(desc)
   return auto
 end
 
+-- The description with the table's defaults where it says 'auto' (not the job's: they
+-- may be 'auto' too): what a described stage is built with until the planner chooses.
+local STATIC_DEFAULT = {}
+for _, o in ipairs(core.engine_options()) do STATIC_DEFAULT[o.name] = o.default end
 function M.without_auto(desc)
   local d = {}
-  for k, v in pairs(desc) do if v ~= 'auto' then d[k] = v end end
+  for k, v in pairs(desc) do d[k] = v end
+  for _, k in ipairs(AUTO_FIELDS) do if d[k] == 'auto' then d[k] = STATIC_DEFAULT[k] end end
   return d
 end
 

@@ -87,6 +87,10 @@ function M.stage_of(spec)
   for k in pairs(STAGE_OPTS) do
     if desc[k] == nil then desc[k] = spec[k] end
   end
+  -- the job's [engine] may leave a stage option to the planner too (zero_stage = auto)
+  for k in pairs(AUTO) do
+    if desc[k] == nil and M.defaults()[k] == 'auto' then desc[k] = 'auto' end
+  end
   for i, l in ipairs(spec) do
     if not nn.is_layer(l) then util.errorf('ds.Stage: element %d is not a layer (%s)', i, type(l)) end
     desc[i] = l
@@ -126,7 +130,12 @@ function M.Model(spec)
   if bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', bucket, 'ds.Model zero_bucket') end
   bucket = M.job_value('reduce_bucket_size', bucket, 'ds.Model zero_bucket')
   m.zero_bucket, m.zero_prefetch = bucket, spec.zero_prefetch ~= false
-  m.allow_fp16, m.loss_scaler_opts = spec.allow_fp16 == true, spec.loss_scaler
+  local allow = spec.allow_fp16
+  if allow ~= nil and type(allow) ~= 'boolean' then
+    util.errorf('ds.Model: allow_fp16 must be true or false, got %s', tostring(allow))
+  end
+  if allow == nil then allow = M.defaults().allow_fp16 == 'true' end -- [engine] allow_fp16
+  m.allow_fp16, m.loss_scaler_opts = allow, spec.loss_scaler
   local memplan = require 'ds.memplan'
   if memplan.planning() then return memplan.Plan(m, Model) end
   if memplan.has_auto(m.stages) then
@@ -392,7 +401,11 @@ end
 do
   local monitor = require 'ds.monitor'
   local train_step = Model.train_step
-  -- Over the memory limit: the error says what the planner recommends.
+  -- Over the memory limit, or out of a device's memory: the error says what the planner
+  -- recommends.
+  local function over_budget(r)
+    return type(r) == 'string' and (r:find('memory_limit', 1, true) or r:find('out of %S+ memory'))
+  end
   local function explained(self, t)
     local first
     local tt = setmetatable({next_batch = function(micro)
@@ -402,7 +415,7 @@ do
     end}, {__index = t})
     local ok, r = pcall(train_step, self, tt)
     if ok then return r end
-    if type(r) == 'string' and r:find('memory_limit', 1, true) and first then
+    if over_budget(r) and first then
       r = r .. '\n' .. require('ds.memplan').advice(self, first[1], first[2], t)
     end
     error(r, 0)

@@ -69,9 +69,13 @@ double ds_lua_engine_opt_num(lua_State *L, int idx, const ds_engine_opt *o, cons
 }
 
 /* Pushes option o's value in v the way Lua scripts write it: integers, enum names,
- * 'none' | 'full' | 'every:N', numbers. */
+ * 'none' | 'full' | 'every:N', numbers, 'auto'. */
 static void push_value(lua_State *L, const ds_engine_opt *o, const ds_engine_opts *v) {
     char text[64];
+    if (ds_engine_opt_takes_auto(o) && *ds_engine_opt_int(o, (ds_engine_opts *)v) == DS_ENGINE_AUTO) {
+        lua_pushstring(L, "auto");
+        return;
+    }
     switch (o->type) {
     case DS_OPT_ENUM:
     case DS_OPT_CKPT:

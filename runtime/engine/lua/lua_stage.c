@@ -46,6 +46,11 @@ static ds_stage_opts read_opts(lua_State *L, int idx) {
         lua_getfield(L, idx, o->name);
         if (!lua_isnil(L, -1)) *ds_engine_opt_int(o, &v) = ds_lua_engine_opt_int(L, -1, o, "stage option");
         lua_pop(L, 1);
+        /* ds.Stage resolves 'auto' (its own or the job's) through the planner before a
+         * stage is made: one here was made around ds.Stage. */
+        if (*ds_engine_opt_int(o, &v) == DS_ENGINE_AUTO)
+            ds_lua_raise(L, "stage option %s = auto: only ds.Stage and ds.Model leave it to the "
+                            "memory planner (core.stage_new needs a value)", o->name);
     }
     return (ds_stage_opts){(int)v.zero, (int)v.checkpoint, (ds_dtype)v.precision};
 }

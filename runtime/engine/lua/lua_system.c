@@ -18,19 +18,29 @@ static void push_pair(lua_State *L, size_t cur, size_t peak, const char *name) {
 }
 
 /* core.memory() -> {params={current=,peak=}, grads=..., ..., total=..., device=,
- * reserved_unused=} in bytes (device: its name; reserved_unused: what its caching
- * allocator holds beyond what is handed out, 0 on the cpu) */
+ * device_kind=, device_free=, reserved_unused=} in bytes (device: its name; device_kind:
+ * cpu, sim or cuda; device_free: what the device could still give, its allocator's unused
+ * reserve included; reserved_unused: what its caching allocator holds beyond what is
+ * handed out, 0 on the cpu) */
 static int l_memory(lua_State *L) {
     ds_mem_stats st;
     ds_mem_get_stats(&st);
-    lua_createtable(L, 0, DS_MEM_NCAT + 3);
+    lua_createtable(L, 0, DS_MEM_NCAT + 5);
     for (int c = 0; c < DS_MEM_NCAT; c++)
         push_pair(L, st.current[c], st.peak[c], ds_mem_cat_name((ds_mem_cat)c));
     push_pair(L, st.total_current, st.total_peak, "total");
     lua_pushinteger(L, (lua_Integer)st.reserved_unused);
     lua_setfield(L, -2, "reserved_unused");
-    lua_pushstring(L, ds_device_get()->name);
+    static const char *const KINDS[] = {"cpu", "sim", "cuda"};
+    ds_device *d = ds_device_get();
+    ds_device_mem m;
+    d->ops->mem_info(d, &m);
+    lua_pushstring(L, d->name);
     lua_setfield(L, -2, "device");
+    lua_pushstring(L, KINDS[d->kind]);
+    lua_setfield(L, -2, "device_kind");
+    lua_pushinteger(L, (lua_Integer)m.free);
+    lua_setfield(L, -2, "device_free");
     return 1;
 }
 

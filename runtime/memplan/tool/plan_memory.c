@@ -20,7 +20,8 @@ static const char *USAGE =
     "  --local-world N  ranks per node (default: --world)\n"
     "  --all            every combination of ZeRO, checkpointing and precision that matters,\n"
     "                   its cost, and the fastest that fits\n"
-    "  --limit BYTES    per-rank memory to plan for (default: [engine] memory_limit)\n"
+    "  --limit BYTES    per-rank memory to plan for (default: [engine] memory_limit; without\n"
+    "                   one, on a GPU (cuda, sim): its free memory; on a cpu: none)\n"
     "  --device KIND    where the ranks compute (cuda: inputs copied to the device,\n"
     "                   collectives without Gloo's ring); default: this node's\n"
     "  --allow-fp16     let the recommendation use fp16 (it changes numerics)\n";

@@ -1,5 +1,6 @@
 -- The planner's story, one run (memplan_story.sh runs it several ways): a GPT whose
--- stages take zero=, checkpoint=, precision= (each may be 'auto'), trained `steps` AdamW
+-- stages take zero=, checkpoint=, precision= (each may be 'auto') or the job's (from_job=1),
+-- trained `steps` AdamW
 -- steps on synthetic data; writes each step's loss to out=.
 local ds = require 'ds'
 local gpt = require 'ds.gpt'
@@ -11,7 +12,8 @@ for _, a in ipairs(arg) do
   S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
 end
 local cfg = gpt.config {vocab = 128, context = 64, layers = 4, heads = 4, d = 64}
-local o = {zero = S.zero, checkpoint = S.checkpoint, precision = S.precision}
+-- from_job=1: the stages take zero, checkpoint and precision from the job's [engine]
+local o = S.from_job == 1 and {} or {zero = S.zero, checkpoint = S.checkpoint, precision = S.precision}
 local model = gpt.GPT(cfg, {seed = 1, embed = o, blocks = o, head = o})
 local opt = ds.optim.AdamW {model, lr = 3e-3}
 local src = synth.progressions {vocab = cfg.vocab, context = cfg.context, batch = S.batch, seed = 5}

@@ -69,5 +69,31 @@ INI
     "$DSLAUNCH" --set engine.zero_stage=0 "$out/job.ini" -- zero=auto checkpoint=auto precision=auto \
         > "$out/launch_auto.txt" 2>&1 || { cat "$out/launch_auto.txt"; exit 1; }
     grep -q "trained 12 steps" "$out/launch_auto.txt" || { cat "$out/launch_auto.txt"; exit 1; }
+
+    # 5. 'auto' in the job's [engine] (the script leaves the stages' options to the job):
+    # the plan before launch chooses, the run chooses the same and trains.
+    "$DSLAUNCH" --set engine.zero_stage=auto --set engine.checkpointing=auto --set engine.precision=auto \
+        "$out/job.ini" -- from_job=1 > "$out/launch_engine_auto.txt" 2>&1 ||
+        { cat "$out/launch_engine_auto.txt"; exit 1; }
+    grep -q "memory plan: auto chose .*of a limit of" "$out/launch_engine_auto.txt" &&
+        grep -q "trained 12 steps" "$out/launch_engine_auto.txt" || { cat "$out/launch_engine_auto.txt"; exit 1; }
+
+    # 6. A GPU rank's budget is its device's free memory: on the simulated GPU, sized to
+    # the limit and with no memory_limit, the plain job is refused before launch, and
+    # [engine] ... = auto fits the device and trains.
+    sed '/^memory_limit/d' "$out/job.ini" > "$out/sim.ini"
+    printf 'device = sim\n' >> "$out/sim.ini"
+    set +e
+    DS_SIM_MEMORY=$limit "$DSLAUNCH" "$out/sim.ini" -- from_job=1 > "$out/sim_plain.txt" 2>&1
+    rc=$?
+    set -e
+    [[ $rc == 2 ]] && grep -q "does not fit the device's free memory" "$out/sim_plain.txt" &&
+        grep -q "limit .*the free memory of device sim" "$out/sim_plain.txt" ||
+        { cat "$out/sim_plain.txt"; echo "dslaunch exit $rc: the sim job was not refused"; exit 1; }
+    DS_SIM_MEMORY=$limit "$DSLAUNCH" --set engine.zero_stage=auto --set engine.checkpointing=auto \
+        --set engine.precision=auto "$out/sim.ini" -- from_job=1 > "$out/sim_auto.txt" 2>&1 ||
+        { cat "$out/sim_auto.txt"; exit 1; }
+    grep -q "memory plan: auto chose .*of a limit of" "$out/sim_auto.txt" &&
+        grep -q "trained 12 steps" "$out/sim_auto.txt" || { cat "$out/sim_auto.txt"; exit 1; }
 fi
 echo "memplan story ok"

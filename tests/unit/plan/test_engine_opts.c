@@ -72,6 +72,20 @@ static void test_values(void **state) {
     expect_refused("reduce_bucket_size", "2.5", "not an integer");
     expect_refused("seed", "9223372036854775808", "out of range");
     expect_refused("micro_batch", "", "not an integer");
+    /* a stage option may be left to the planner; no other option may */
+    const char *stage_opts[] = {"zero", "precision", "checkpoint"};
+    for (size_t i = 0; i < 3; i++) {
+        const ds_engine_opt *o = ds_engine_opt_named(stage_opts[i]);
+        assert_int_equal(ds_engine_opt_parse(o, "auto", &v, why, sizeof why), 0);
+        assert_true(*ds_engine_opt_int(o, &v) == DS_ENGINE_AUTO);
+        ds_engine_opt_format(o, &v, text, sizeof text);
+        assert_string_equal(text, "auto");
+    }
+    expect_refused("zero", "4", ", or auto");
+    expect_refused("micro_batch", "auto", "'auto' is not an integer; expected an integer in 1..1048576");
+    expect_refused("device", "automatic", "expected one of auto|cpu|cuda|sim");
+    assert_int_equal(ds_engine_opt_parse(ds_engine_opt_named("allow_fp16"), "true", &v, why, sizeof why), 0);
+    assert_int_equal(v.allow_fp16, 1);
 }
 
 static void test_environment(void **state) {
