@@ -533,6 +533,7 @@ typedef struct parse_state {
     ds_err *err;
     int key_line[NKEYS];
     int engine_line[DS_EO_COUNT];
+    int ds_config_line; /* of [engine] deepspeed_config */
     int *env_line;    /* line of each [env] entry */
     int job_line;     /* line of the [job] header */
 } parse_state;
@@ -752,6 +753,9 @@ static int set_key(parse_state *st, int ki, const char *value) {
 /* An [engine] key: the option table parses and checks it. */
 static int set_engine_key(parse_state *st, const char *key, const char *value) {
     if (!strcmp(key, "deepspeed_config")) { /* a path, not an option: launcher/ds_config.c */
+        if (st->ds_config_line)
+            return fail(st, "[engine] deepspeed_config: given twice (first on line %d)", st->ds_config_line);
+        st->ds_config_line = st->line;
         if (!*value) return fail(st, "[engine] deepspeed_config: empty value, expected a path");
         char *e = expand_home(value);
         if (e && e[0] != '/') {
@@ -990,6 +994,7 @@ int ds_jobspec_override(ds_jobspec *spec, const char *const *sets, int nsets, ds
         st.name = origin;
         memset(st.key_line, 0, sizeof st.key_line); /* a --set replaces what the file gave */
         memset(st.engine_line, 0, sizeof st.engine_line);
+        st.ds_config_line = 0;
         rc = override_one(&st, sets[i]);
     }
     st.name = "--set";

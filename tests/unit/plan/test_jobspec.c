@@ -221,6 +221,8 @@ static void test_structure_errors(void **st) {
     expect_err(MIN "name = u\n", "/jobs/job.ini:4: [job] name: given twice (first on line 2)");
     expect_err(MIN "[job]\nname = u\n", "/jobs/job.ini:5: [job] name: given twice");
     expect_err(MIN "[env]\nA = 1\nA = 2\n", "/jobs/job.ini:6: [env] A: given twice (first on line 5)");
+    expect_err(MIN "[engine]\ndeepspeed_config = a.json\ndeepspeed_config = b.json\n",
+               "/jobs/job.ini:6: [engine] deepspeed_config: given twice (first on line 5)");
     expect_err("", "/jobs/job.ini: [job] name: required key missing (there is no [job] section)");
     expect_err("[job]\nname = t\n", "/jobs/job.ini:1: [job] script: required key missing (or command)");
     expect_err("[job]\nscript = s\n", "/jobs/job.ini:1: [job] name: required key missing");
