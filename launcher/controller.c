@@ -35,6 +35,14 @@ static int make_job_id(ds_job *job, ds_err *err) {
     return 0;
 }
 
+/* libcurl once per process, before the webhook's thread or a fetch uses it: a second
+ * curl_global_init while the webhook's thread runs would race it (libcurl < 7.84). */
+static void curl_init_once(void) {
+    static int done;
+    if (!done) curl_global_init(CURL_GLOBAL_DEFAULT);
+    done = 1;
+}
+
 static int make_run_dir(ds_job *job, ds_err *err) {
     const ds_jobspec *s = job->spec;
     const char *dir = s->log_dir ? s->log_dir : "logs";
@@ -50,7 +58,7 @@ static int make_run_dir(ds_job *job, ds_err *err) {
     job->ev = ds_events_open(path, job->id, s->log_mode & 0666, err);
     if (!job->ev) return -1;
     if (s->webhook) {
-        curl_global_init(CURL_GLOBAL_DEFAULT);
+        curl_init_once();
         if (!(job->notify = ds_notify_start(s->webhook, s->notify_timeout_ms, err)))
             return ds_err_prefix(err, "[notify] webhook");
         ds_events_set_notify(job->ev, job->notify);
@@ -344,7 +352,7 @@ static int fetch_files(ds_job *job, ds_restart *rs) {
     for (int i = 0; i < s->nargs; i++) urls |= ds_fetch_is_url(s->args[i]);
     if (!urls) return 0;
     ds_err err = {{0}};
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    curl_init_once();
     if (ds_fetch_resolve(&job->files, s->script, s->args, s->nargs, &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         ds_json *j = ds_event_begin(job->ev, "failed");
