@@ -34,7 +34,11 @@ static void rank_failure(const ds_job *job, int r, ds_failure *f) {
     f->rank = r;
     f->node = job->plan->ranks[r].node_rank;
     f->at_ms = rec->kind[0] && rec->at_ms ? rec->at_ms : rs->ended_ms;
-    f->consequence = rec->transport || stopped_by_us(job, rs) || (job->sched_signal && rs->sig == job->sched_signal);
+    /* A rank stopped by our teardown that had already recorded an error of its own (a
+     * program's error file: its process can take seconds to end) failed by itself. */
+    int erred_before_stop = rec->kind[0] && rec->at_ms && job->stop_wall_ms && rec->at_ms < job->stop_wall_ms;
+    f->consequence = rec->transport || (stopped_by_us(job, rs) && !erred_before_stop) ||
+                     (job->sched_signal && rs->sig == job->sched_signal);
     f->user_error = !strcmp(rec->kind, "load");
     const char *host = host_of(job, r);
     if (!strcmp(rec->kind, "load"))

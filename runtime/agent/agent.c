@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "error_file.h"
 #include "cgroup.h"
 #include "ds_proctree.h"
 #include "store_client.h"
@@ -88,8 +89,8 @@ static ds_agent_worker *find_worker(ds_agent *a, pid_t pid) {
 /* The failure record the rank wrote before it exited, if any (failure_record.h): it is
  * in the pipe whole, or not at all. A descendant that still holds the write end cannot
  * make this wait: the read end is non-blocking. */
-static void forward_record(ds_agent *a, ds_agent_worker *w) {
-    if (w->rec_fd < 0) return;
+static int forward_record(ds_agent *a, ds_agent_worker *w) {
+    if (w->rec_fd < 0) return 0;
     char buf[65536];
     size_t have = 0;
     for (;;) {
@@ -101,6 +102,19 @@ static void forward_record(ds_agent *a, ds_agent_worker *w) {
     close(w->rec_fd);
     w->rec_fd = -1;
     if (have) send_frame(a, DS_FRAME_FAILURE, w->rank, buf, have);
+    return have > 0;
+}
+
+/* A program rank that ended badly without a record: what it wrote to its error file. */
+static void forward_error_file(ds_agent *a, ds_agent_worker *w) {
+    char *path = ds_error_file_path(a->errdir, w->rank);
+    ds_buf rec;
+    if (path && ds_error_file_record(path, w->rank, a->host, &rec)) {
+        send_frame(a, DS_FRAME_FAILURE, w->rank, ds_buf_head(&rec), ds_buf_unread(&rec));
+        ds_buf_free(&rec);
+    }
+    free(path);
+    ds_error_file_forget(a->errdir, w->rank);
 }
 
 /* Reaps every exited child. As a child subreaper the agent also reaps the workers'
@@ -117,7 +131,8 @@ static void reap(ds_agent *a) {
         if (w->out_fd >= 0) forward(a, w, &w->out_fd, DS_FRAME_STDOUT);
         if (w->err_fd >= 0) forward(a, w, &w->err_fd, DS_FRAME_STDERR);
         if (w->metrics_fd >= 0) forward(a, w, &w->metrics_fd, DS_FRAME_METRICS);
-        forward_record(a, w);
+        int failed = WIFSIGNALED(st) || WEXITSTATUS(st) != 0;
+        if (!forward_record(a, w) && failed && a->errdir) forward_error_file(a, w);
         if (WIFSIGNALED(st)) send_text(a, DS_FRAME_EXIT, w->rank, "signal %d at %lld", WTERMSIG(st), at);
         else send_text(a, DS_FRAME_EXIT, w->rank, "exit %d at %lld", WEXITSTATUS(st), at);
         /* Whatever the rank left behind in its group, or anywhere (its cgroup), goes with it. */
@@ -276,6 +291,7 @@ static int start_workers(ds_agent *a, ds_err *err) {
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;
+    if (a->program && ds_error_file_dir(&a->errdir, err) != 0) return -1;
     for (int i = 0; a->cg_base && i < a->nworkers; i++) {
         ds_agent_worker *w = &a->workers[i];
         if (!(w->cgroup = ds_cgroup_rank_create(a->cg_base, w->rank)))
@@ -328,6 +344,8 @@ int dsrun_agent_main(int argc, char **argv) {
     close(a.lifeline_w);
     ds_kill_descendants(); /* as a subreaper it inherited every orphan of its ranks */
     ds_cgroup_node_remove(a.cg_base);
+    for (int i = 0; a.errdir && i < a.nworkers; i++) ds_error_file_forget(a.errdir, a.workers[i].rank);
+    ds_error_file_remove_dir(a.errdir);
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
     ds_store_mux_stop(a.mux);
     if (a.store) ds_store_close(a.store);

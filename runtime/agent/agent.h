@@ -40,6 +40,7 @@ typedef struct ds_agent {
     int local_rank_arg;  /* add --local_rank=N to a program's arguments (DeepSpeed's habit) */
     int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
     int ckpt_mode;   /* > 0: the mode of checkpoint directories (DS_CKPT_MODE) */
+    char *errdir;    /* program ranks: where their TORCHELASTIC_ERROR_FILEs go (error_file.h) */
     char *cg_base;   /* this node's cgroup for the job (cgroup.h), NULL: subreapers */
     char cg_why[256];/* why there is none */
 

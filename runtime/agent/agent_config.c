@@ -253,4 +253,5 @@ void ds_agent_free(ds_agent *a) {
     }
     free(a->workers);
     free(a->cg_base);
+    free(a->errdir);
 }

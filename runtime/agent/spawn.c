@@ -30,7 +30,7 @@ static int env_has_key(char **env, int n, const char *kv) {
 
 /* The plan's variables and the agent's extras win over the agent's own environment. */
 static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
-    int next = 11, nenv = 0;
+    int next = 12, nenv = 0;
     while (environ[nenv]) nenv++;
     char **env = calloc((size_t)(nenv + w->nenv + next + 1), sizeof *env);
     if (!env) return NULL;
@@ -46,6 +46,7 @@ static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
     if (a->progress_ms > 0) ok &= asprintf(&env[n++], "DS_PROGRESS_MS=%d", a->progress_ms) > 0;
     if (w->cgroup) ok &= asprintf(&env[n++], "DS_CGROUP_PATH=%s", w->cgroup) > 0;
     if (a->ckpt_mode > 0) ok &= asprintf(&env[n++], "DS_CKPT_MODE=0%o", (unsigned)a->ckpt_mode) > 0;
+    if (a->errdir) ok &= asprintf(&env[n++], "TORCHELASTIC_ERROR_FILE=%s/rank-%d.json", a->errdir, w->rank) > 0;
     for (int i = 0; i < n; i++) ok &= env[i] != NULL;
     int planned = n;
     for (int i = 0; i < nenv && ok; i++) {

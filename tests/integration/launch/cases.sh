@@ -301,6 +301,44 @@ case_program_master_port() {
     assert_no_orphans
 }
 
+# A program's own account of its failure (PyTorch's TORCHELASTIC_ERROR_FILE, as @record
+# writes it) names the root cause, not the order of exits: rank 0 reports a peer's failure
+# through the transport (a consequence), then rank 1 the error that started it and takes
+# 2 s to end, so rank 0 both errs and exits first. The summary names rank 1 and its error.
+case_program_error_file() {
+    cat > "$job/err.sh" <<'SH'
+#!/bin/sh
+dir=$(dirname "$TORCHELASTIC_ERROR_FILE")
+wait_for() { while [ ! -e "$1" ]; do sleep 0.05; done; }
+if [ "$RANK" = 0 ]; then
+    printf '{"message": {"message": "RuntimeError: [gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242", "extraInfo": {"py_callstack": "Traceback: rank 0", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE.tmp"
+    mv "$TORCHELASTIC_ERROR_FILE.tmp" "$TORCHELASTIC_ERROR_FILE"
+    wait_for "$dir/rank-1.json"
+    exit 1
+fi
+wait_for "$dir/rank-0.json"
+sleep 0.1 # the files' times differ by more than the clock's tick
+printf '{"message": {"message": "ValueError: bad batch 7 on rank 1", "extraInfo": {"py_callstack": "Traceback (most recent call last):\\n  File \\"train.py\\", line 9", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE.tmp"
+mv "$TORCHELASTIC_ERROR_FILE.tmp" "$TORCHELASTIC_ERROR_FILE"
+sleep 2
+exit 1
+SH
+    chmod +x "$job/err.sh"
+    {
+        printf '[job]\nname = %s\nscript = err.sh\ndsrun = %s\n' "$name" "$DSRUN"
+        printf '[resources]\nnum_gpus = 2\ndevice = cpu\n'
+    } > "$job/job.ini"
+    run_job
+    [[ $rc == 1 ]] || fail "exit status $rc, expected 1"
+    has "$job/err" "FAILED after .*: rank 1 on localhost failed: ValueError: bad batch 7 on rank 1" ||
+        fail "the summary does not name rank 1's error: $(grep FAILED "$job/err")"
+    grep -aq "^dslaunch: *1 .*<- root cause" "$job/err" || fail "rank 1 is not marked the root cause"
+    has "$job/logs/$name/latest/launcher.log" "Connection closed by peer" ||
+        fail "launcher.log lacks rank 0's error"
+    ls -d "${TMPDIR:-/tmp}"/dsrun-errors-* 2>/dev/null | grep -q . && fail "an error-file directory was left behind"
+    assert_no_orphans
+}
+
 # The environment reaches every rank on every node (not only local ones): DeepSpeed's
 # prefixes from dslaunch's environment, .deepspeed_env and .dslaunch_env, --export, [env].
 case_env_remote() {
