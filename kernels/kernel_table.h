@@ -46,7 +46,7 @@ typedef struct ds_kernel_table {
                                        int NH, float p, ds_rng_key key);
     /* fused (kernels.h's _fused pair): lse [B,NH,T] instead of att; backward reads the
      * forward's out and lse, and may use scratch, B*NH*T floats (clobbered). The cuda
-     * table supports head sizes 32, 64 and 128 (others: the device's error). */
+     * table supports head sizes up to 128 (larger: the device's error). */
     void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T,
                                     int C, int NH);
     void (*attention_backward_fused)(float *dqkv, float *scratch, const float *dout,

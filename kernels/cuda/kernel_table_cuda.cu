@@ -76,7 +76,7 @@ static void attention_backward_dropout(float *dqkv, float *scratch, const float 
                                           ctx_of(), dqkv, scratch, dout, qkv, att, B, T, C, NH, p, key));
 }
 
-// head sizes 32, 64, 128 (attention_flash.cu); another is the device's error, naming it
+// head sizes up to 128 (attention_flash.cu); a larger one is the device's error, naming it
 static void attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
                                     int NH) {
     RUN("attention_forward_fused",

@@ -321,6 +321,7 @@ int main(void) {
     test_attention_fused(2, 64, 128, 4);  /* head size 32 */
     test_attention_fused(1, 300, 128, 2); /* head size 64, T past the backward's chunks */
     test_attention_fused(2, 67, 256, 2);  /* head size 128 */
+    test_attention_fused(4, 32, 64, 4);   /* head size 16: examples/gpt/tiny.lua */
     test_loss(64, 50257);
     test_loss(7, 5);
     test_dropout(1000003, 0.1f);
