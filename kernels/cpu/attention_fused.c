@@ -85,7 +85,8 @@ typedef struct fused_head {
 HEAD_INLINE void fused_backward_rows(const fused_head *f, int t0, int mr, int c0, att_dims d) {
     int hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     float *P = f->P + (size_t)(t0 - c0) * Tp, *G = f->dS + (size_t)(t0 - c0) * Tp;
-    amat Q = {f->qs + (size_t)t0 * hsp, (size_t)hsp, 1}, Y = {f->dY + (size_t)t0 * hsp, (size_t)hsp, 1};
+    amat Q = {f->qs + (size_t)t0 * hsp, (size_t)hsp, 1};
+    amat Y = {f->dY + (size_t)t0 * hsp, (size_t)hsp, 1};
     krange all = {0, 0, hs, 0};
     for (int u0 = 0; u0 < t0 + mr; u0 += NR) {
         tile(P + u0, Tp, mr, NR, 0, Q, f->Kt + u0, Tp, all);

@@ -23,7 +23,8 @@ static const struct {
     [DS_MP_ACT_KEPT] = {"activations kept for backward", DS_MEM_ACTIVATIONS,
                         "4 x the outputs and saved tensors of every layer outside checkpointed "
                         "spans (Linear B.T.out, LayerNorm B.T.d + 2.B.T, Attention B.T.d + "
-                        "B.H.T, or + B.H.T^2 with attention dropout, ...), each span's output, the loss per row"},
+                        "B.H.T, or + B.H.T^2 with attention dropout, ...), each span's output, "
+                        "the loss per row"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
                          "and at each stage's input, and d(logits) B.T.V (kept between steps)"},
