@@ -44,6 +44,14 @@ typedef struct ds_kernel_table {
     void (*attention_backward_dropout)(float *dqkv, float *scratch, const float *dout,
                                        const float *qkv, const float *att, int B, int T, int C,
                                        int NH, float p, ds_rng_key key);
+    /* fused (kernels.h's _fused pair): lse [B,NH,T] instead of att; backward reads the
+     * forward's out and lse, and may use scratch, B*NH*T floats (clobbered). The cuda
+     * table supports head sizes up to 128 (larger: the device's error). */
+    void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T,
+                                    int C, int NH);
+    void (*attention_backward_fused)(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse,
+                                     int B, int T, int C, int NH);
     /* loss: *sum (a device double) = the sum of the losses, in row order */
     void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,
                                  int N, int V, double *sum);

@@ -78,6 +78,16 @@ void ds_attention_backward_dropout(float *dqkv, float *scratch, const float *dou
                                    const float *qkv, const float *att, int B, int T, int C,
                                    int NH, float p, ds_rng_key key);
 
+/* Fused (no [B,NH,T,T] tensor; kernels/cuda/attention_flash.cu on a GPU): the same out as
+ * ds_attention_forward (the same bits), and lse[B,NH,T], each row's natural log of its sum
+ * of exp(score), what backward recomputes the probabilities from. Backward: dqkv += the
+ * gradients of ds_attention_backward, within rounding (P = exp(score - lse) is not the
+ * reference's bits). A thread's workspace grows with T; nothing with T^2. No dropout. */
+void ds_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                int NH);
+void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qkv,
+                                 const float *lse, int B, int T, int C, int NH);
+
 /* ---- loss ----------------------------------------------------------------------- */
 /* Per row n: losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; the softmax
  * probabilities overwrite nothing: backward recomputes from logits. Rows with

@@ -132,7 +132,7 @@ int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scr
  * ds_attention_forward without the [B,NH,T,T] probabilities; lse[B,NH,T] (natural log of
  * each row's sum of exp(score)) is what backward needs. Backward: dqkv += the same
  * gradients as ds_attention_backward, recomputed from qkv, out and lse; scratch holds
- * B*NH*T floats. Head size C/NH of 32, 64 or 128; no dropout. */
+ * B*NH*T floats. Head size C/NH up to 128; no dropout. */
 int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv,
                                     int B, int T, int C, int NH);
 int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,

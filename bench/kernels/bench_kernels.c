@@ -1,7 +1,8 @@
 /* bench_kernels: what the CPU kernels cost on a GPT's shapes.
  *   1. OpenBLAS sgemm GFLOP/s on every GEMM shape of a training step (forward, dinp,
  *      dweight), and the whole step's GEMM work at that speed: the machine's ceiling.
- *   2. The time of each non-GEMM kernel, per call and per step.
+ *   2. The time of each non-GEMM kernel, per call and per step (attention: the reference
+ *      pair beside the fused pair the engine runs; only the fused one counts per step).
  *   3. A whole training step (forward, backward, grad clip, AdamW) made of the kernels
  *      alone, as llm.c's loop would run it (gpt_step.c): tokens/s, GFLOP/s counted as
  *      6*params*tokens + attention (12*L*C*T per token), and its ratio to (1).
@@ -241,11 +242,17 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
     {
         float *qkv = frand(3 * NC, 1), *att = falloc((size_t)B * NH * T * T);
         float *scratch = falloc((size_t)B * NH * T * T), *dqkv = frand(3 * NC, 1);
+        float *lse = falloc((size_t)B * NH * T);
+        double reference = 0; /* the engine runs the fused pair (no attention dropout) */
         TIME_IT(t, ds_attention_forward(o, att, qkv, B, T, C, NH));
-        report_kernel(m->name, "attention_forward", t, L, threads, &step);
+        report_kernel(m->name, "attention_forward", t, L, threads, &reference);
         TIME_IT(t, ds_attention_backward(dqkv, scratch, b, qkv, att, B, T, C, NH));
-        report_kernel(m->name, "attention_backward", t, L, threads, &step);
-        free(qkv), free(att), free(scratch), free(dqkv);
+        report_kernel(m->name, "attention_backward", t, L, threads, &reference);
+        TIME_IT(t, ds_attention_forward_fused(o, lse, qkv, B, T, C, NH));
+        report_kernel(m->name, "attention_fwd_fused", t, L, threads, &step);
+        TIME_IT(t, ds_attention_backward_fused(dqkv, b, qkv, lse, B, T, C, NH));
+        report_kernel(m->name, "attention_bwd_fused", t, L, threads, &step);
+        free(qkv), free(att), free(scratch), free(dqkv), free(lse);
     }
     {
         float *bias_grad = falloc(4 * (size_t)C);

@@ -13,6 +13,14 @@ static void xent_forward_backward(float *losses, float *dlogits, const float *lo
     *sum = ds_crossentropy_forward_backward(losses, dlogits, logits, targets, dloss, N, V);
 }
 
+/* the CPU recomputes from qkv and lse alone (attention_fused.c) */
+static void attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse,
+                                     int B, int T, int C, int NH) {
+    (void)scratch, (void)out;
+    ds_attention_backward_fused(dqkv, dout, qkv, lse, B, T, C, NH);
+}
+
 static void sumsq(const float *x, size_t n, double *out) { *out = ds_sumsq(x, n); }
 
 static void half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) {
@@ -35,6 +43,8 @@ const ds_kernel_table ds_cpu_kernels = {
     .attention_backward = ds_attention_backward,
     .attention_forward_dropout = ds_attention_forward_dropout,
     .attention_backward_dropout = ds_attention_backward_dropout,
+    .attention_forward_fused = ds_attention_forward_fused,
+    .attention_backward_fused = attention_backward_fused,
     .crossentropy_forward = xent_forward,
     .crossentropy_backward = ds_crossentropy_backward,
     .crossentropy_forward_backward = xent_forward_backward,

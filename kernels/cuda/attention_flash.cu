@@ -7,8 +7,9 @@
 // (no atomics: the same call gives the same bits). Attention memory grows with T, not
 // T^2. kernels.h's ds_attention_forward / _backward are the reference.
 //
-// A thread owns one row and holds it in registers, so the head size is a template
-// argument (32, 64, 128, as GPT-2's models use); others are refused.
+// A thread owns one row and holds it in registers, so the register size is a template
+// argument HS (16, 32, 64 or 128): a head of size hs <= HS runs in the smallest that holds
+// it, the elements d >= hs zero (they add exact zeros); heads above 128 are refused.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -22,24 +23,25 @@
 
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
+    flash_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH, int hs,
+                float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
     int i = blockIdx.x * FA_ROWS + threadIdx.x;
     int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1)); // the block's last row
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
     float q[HS], o[HS];
     float m = -INFINITY, l = 0.0f;
-    if (i < T)
-        for (int d = 0; d < HS; d++) q[d] = base[(size_t)i * row3 + d] * scale * FA_LOG2E;
+    for (int d = 0; d < HS; d++)
+        q[d] = i < T && d < hs ? base[(size_t)i * row3 + d] * scale * FA_LOG2E : 0.0f;
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += FA_TILE) {
         __syncthreads(); // the previous tile is no longer read
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T ? base[(size_t)j * row3 + C + d] : 0.0f;
-            vs[jj][d] = j < T ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+            ks[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + C + d] : 0.0f;
+            vs[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
         }
         __syncthreads();
         if (i < T && j0 <= i) {
@@ -67,22 +69,22 @@ __global__ static void __launch_bounds__(FA_ROWS)
     }
     if (i >= T) return;
     float inv = 1.0f / l; // l >= 1: the row's maximum contributes exp2(0)
-    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * HS;
-    for (int d = 0; d < HS; d++) dst[d] = o[d] * inv;
+    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+    for (int d = 0; d < HS; d++)
+        if (d < hs) dst[d] = o[d] * inv;
     lse[((size_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
 }
 
 // delta[b,h,i] = sum_d dout * out over the head: the softmax backward's row term.
-template <int HS>
 __global__ static void flash_delta_k(float *delta, const float *dout, const float *out, int B,
-                                     int T, int C, int NH) {
+                                     int T, int C, int NH, int hs) {
     size_t n = (size_t)B * NH * T;
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n;
          r += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / T / NH);
-        size_t at = ((size_t)b * T + i) * C + (size_t)h * HS;
+        size_t at = ((size_t)b * T + i) * C + (size_t)h * hs;
         float acc = 0.0f;
-        for (int d = 0; d < HS; d++) acc += dout[at + d] * out[at + d];
+        for (int d = 0; d < hs; d++) acc += dout[at + d] * out[at + d];
         delta[r] = acc;
     }
 }
@@ -91,18 +93,22 @@ __global__ static void flash_delta_k(float *delta, const float *dout, const floa
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
     flash_dq_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
-               const float *delta, int T, int C, int NH, float scale) {
+               const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
     int i = blockIdx.x * FA_ROWS + threadIdx.x;
     int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1));
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
     float q[HS], dO[HS], dq[HS];
     float L = 0.0f, D = 0.0f;
+    const float *go = dout + ((size_t)b * T + (i < T ? i : 0)) * C + (size_t)h * hs;
+    for (int d = 0; d < HS; d++) {
+        int in = i < T && d < hs;
+        q[d] = in ? base[(size_t)i * row3 + d] * scale : 0.0f;
+        dO[d] = in ? go[d] : 0.0f;
+    }
     if (i < T) {
-        const float *go = dout + ((size_t)b * T + i) * C + (size_t)h * HS;
-        for (int d = 0; d < HS; d++) q[d] = base[(size_t)i * row3 + d] * scale, dO[d] = go[d];
         L = lse[((size_t)b * NH + h) * T + i];
         D = delta[((size_t)b * NH + h) * T + i];
     }
@@ -111,8 +117,8 @@ __global__ static void __launch_bounds__(FA_ROWS)
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T ? base[(size_t)j * row3 + C + d] : 0.0f;
-            vs[jj][d] = j < T ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+            ks[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + C + d] : 0.0f;
+            vs[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
         }
         __syncthreads();
         if (i >= T || j0 > i) continue;
@@ -125,34 +131,37 @@ __global__ static void __launch_bounds__(FA_ROWS)
         }
     }
     if (i >= T) return;
-    float *dst = dqkv + ((size_t)b * T + i) * row3 + (size_t)h * HS;
-    for (int d = 0; d < HS; d++) dst[d] += dq[d] * scale;
+    float *dst = dqkv + ((size_t)b * T + i) * row3 + (size_t)h * hs;
+    for (int d = 0; d < HS; d++)
+        if (d < hs) dst[d] += dq[d] * scale;
 }
 
 // dk and dv for one key row per thread: over queries i >= j in order.
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
     flash_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                const float *delta, int T, int C, int NH, float scale) {
+                const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ls[FA_TILE], ds_[FA_TILE];
     int h = blockIdx.y, b = blockIdx.z;
     int j = blockIdx.x * FA_ROWS + threadIdx.x;
     int first = blockIdx.x * FA_ROWS; // the block's first key: queries before it see none
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * HS;
-    const float *go = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
+    const float *go = dout + (size_t)b * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)b * NH + h) * T, *drow = delta + ((size_t)b * NH + h) * T;
     float k[HS], v[HS], dk[HS], dv[HS];
-    if (j < T)
-        for (int d = 0; d < HS; d++)
-            k[d] = base[(size_t)j * row3 + C + d] * scale, v[d] = base[(size_t)j * row3 + 2 * C + d];
+    for (int d = 0; d < HS; d++) {
+        int in = j < T && d < hs;
+        k[d] = in ? base[(size_t)j * row3 + C + d] * scale : 0.0f;
+        v[d] = in ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+    }
     for (int d = 0; d < HS; d++) dk[d] = 0.0f, dv[d] = 0.0f;
     for (int i0 = first - first % FA_TILE; i0 < T; i0 += FA_TILE) {
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int ii = e / HS, d = e % HS, i = i0 + ii;
-            qs[ii][d] = i < T ? base[(size_t)i * row3 + d] : 0.0f;
-            dos[ii][d] = i < T ? go[(size_t)i * C + d] : 0.0f;
+            qs[ii][d] = i < T && d < hs ? base[(size_t)i * row3 + d] : 0.0f;
+            dos[ii][d] = i < T && d < hs ? go[(size_t)i * C + d] : 0.0f;
         }
         for (int ii = threadIdx.x; ii < FA_TILE; ii += FA_ROWS) {
             int i = i0 + ii;
@@ -173,16 +182,18 @@ __global__ static void __launch_bounds__(FA_ROWS)
         }
     }
     if (j >= T) return;
-    float *dst = dqkv + ((size_t)b * T + j) * row3 + (size_t)h * HS;
-    for (int d = 0; d < HS; d++) dst[C + d] += dk[d] * scale, dst[2 * C + d] += dv[d];
+    float *dst = dqkv + ((size_t)b * T + j) * row3 + (size_t)h * hs;
+    for (int d = 0; d < HS; d++)
+        if (d < hs) dst[C + d] += dk[d] * scale, dst[2 * C + d] += dv[d];
 }
 
 template <int HS>
 static int flash_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
                          int C, int NH) {
+    int hs = C / NH;
     dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
-    flash_fwd_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(out, lse, qkv, T, C, NH,
-                                                      1.0f / sqrtf((float)HS));
+    flash_fwd_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(out, lse, qkv, T, C, NH, hs,
+                                                      1.0f / sqrtf((float)hs));
     DS_CU_LAUNCHED(ctx, "flash attention forward");
     return 0;
 }
@@ -191,32 +202,37 @@ template <int HS>
 static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, float *delta, const float *dout,
                           const float *qkv, const float *out, const float *lse, int B, int T,
                           int C, int NH) {
-    float scale = 1.0f / sqrtf((float)HS);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
     size_t rows = (size_t)B * NH * T;
-    flash_delta_k<HS><<<ds_cu_blocks(rows), DS_CU_THREADS, 0, ctx->stream>>>(delta, dout, out, B,
-                                                                            T, C, NH);
+    flash_delta_k<<<ds_cu_blocks(rows), DS_CU_THREADS, 0, ctx->stream>>>(delta, dout, out, B, T,
+                                                                        C, NH, hs);
     DS_CU_LAUNCHED(ctx, "flash attention backward (delta)");
     dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
-    flash_dq_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+    flash_dq_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
+                                                     scale);
     DS_CU_LAUNCHED(ctx, "flash attention backward (dq)");
-    flash_dkv_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+    flash_dkv_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
+                                                      scale);
     DS_CU_LAUNCHED(ctx, "flash attention backward (dk, dv)");
     return 0;
 }
 
+// The register size for a head of hs: the smallest of 16, 32, 64, 128 that holds it.
 static int head_size_ok(ds_cuda_ctx *ctx, int C, int NH) {
     int hs = C / NH;
-    if (hs != 32 && hs != 64 && hs != 128)
-        return DS_CU_FAIL(ctx, "flash attention: head size %d (C %d / %d heads); 32, 64 or 128 "
-                               "only", hs, C, NH);
-    return 0;
+    if (hs < 1 || hs > 128)
+        return DS_CU_FAIL(ctx, "flash attention: head size %d (C %d / %d heads); at most 128",
+                          hs, C, NH);
+    return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
 }
 
 extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,
                                                const float *qkv, int B, int T, int C, int NH) {
     DS_CU_ARG(ctx, out && lse && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0);
-    if (head_size_ok(ctx, C, NH) != 0) return -1;
-    switch (C / NH) {
+    switch (head_size_ok(ctx, C, NH)) {
+    case -1: return -1;
+    case 16: return flash_forward<16>(ctx, out, lse, qkv, B, T, C, NH);
     case 32: return flash_forward<32>(ctx, out, lse, qkv, B, T, C, NH);
     case 64: return flash_forward<64>(ctx, out, lse, qkv, B, T, C, NH);
     default: return flash_forward<128>(ctx, out, lse, qkv, B, T, C, NH);
@@ -229,8 +245,9 @@ extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, f
                                                 int C, int NH) {
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && out && lse && B > 0 && T > 0 && NH > 0 &&
                        C % NH == 0);
-    if (head_size_ok(ctx, C, NH) != 0) return -1;
-    switch (C / NH) {
+    switch (head_size_ok(ctx, C, NH)) {
+    case -1: return -1;
+    case 16: return flash_backward<16>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     case 32: return flash_backward<32>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     case 64: return flash_backward<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     default: return flash_backward<128>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);

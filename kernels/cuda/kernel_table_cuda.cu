@@ -76,6 +76,19 @@ static void attention_backward_dropout(float *dqkv, float *scratch, const float 
                                           ctx_of(), dqkv, scratch, dout, qkv, att, B, T, C, NH, p, key));
 }
 
+// head sizes up to 128 (attention_flash.cu); a larger one is the device's error, naming it
+static void attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                    int NH) {
+    RUN("attention_forward_fused",
+        ds_cuda_flash_attention_forward(ctx_of(), out, lse, qkv, B, T, C, NH));
+}
+static void attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH) {
+    RUN("attention_backward_fused", ds_cuda_flash_attention_backward(
+                                        ctx_of(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
+}
+
 // ---- loss ------------------------------------------------------------------------------
 static void crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
                                  int N, int V, double *sum) {
@@ -177,6 +190,8 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     attention_backward,
     attention_forward_dropout,
     attention_backward_dropout,
+    attention_forward_fused,
+    attention_backward_fused,
     crossentropy_forward,
     crossentropy_backward,
     crossentropy_forward_backward,
@@ -197,5 +212,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 32 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 34 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

@@ -260,6 +260,35 @@ static void sim_attention_backward_dropout(float *dqkv, float *scratch, const fl
     submit(&L, "attention_backward_dropout", args, NARGS(args));
 }
 
+#define ROWS(B, NH, T) ((size_t)(B) * (size_t)(NH) * (size_t)(T))
+
+static void k_attention_forward_fused(const launch *L) {
+    CPU.attention_forward_fused(L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2], L->i[3]);
+}
+static void sim_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T,
+                                        int C, int NH) {
+    launch L = {.call = k_attention_forward_fused, .i = {B, T, C, NH}};
+    sim_arg args[] = {ARG(out, F32(TOKENS(B, T) * C)), ARG(lse, F32(ROWS(B, NH, T))),
+                      ARG(qkv, F32(TOKENS(B, T) * 3 * C))};
+    submit(&L, "attention_forward_fused", args, NARGS(args));
+}
+
+static void k_attention_backward_fused(const launch *L) {
+    CPU.attention_backward_fused(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
+                                 L->i[1], L->i[2], L->i[3]);
+}
+/* scratch and out are checked although the CPU kernel reads neither: the cuda table's
+ * kernel needs both, so an engine that passes a bad one fails here first */
+static void sim_attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         int B, int T, int C, int NH) {
+    launch L = {.call = k_attention_backward_fused, .i = {B, T, C, NH}};
+    sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)), ARG(scratch, F32(ROWS(B, NH, T))),
+                      ARG(dout, F32(TOKENS(B, T) * C)),     ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
+                      ARG(out, F32(TOKENS(B, T) * C)),      ARG(lse, F32(ROWS(B, NH, T)))};
+    submit(&L, "attention_backward_fused", args, NARGS(args));
+}
+
 /* ---- loss ------------------------------------------------------------------------- */
 
 static void k_crossentropy_forward(const launch *L) {
@@ -456,6 +485,8 @@ const ds_kernel_table ds_sim_kernels = {
     .attention_backward = sim_attention_backward,
     .attention_forward_dropout = sim_attention_forward_dropout,
     .attention_backward_dropout = sim_attention_backward_dropout,
+    .attention_forward_fused = sim_attention_forward_fused,
+    .attention_backward_fused = sim_attention_backward_fused,
     .crossentropy_forward = sim_crossentropy_forward,
     .crossentropy_backward = sim_crossentropy_backward,
     .crossentropy_forward_backward = sim_crossentropy_forward_backward,

@@ -527,7 +527,7 @@ static int wait_untimed(ds_comm_handle *h, ds_err *err) {
         pthread_mutex_unlock(&c->mu);
         rc = h->rc;
     } else if (!h->done) {
-        rc = c->vt->finish(c->be, h, &h->err);
+        rc = c->vt->order ? c->vt->order(c->be, h, &h->err) : c->vt->finish(c->be, h, &h->err);
         if (rc == 0 && h->op == DS_COMM_AVG) finish_avg(h);
         pthread_mutex_lock(&c->mu);
         settle(h, rc);

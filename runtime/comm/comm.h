@@ -104,7 +104,11 @@ ds_comm_handle *ds_comm_ibroadcast(ds_comm *c, void *buf, size_t count, ds_dtype
                                    int root, ds_err *err);
 ds_comm_handle *ds_comm_ibarrier(ds_comm *c, ds_err *err);
 
-/* Blocks until the op is done and frees the handle: 0, or -1 with the op's error. */
+/* Blocks until the op is done and frees the handle: 0, or -1 with the op's error. On a
+ * sim rank (a host backend on device memory) it blocks nothing: the device's compute
+ * stream waits for the op, so the buffers must be device memory read by work queued on
+ * the device afterwards; a failure after it returned is the device's asynchronous error
+ * (docs/devices.md, "Communication beside computation"). */
 int ds_comm_wait(ds_comm_handle *h, ds_err *err);
 /* 1 when the op is done (wait will not block), 0 when not yet. Never blocks. */
 int ds_comm_done(ds_comm_handle *h);

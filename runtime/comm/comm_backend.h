@@ -46,6 +46,10 @@ typedef struct ds_comm_vtable {
     int (*run)(void *be, ds_comm_handle *h, ds_err *err);
     int (*finish)(void *be, ds_comm_handle *h, ds_err *err); /* NULL when run completes */
     int (*poll)(void *be, ds_comm_handle *h); /* with finish: 1 when finish won't block */
+    /* Device backends may give ds_comm_wait this instead of finish (NULL: finish): the
+     * device's compute stream waits for the op, the host does not; a later failure of the
+     * op is the device's asynchronous error. The synchronous forms keep finish. */
+    int (*order)(void *be, ds_comm_handle *h, ds_err *err);
     void (*close)(void *be);
 } ds_comm_vtable;
 

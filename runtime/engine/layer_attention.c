@@ -2,11 +2,15 @@
  * around it (c_attn, c_proj) are Linear layers; nn.CausalSelfAttention composes them.
  * In training with p > 0 the probabilities are dropped (GPT-2's attn_pdrop) with a mask
  * keyed like the Dropout layer's (seed, step, layer, micro-batch, global row): backward
- * and a checkpoint recomputation redraw it; att keeps the undropped probabilities. */
+ * and a checkpoint recomputation redraw it; att keeps the undropped probabilities.
+ * Without dropout (p = 0, or evaluation) the fused kernels run: the layer keeps one
+ * log-sum-exp per row, [B,NH,T], instead of the [B,NH,T,T] probabilities, and backward
+ * recomputes them (memory grows with T, not T^2). SAVED holds whichever the last forward
+ * made; a backward after a forward of the other kind is refused. */
 #include "kernels.h"
 #include "layer.h"
 
-enum { ATT, SCRATCH };
+enum { SAVED, SCRATCH };
 
 /* a batch row of the [B,NH,T,T] probabilities is NH*T*T elements */
 static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
@@ -22,17 +26,18 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     if (C3 % 3 || (C3 / 3) % l->heads)
         return ds_err_set(err, "input width %lld is not 3*C with C divisible by %d heads",
                           (long long)C3, l->heads);
-    int64_t att_shape[4] = {B, l->heads, T, T};
-    if (ds_out_like(l, in, C3 / 3, err) != 0 ||
-        ds_tensor_ensure(&l->buf[ATT], DS_F32, DS_MEM_ACTIVATIONS, 4, att_shape, err) != 0)
-        return -1;
     float p = drop_p(l, r);
+    int64_t saved_shape[4] = {B, l->heads, T, T}; /* with dropout: the probabilities */
+    if (ds_out_like(l, in, C3 / 3, err) != 0 ||
+        ds_tensor_ensure(&l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3,
+                         saved_shape, err) != 0)
+        return -1;
     if (p > 0.0f)
-        DS_K->attention_forward_dropout(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
-                                     (int)(C3 / 3), l->heads, p, key_of(l, r, T));
+        DS_K->attention_forward_dropout(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
+                                        (int)T, (int)(C3 / 3), l->heads, p, key_of(l, r, T));
     else
-        DS_K->attention_forward(l->out->data, l->buf[ATT]->data, in->data, (int)B, (int)T,
-                             (int)(C3 / 3), l->heads);
+        DS_K->attention_forward_fused(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
+                                      (int)T, (int)(C3 / 3), l->heads);
     return 0;
 }
 
@@ -40,16 +45,22 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
     int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
-    int64_t att_shape[4] = {B, l->heads, T, T};
-    if (ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 4, att_shape, err) != 0) return -1;
     float p = drop_p(l, r);
+    int ndim = p > 0.0f ? 4 : 3; /* [B,NH,T,T] probabilities, or [B,NH,T] lse */
+    if (!l->buf[SAVED] || l->buf[SAVED]->ndim != ndim || !l->out)
+        return ds_err_set(err, "backward after a forward %s attention dropout",
+                          p > 0.0f ? "without" : "with");
+    int64_t scratch_shape[4] = {B, l->heads, T, T};
+    if (ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
+        return -1;
     if (p > 0.0f)
         DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
-                                      l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads, p,
-                                      key_of(l, r, T));
+                                         l->buf[SAVED]->data, (int)B, (int)T, (int)C, l->heads, p,
+                                         key_of(l, r, T));
     else
-        DS_K->attention_backward(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
-                              l->buf[ATT]->data, (int)B, (int)T, (int)C, l->heads);
+        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+                                       l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
+                                       l->heads);
     return 0;
 }
 

@@ -23,7 +23,8 @@ static const struct {
     [DS_MP_ACT_KEPT] = {"activations kept for backward", DS_MEM_ACTIVATIONS,
                         "4 x the outputs and saved tensors of every layer outside checkpointed "
                         "spans (Linear B.T.out, LayerNorm B.T.d + 2.B.T, Attention B.T.d + "
-                        "B.H.T^2, ...), each span's output, the loss per row"},
+                        "B.H.T, or + B.H.T^2 with attention dropout, ...), each span's output, "
+                        "the loss per row"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
                          "and at each stage's input, and d(logits) B.T.V (kept between steps)"},
@@ -31,7 +32,8 @@ static const struct {
                          "4 x the activations and boundary gradients of the checkpointed span "
                          "being recomputed (the largest span sets the peak)"},
     [DS_MP_SCRATCH] = {"attention scratch", DS_MEM_WORKSPACE,
-                       "4 x B.H.T^2 per attention layer outside checkpointed spans (kept), "
+                       "4 x B.H.T (B.H.T^2 with attention dropout) per attention layer outside "
+                       "checkpointed spans (kept), "
                        "and the one of the span being recomputed"},
     [DS_MP_IMAGES] = {"fp32 parameter images", DS_MEM_WORKSPACE,
                       "4 x 2 x the largest layer's 16-bit parameters (weights and gradients "

@@ -129,6 +129,12 @@ static void count(sim *S, double flops) {
 
 static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err);
 
+/* An attention layer's saved tensor and its backward scratch, each: [B,H,T,T] with
+ * attention dropout (the reference kernels), else [B,H,T] (the fused kernels). */
+static size_t att_bytes(const mp_node *n, int64_t B, int64_t T) {
+    return (size_t)(B * n->heads * T * (n->dropout ? T : 1)) * 4;
+}
+
 static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept, ds_err *err) {
     int64_t rows = in->ndim ? numel_of(in) / in->d[in->ndim - 1] : 0;
     switch (n->kind) {
@@ -165,7 +171,7 @@ static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept,
         int64_t B = in->d[0], T = in->d[1], C = in->d[2] / 3;
         n->out_shape = with_last(in, C);
         ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
-        ensure(S, &n->buf[0], (size_t)(B * n->heads * T * T) * 4, kept);
+        ensure(S, &n->buf[0], att_bytes(n, B, T), kept); /* layer_attention.c's SAVED */
         count(S, 4.0 * (double)B * (double)T * (double)T * (double)C);
         return 0;
     }
@@ -209,7 +215,7 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
     switch (n->kind) {
     case MP_ATTENTION: {
         int64_t B = in->d[0], T = in->d[1];
-        ensure(S, &n->buf[1], (size_t)(B * n->heads * T * T) * 4, DS_MP_SCRATCH);
+        ensure(S, &n->buf[1], att_bytes(n, B, T), DS_MP_SCRATCH);
         return 0;
     }
     case MP_SEQUENTIAL:

@@ -123,10 +123,10 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
 }
 
 static void test_flash_refuses(gh *g) {
-    gh_expect(g, "flash attention refuses head size 48",
+    gh_expect(g, "flash attention refuses head size 160",
               ds_cuda_flash_attention_forward(g->ctx, (float *)16, (float *)16, (const float *)16,
-                                              1, 4, 96, 2) == -1 &&
-                  strstr(ds_cuda_ctx_error(g->ctx), "head size 48") != NULL);
+                                              1, 4, 320, 2) == -1 &&
+                  strstr(ds_cuda_ctx_error(g->ctx), "head size 160") != NULL);
 }
 
 int main(void) {
@@ -140,6 +140,8 @@ int main(void) {
     test_flash(&g, 1, 300, 128, 2);    /* head size 64, T not a multiple of the tiles */
     test_flash(&g, 2, 256, 768, 12);   /* GPT-2 124M heads */
     test_flash(&g, 1, 130, 256, 2);    /* head size 128 */
+    test_flash(&g, 2, 67, 64, 4);      /* head size 16 (the example GPT's) */
+    test_flash(&g, 1, 300, 96, 2);     /* head size 48: 64 registers, 16 of them zero */
     test_flash(&g, 1, 1, 64, 1);       /* a single position */
     test_flash_refuses(&g);
     return gh_finish(&g);

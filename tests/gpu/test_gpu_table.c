@@ -3,7 +3,8 @@
  * copies, its compute stream). Tolerances per dtype:
  *   bit for bit  elementwise adds and scales, embeddings, dropout, conversions, 16-bit
  *                arithmetic (one formula, one rounding: kernel_math.h)
- *   fp32 sums    GEMMs 2e-4 + 1e-4|x|; attention, layernorm ~1e-5 + 1e-4|x|; sums into
+ *   fp32 sums    GEMMs 2e-4 + 1e-4|x|; attention, layernorm ~1e-5 + 1e-4|x| (fused
+ *                attention: 2e-5 + 2e-4|x| in backward, lse 1e-5); sums into
  *                a double 1e-12 relative
  *   16-bit copy  one unit in the last place of the 16-bit type (the fp32 master it is
  *                rounded from may differ in its last bit) */
@@ -157,6 +158,33 @@ static void test_attention(int B, int T, int C, int NH, float p) {
     dfree(ATT, na * 4), dfree(SCR, na * 4);
 }
 
+/* The fused pair: out and lse forward; backward from the CPU's out and lse, so only
+ * backward is compared. The CPU recomputes from qkv and lse alone; the GPU also reads
+ * out and uses scratch. */
+static void test_attention_fused(int B, int T, int C, int NH) {
+    char what[96];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = rnd(nq, -1, 1), *dy = rnd(no, -1, 1), *dq = rnd(nq, -1, 1);
+    float *o = gh_alloc(no * 4), *lse = gh_alloc(nl * 4), *scr = gh_alloc(nl * 4);
+    void *QKV = up(qkv, nq * 4), *DY = up(dy, no * 4), *DQ = up(dq, nq * 4);
+    void *O = zeros(no * 4), *LSE = zeros(nl * 4), *SCR = zeros(nl * 4);
+    CPU->attention_forward_fused(o, lse, qkv, B, T, C, NH);
+    DEV->attention_forward_fused(O, LSE, QKV, B, T, C, NH);
+    snprintf(what, sizeof what, "table attention_forward_fused out T%d hs%d", T, C / NH);
+    close_f(what, O, o, no, 2e-5f, 1e-4f);
+    snprintf(what, sizeof what, "table attention_forward_fused lse T%d hs%d", T, C / NH);
+    close_f(what, LSE, lse, nl, 1e-5f, 1e-5f);
+    dfree(O, no * 4), dfree(LSE, nl * 4);
+    O = up(o, no * 4), LSE = up(lse, nl * 4);
+    CPU->attention_backward_fused(dq, scr, dy, qkv, o, lse, B, T, C, NH);
+    DEV->attention_backward_fused(DQ, SCR, DY, QKV, O, LSE, B, T, C, NH);
+    snprintf(what, sizeof what, "table attention_backward_fused T%d hs%d", T, C / NH);
+    close_f(what, DQ, dq, nq, 2e-5f, 2e-4f);
+    free(qkv), free(dy), free(dq), free(o), free(lse), free(scr);
+    dfree(QKV, nq * 4), dfree(DY, no * 4), dfree(DQ, nq * 4), dfree(O, no * 4);
+    dfree(LSE, nl * 4), dfree(SCR, nl * 4);
+}
+
 static void test_loss(int N, int V) {
     size_t nv = (size_t)N * V;
     float *lg = rnd(nv, -8, 8), *dl = rnd(nv, -1, 1), *ls = gh_alloc((size_t)N * 4);
@@ -290,6 +318,10 @@ int main(void) {
     test_attention(2, 64, 128, 4, 0.0f);
     test_attention(2, 64, 128, 4, 0.1f);
     test_attention(1, 300, 96, 2, 0.2f);
+    test_attention_fused(2, 64, 128, 4);  /* head size 32 */
+    test_attention_fused(1, 300, 128, 2); /* head size 64, T past the backward's chunks */
+    test_attention_fused(2, 67, 256, 2);  /* head size 128 */
+    test_attention_fused(4, 32, 64, 4);   /* head size 16: examples/gpt/tiny.lua */
     test_loss(64, 50257);
     test_loss(7, 5);
     test_dropout(1000003, 0.1f);

@@ -26,6 +26,7 @@ enum { XN = 64, XV = 5000 };                 /* cross-entropy */
 #define ATT (AB * ANH * AT * AT)
 #define QKV (AB * AT * 3 * AC)
 #define ACT (AB * AT * AC)
+#define LSE (AB * ANH * AT)
 
 typedef enum { NONE, F32, I32, U16, F64 } btype;
 typedef enum { RAND, POS, IDS, TARGETS, HALF } binit;
@@ -115,6 +116,14 @@ static void c_attention_forward_dropout(const ds_kernel_table *k, void **b, ds_h
 static void c_attention_backward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->attention_backward_dropout(b[0], b[1], b[2], b[3], b[4], AB, AT, AC, ANH, 0.1f, KEY);
+}
+static void c_attention_forward_fused(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_forward_fused(b[0], b[1], b[2], AB, AT, AC, ANH);
+}
+static void c_attention_backward_fused(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_backward_fused(b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH);
 }
 static void c_crossentropy_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -230,6 +239,10 @@ static const kcase CASES[] = {
      c_attention_forward_dropout, {B_F32(ACT), B_F32(ATT), B_F32(QKV)}},
     {"attention_backward_dropout", SLOT(attention_backward_dropout), 0,
      c_attention_backward_dropout, {B_F32(QKV), B_F32(ATT), B_F32(ACT), B_F32(QKV), B_POS(ATT)}},
+    {"attention_forward_fused", SLOT(attention_forward_fused), 0, c_attention_forward_fused,
+     {B_F32(ACT), B_F32(LSE), B_F32(QKV)}},
+    {"attention_backward_fused", SLOT(attention_backward_fused), 0, c_attention_backward_fused,
+     {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_F32(QKV), B_F32(ACT), B_POS(LSE)}},
     {"crossentropy_forward", SLOT(crossentropy_forward), 0, c_crossentropy_forward,
      {B_F32(XN), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
     {"crossentropy_backward", SLOT(crossentropy_backward), 0, c_crossentropy_backward,
