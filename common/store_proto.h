@@ -53,6 +53,7 @@ enum ds_store_op {
     DS_STORE_OP_HEARTBEAT,
     DS_STORE_OP_TAGGED,
     DS_STORE_OP_CANCEL,
+    DS_STORE_NOPS = 16, /* ops are below this (the server counts requests by op) */
 };
 
 enum ds_store_status {

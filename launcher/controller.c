@@ -330,6 +330,11 @@ static void job_free(ds_job *job) {
     ds_fetch_free(&job->files);
     int dropped = ds_notify_stop(job->notify); /* the last events get their chance */
     if (dropped) fprintf(stderr, "dslaunch: %d event%s did not reach the webhook\n", dropped, dropped == 1 ? "" : "s");
+    if (job->store) {
+        char served[400];
+        ds_store_server_describe_requests(job->store, served, sizeof served);
+        ds_event(job->ev, "store served %s", served);
+    }
     ds_store_server_stop(job->store);
     ds_events_close(job->ev);
     free(job->job_dir);

@@ -237,6 +237,7 @@ static int do_tagged(request *q) {
     q->tag = tag;
     q->op = op;
     q->whole = q->body;
+    ds_store_count(q->s, op);
     if (op == DS_STORE_OP_CANCEL) {
         ds_store_cancel(q->s, q->c, tag);
         return DONE;

@@ -237,6 +237,7 @@ static void serve_frames(ds_store_server *s, client *c) {
             refuse(s, c, why);
             rc = DONE;
         } else {
+            if (q.op != DS_STORE_OP_TAGGED) ds_store_count(s, q.op);
             rc = ds_store_dispatch(&q);
         }
         if (rc == REJECT && !c->authed && q.op == DS_STORE_OP_AUTH) {
@@ -555,3 +556,23 @@ int ds_store_server_nclients(ds_store_server *s) {
 }
 
 int ds_store_server_nwaiting(ds_store_server *s) { return atomic_load(&s->nwaiting); }
+
+uint64_t ds_store_server_requests(ds_store_server *s, int op) {
+    return op >= 0 && op < DS_STORE_NOPS ? atomic_load_explicit(&s->nops[op], memory_order_relaxed) : 0;
+}
+
+void ds_store_server_describe_requests(ds_store_server *s, char *buf, size_t cap) {
+    static const struct {
+        int op;
+        const char *name;
+    } ops[] = {{DS_STORE_OP_AUTH, "auth"},     {DS_STORE_OP_SET, "set"},       {DS_STORE_OP_GET, "get"},
+               {DS_STORE_OP_ADD, "add"},       {DS_STORE_OP_WAIT, "wait"},     {DS_STORE_OP_CHECK, "check"},
+               {DS_STORE_OP_DELETE, "delete"}, {DS_STORE_OP_CANCEL, "cancel"}, {DS_STORE_OP_HEARTBEAT, "heartbeat"},
+               {0, "unknown"}};
+    uint64_t total = 0;
+    for (int op = 0; op < DS_STORE_NOPS; op++) total += ds_store_server_requests(s, op);
+    size_t n = (size_t)snprintf(buf, cap, "%llu requests", (unsigned long long)total);
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0] && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s %s %llu", i ? "," : ":", ops[i].name,
+                              (unsigned long long)ds_store_server_requests(s, ops[i].op));
+}

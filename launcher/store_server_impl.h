@@ -72,6 +72,7 @@ struct ds_store_server {
     atomic_int stop;
     atomic_int changed;   /* a key was set by the controller: every waiter looks again */
     atomic_int nwaiting;  /* waiters */
+    atomic_ullong nops[DS_STORE_NOPS]; /* requests served, by op (a TAGGED frame counts as its inner op) */
     pthread_mutex_t lock; /* map, heartbeats, events, nauthed */
 
     ds_store_map map;
@@ -107,6 +108,11 @@ typedef struct request {
     waiter *w;          /* evaluating a waiter again, else NULL */
     char why[200];      /* REJECT: the reason */
 } request;
+
+/* Counts one request of op off the wire (not a waiter's evaluation again). */
+static inline void ds_store_count(ds_store_server *s, uint8_t op) {
+    atomic_fetch_add_explicit(&s->nops[op < DS_STORE_NOPS ? op : 0], 1, memory_order_relaxed);
+}
 
 /* store_requests.c: serves one request (q->op); DONE, BLOCKED (a waiter holds it) or
  * REJECT (q->why). Replies go to q->c->out. */
