@@ -77,6 +77,7 @@ struct ds_store_server {
 
     ds_store_map map;
     ds_store_map waiting; /* key -> waitlist (values are waitlist structs) */
+    ds_store_map barriers; /* name -> a BARRIER's arrivals (store_barriers.c) */
     waiter *ready;        /* waiters whose key was set: to evaluate again */
     int64_t next_due_ms;  /* the earliest deadline (waiter or AUTH) may be due; -1 none */
 
@@ -119,6 +120,10 @@ static inline void ds_store_count(ds_store_server *s, uint8_t op) {
 int ds_store_dispatch(request *q);
 /* Appends the answer (status, then a and b) to q's client's output, tagged as q was. */
 int ds_store_reply(request *q, uint8_t status, const void *a, size_t alen, const void *b, size_t blen);
+
+/* store_barriers.c: a BARRIER request; and a BARRIER waiter w is going away. */
+int ds_store_do_barrier(request *q);
+void ds_store_barrier_left(ds_store_server *s, const waiter *w);
 
 /* store_waiters.c */
 /* Makes q a waiter on key (or checks the deadline of the one it is); BLOCKED, or DONE
