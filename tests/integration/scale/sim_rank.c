@@ -3,7 +3,9 @@
  * DS_STORE_TOKEN from its agent, through the agent when DS_STORE_SOCKET is set), passes SIM_BARRIERS barriers of the whole world (1 by
  * default), prints "past SECONDS" (CLOCK_BOOTTIME, /proc/uptime's clock) once past the
  * first, and exits 0. With SIM_HOLD=1 it waits after the first barrier for a key nobody
- * sets, so a test can kill a node while every rank is in the job. No Lua, no engine, no
+ * sets, so a test can kill a node while every rank is in the job; the rank SIM_ABSENT
+ * names waits so instead of coming to the first barrier (the others time out after
+ * DS_RDZV_TIMEOUT_MS and say who is missing). No Lua, no engine, no
  * communicator: thousands of these fit on one machine.
  *   The agent starts it in place of `dsrun worker` when DS_TEST_WORKER_EXE names it. */
 #include <stdio.h>
@@ -42,22 +44,25 @@ int main(void) {
         fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
         return 1;
     }
+    int hold = env_int("SIM_HOLD", 0), absent = env_int("SIM_ABSENT", -1) == rank;
     for (int b = 0; b < barriers; b++) {
         snprintf(name, sizeof name, "sim/%d", b);
+        if (absent) break;
         if (ds_store_barrier(c, name, rank, world, timeout_ms, &err) != 0) {
             fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
             ds_store_close(c);
             return 1;
         }
         if (b == 0) printf("past %.3f\n", uptime_s());
-        if (b == 0 && env_int("SIM_HOLD", 0)) {
-            void *v;
-            size_t n;
-            ds_store_get(c, "sim/never", &v, &n, -1, &err); /* until the job stops us */
-            fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
-            ds_store_close(c);
-            return 1;
-        }
+        if (hold) break;
+    }
+    if (hold || absent) {
+        void *v;
+        size_t n;
+        ds_store_get(c, "sim/never", &v, &n, -1, &err); /* until the job stops us */
+        fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+        ds_store_close(c);
+        return 1;
     }
     ds_store_close(c);
     return 0;
