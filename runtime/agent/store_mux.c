@@ -4,7 +4,8 @@
  * connection gets the next tag. A rank's client sends one request at a time, and the
  * mux keeps it so: a connection is not read while its request is out. Barriers of the
  * whole world are joined on the node first (barrier_join.h): their requests to the store
- * carry tags of their own (DS_BJOIN_TAG_BIT). */
+ * carry tags of their own (DS_BJOIN_TAG_BIT); a GET or WAIT identical to one already at
+ * the store waits for that one's answer (wait_join.h). */
 #include "store_mux.h"
 
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include "store_client.h"
 #include "store_proto.h"
 #include "store_token.h"
+#include "wait_join.h"
 
 #define READ_CHUNK (64 << 10)
 
@@ -51,6 +53,7 @@ struct ds_store_mux {
     int nconns, cap;
     uint32_t next_tag;
     ds_bjoin *join; /* NULL: barriers go to the store rank by rank */
+    ds_wjoin *waits;
 };
 
 static void wake(int fd) {
@@ -88,6 +91,7 @@ static int tagged(ds_store_mux *m, uint32_t tag, const uint8_t *op_and_body, siz
 
 static void conn_close(ds_store_mux *m, conn *c) {
     if (c->outstanding && m->join && ds_bjoin_gone(m->join, c->tag)) c->outstanding = 0; /* held here */
+    if (c->outstanding && !ds_wjoin_gone(m->waits, c->tag)) c->outstanding = 0;         /* others wait for it */
     if (c->outstanding && !atomic_load(&m->lost)) {
         uint8_t cancel = DS_STORE_OP_CANCEL; /* it was waiting for a key: the store forgets it */
         if (tagged(m, c->tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
@@ -148,9 +152,9 @@ static void serve_rank(ds_store_mux *m, conn *c) {
         } else if (f[4] == DS_STORE_OP_AUTH || f[4] == DS_STORE_OP_TAGGED || f[4] == DS_STORE_OP_CANCEL) {
             c->dead = 1;
         } else {
-            int joined = f[4] == DS_STORE_OP_BARRIER && m->join && !atomic_load(&m->lost)
-                             ? ds_bjoin_arrive(m->join, c->tag, f + 5, len - 1, ds_now_ms())
-                             : 0;
+            int joined = atomic_load(&m->lost)                ? 0
+                         : f[4] == DS_STORE_OP_BARRIER && m->join ? ds_bjoin_arrive(m->join, c->tag, f + 5, len - 1, ds_now_ms())
+                                                                  : ds_wjoin_request(m->waits, c->tag, f[4], f + 5, len - 1, ds_now_ms());
             if (joined < 0 || (!joined && tagged(m, c->tag, f + 4, len) != 0)) lose(m, "%s", "out of memory");
             else c->outstanding = 1;
         }
@@ -207,18 +211,28 @@ static void serve_waiting(ds_store_mux *m) {
 }
 
 /* barrier_join's ways out. */
-static int join_send(void *ctx, uint32_t utag, const uint8_t *body, size_t n) {
+static int join_resend(void *ctx, uint32_t tag, uint8_t op, const uint8_t *body, size_t n) {
     ds_store_mux *m = ctx;
     size_t start = ds_buf_unread(&m->up_out);
-    if (ds_frame_begin(&m->up_out, DS_STORE_OP_TAGGED) != 0 || ds_buf_put_u32(&m->up_out, utag) != 0 ||
-        ds_buf_put_u8(&m->up_out, DS_STORE_OP_BARRIER) != 0 || ds_buf_put(&m->up_out, body, n) != 0)
+    if (ds_frame_begin(&m->up_out, DS_STORE_OP_TAGGED) != 0 || ds_buf_put_u32(&m->up_out, tag) != 0 ||
+        ds_buf_put_u8(&m->up_out, op) != 0 || ds_buf_put(&m->up_out, body, n) != 0)
         return -1;
     ds_frame_end(&m->up_out, start);
     return 0;
 }
 
+static int join_send(void *ctx, uint32_t utag, const uint8_t *body, size_t n) {
+    return join_resend(ctx, utag, DS_STORE_OP_BARRIER, body, n);
+}
+
 static void join_answer(void *ctx, uint32_t tag, uint8_t status, const uint8_t *body, size_t n) {
     answer_rank(ctx, tag, status, body, n);
+}
+
+static void join_cancel(void *ctx, uint32_t tag) {
+    ds_store_mux *m = ctx;
+    uint8_t cancel = DS_STORE_OP_CANCEL;
+    if (!atomic_load(&m->lost) && tagged(m, tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
 }
 
 static void answers(ds_store_mux *m) {
@@ -250,6 +264,7 @@ static void answers(ds_store_mux *m) {
             if (m->join) ds_bjoin_answer(m->join, tag, inner[0], inner + 1, ilen - 1);
         } else {
             answer_rank(m, tag, inner[0], inner + 1, ilen - 1);
+            ds_wjoin_answer(m->waits, tag, inner[0], inner + 1, ilen - 1, ds_now_ms()); /* ranks that joined it */
         }
         ds_buf_consume(&m->up_in, 4 + (size_t)len);
     }
@@ -293,8 +308,10 @@ static void *mux_main(void *arg) {
     int pcap = 0;
     while (!atomic_load(&m->stop)) {
         int64_t due = -1;
-        if (m->join && !atomic_load(&m->lost)) {
-            due = ds_bjoin_expire(m->join, ds_now_ms());
+        if (!atomic_load(&m->lost)) {
+            int64_t now = ds_now_ms(), waits = ds_wjoin_expire(m->waits, now);
+            due = m->join ? ds_bjoin_expire(m->join, now) : -1;
+            if (waits >= 0 && (due < 0 || waits < due)) due = waits;
             serve_waiting(m);
         }
         int hb = atomic_exchange(&m->hb_node, -1);
@@ -385,8 +402,10 @@ ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, int worl
     }
     memcpy(m->token, token, DS_STORE_TOKEN_LEN);
     atomic_store(&m->hb_node, -1);
-    if (world > 0 && nranks > 0 &&
-        !(m->join = ds_bjoin_new(world, ranks, nranks, (ds_bjoin_ops){m, join_send, join_answer}))) {
+    if ((world > 0 && nranks > 0 &&
+         !(m->join = ds_bjoin_new(world, ranks, nranks, (ds_bjoin_ops){m, join_send, join_answer}))) ||
+        !(m->waits = ds_wjoin_new((ds_wjoin_ops){m, join_resend, join_answer, join_cancel}))) {
+        ds_bjoin_free(m->join);
         ds_err_set(err, "store mux: out of memory");
         free(m);
         return NULL;
@@ -404,6 +423,7 @@ ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, int worl
         ds_err_errno(err, rc, "starting the store mux's thread");
     if (rc != 0) {
         ds_bjoin_free(m->join);
+        ds_wjoin_free(m->waits);
         if (m->listen_fd >= 0) close(m->listen_fd);
         if (m->wake_fd >= 0) close(m->wake_fd);
         if (m->lost_fd >= 0) close(m->lost_fd);
@@ -438,6 +458,7 @@ void ds_store_mux_stop(ds_store_mux *m) {
     ds_buf_free(&m->up_in);
     ds_buf_free(&m->up_out);
     ds_bjoin_free(m->join);
+    ds_wjoin_free(m->waits);
     unsetenv("DS_STORE_SOCKET");
     free(m);
 }

@@ -10,6 +10,8 @@
 #                         per rank (its agent joins the node's ranks); 32 nodes
 #   cases.sh barrier_timeout   a rank that never comes: the others time out and say how
 #                         many arrived and who is missing, through their agents; 4 nodes
+#   cases.sh wait_requests  every rank sets its key and waits for all (a communicator's
+#                         rendezvous): the store sees about one WAIT per node; 32 nodes
 # Needs DSLAUNCH, DSRUN, SIM_RANK and WORK in the environment; NODES and RANKS default to
 # 128 and 8.
 set -uo pipefail
@@ -117,6 +119,21 @@ case_barrier_requests() {
     # One per node joined by its agent; rank by rank it would be 800% (3,500% as five
     # requests per rank). Below 100%: the agents' polling for the master port varies.
     ((per >= 80 && per <= 150)) || fail "$per% of one store request per node per barrier (80-150% expected)"
+}
+
+case_wait_requests() {
+    nodes=32
+    write_job "$nodes" "$ranks"
+    SIM_RENDEZVOUS=1 start_job
+    wait_job 120
+    [[ $rc == 0 ]] || fail "exit status $rc"
+    served > /dev/null
+    local waits
+    waits=$(grep -o 'store served [^"]*' "$job/logs/$name/latest/launcher.log" | sed -n 's/.* wait \([0-9]*\),.*/\1/p')
+    echo "WAIT requests at the store: $waits for $nodes nodes x $ranks ranks"
+    # Joined on each node: one, and one more from a rank whose WAIT came after the
+    # node's was answered. Rank by rank it would be $((nodes * ranks)).
+    ((waits >= 1 && waits <= 2 * nodes)) || fail "$waits WAIT requests for $nodes nodes (1 to $((2 * nodes)) expected)"
 }
 
 case_barrier_timeout() {
