@@ -232,7 +232,7 @@ int64_t ds_bjoin_expire(ds_bjoin *j, int64_t now) {
                 continue;
             }
             m->waiting = 0;
-            j->ops.answer(j->ops.ctx, m->tag, DS_STORE_TIMEOUT, NULL, 0);
+            j->ops.answer(j->ops.ctx, m->tag, DS_STORE_TIMEOUT, (const uint8_t *)"", 0);
         }
     }
     for (int i = j->ng - 1; i >= 0; i--) maybe_free(j, j->g[i]);

@@ -150,7 +150,7 @@ int64_t ds_wjoin_expire(ds_wjoin *w, int64_t now) {
         for (int k = 0; k < o->nm; k++) {
             member m = o->m[k];
             if (m.deadline >= 0 && now >= m.deadline) {
-                w->ops.answer(w->ops.ctx, m.tag, DS_STORE_TIMEOUT, NULL, 0);
+                w->ops.answer(w->ops.ctx, m.tag, DS_STORE_TIMEOUT, (const uint8_t *)"", 0);
                 continue;
             }
             if (m.deadline >= 0 && (next < 0 || m.deadline < next)) next = m.deadline;

@@ -28,7 +28,7 @@ static void on_answer(void *ctx, uint32_t tag, uint8_t status, const uint8_t *bo
     log *l = ctx;
     l->answered[l->na] = tag;
     l->status[l->na] = status;
-    memcpy(l->body[l->na], body, n < 15 ? n : 15);
+    if (n) memcpy(l->body[l->na], body, n < 15 ? n : 15);
     l->body[l->na++][n < 15 ? n : 15] = 0;
 }
 
