@@ -12,6 +12,10 @@
  *   HEARTBEAT= u32 node_rank                                  -> OK
  *   TAGGED   = u32 tag | u8 op | that op's body    -> TAGGED u32 tag | u8 status | body
  *   CANCEL   = (only inside TAGGED) drops the tag's waiting GET or WAIT; no answer
+ *   BARRIER  = i32 timeout_ms | u32 world | u32 n | u32 rank * n | name (rest)
+ *              -> OK once all world ranks arrived | TIMEOUT | ERROR text
+ *              n = 0 asks, answered at once: OK u32 arrived | u32 missing | u32 rank * (the
+ *              first DS_STORE_BARRIER_LISTED missing ranks)
  *   response status: OK (body as above), TIMEOUT (empty), ERROR (message text).
  *
  * TAGGED is how an agent multiplexes its node's ranks on its one connection
@@ -37,6 +41,8 @@
 #define DS_STORE_MAX_KEY 4096                 /* bytes */
 #define DS_STORE_MAX_VALUE (64u << 20)        /* 64 MiB */
 #define DS_STORE_MAX_KEYS 1024                /* keys in one WAIT or CHECK */
+#define DS_STORE_MAX_BARRIER_WORLD (1 << 22)  /* ranks of one BARRIER */
+#define DS_STORE_BARRIER_LISTED 16            /* missing ranks a BARRIER status lists */
 /* Largest frame: a SET of the largest key and value; WAIT/CHECK of MAX_KEYS keys of
  * MAX_KEY bytes would be 4 MiB, far below. */
 #define DS_STORE_MAX_FRAME (DS_STORE_MAX_VALUE + DS_STORE_MAX_KEY + 64)
@@ -53,6 +59,8 @@ enum ds_store_op {
     DS_STORE_OP_HEARTBEAT,
     DS_STORE_OP_TAGGED,
     DS_STORE_OP_CANCEL,
+    DS_STORE_OP_BARRIER,
+    DS_STORE_NOPS = 16, /* ops are below this (the server counts requests by op) */
 };
 
 enum ds_store_status {

@@ -18,6 +18,7 @@
 #include "notify.h"
 #include "fd_budget.h"
 #include "job.h"
+#include "node_set.h"
 #include "restart.h"
 #include "run_dir.h"
 #include "srun.h"
@@ -257,7 +258,7 @@ static int poll_timeout(ds_job *job) {
         long long d = ds_node_deadline_ms(n);
         if (d >= 0 && d < wake) wake = d;
         /* libssh2 can keep bytes it read in its own buffers, where poll cannot see them:
-         * such a node is pending (ds_node_due) and the next pass comes at once. */
+         * such a node is pending (ds_node_turn) and the next pass comes at once. */
         if (n->pending && n->state != DS_NODE_DONE) wake = now;
     }
     if (job->stopping && !job->drop_at_ms && job->kill_at_ms < wake) wake = job->kill_at_ms;
@@ -267,10 +268,11 @@ static int poll_timeout(ds_job *job) {
 
 static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
     int nn = job->plan->nnodes;
-    struct pollfd *pf = calloc((size_t)(2 + 3 * nn), sizeof *pf);
-    if (!pf) {
-        ds_job_stop(job, "out of memory");
-        for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], "out of memory");
+    ds_err err = {{0}};
+    ds_node_set *set = ds_node_set_new(job->nodes, nn, &err);
+    if (!set) {
+        ds_job_stop(job, "%s", err.msg);
+        for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], err.msg);
         return;
     }
     ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
@@ -294,21 +296,23 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
             }
             break;
         }
-        int k = 0;
-        pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
-        pf[k++] = (struct pollfd){.fd = ds_store_server_event_fd(job->store), .events = POLLIN};
-        for (int i = 0; i < nn; i++) {
-            ds_node *n = &job->nodes[i];
-            n->pf_at = k;
-            k += n->pf_n = ds_node_pollfds(n, pf + k);
+        if (ds_node_set_sync(set, &err) != 0) {
+            ds_job_stop(job, "%s", err.msg);
+            for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], err.msg);
+            break;
         }
-        if (poll(pf, (nfds_t)k, poll_timeout(job)) < 0 && errno != EINTR) break;
+        /* The nodes' descriptors are in the epoll set (node_set.h): three to poll. */
+        struct pollfd pf[3] = {{.fd = sigfd, .events = POLLIN},
+                               {.fd = ds_store_server_event_fd(job->store), .events = POLLIN},
+                               {.fd = ds_node_set_fd(set), .events = POLLIN}};
+        if (poll(pf, 3, poll_timeout(job)) < 0 && errno != EINTR) break;
         handle_signals(job, sigfd);
-        /* Only nodes with something to do (ready, or data libssh2 holds: ds_node_due). */
+        if (pf[2].revents) ds_node_set_collect(set);
+        /* Only nodes with something to do (ready, or data libssh2 holds: ds_node_turn). */
         long long polled = ds_now_ms();
         for (int i = 0; i < nn; i++) {
             ds_node *n = &job->nodes[i];
-            if (!ds_node_due(n, pf, polled)) continue;
+            if (!ds_node_turn(n, pf[2].revents && ds_node_set_ready(set, i), polled)) continue;
             int was_connecting = n->state == DS_NODE_CONNECTING;
             ds_node_io(n, &h);
             if (was_connecting && n->state == DS_NODE_STARTED)
@@ -330,7 +334,7 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
         if (job->nexited == job->plan->world_size)
             for (int i = 0; i < nn; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */
     }
-    free(pf);
+    ds_node_set_free(set);
 }
 
 static void job_free(ds_job *job) {
@@ -338,6 +342,11 @@ static void job_free(ds_job *job) {
     ds_fetch_free(&job->files);
     int dropped = ds_notify_stop(job->notify); /* the last events get their chance */
     if (dropped) fprintf(stderr, "dslaunch: %d event%s did not reach the webhook\n", dropped, dropped == 1 ? "" : "s");
+    if (job->store) {
+        char served[400];
+        ds_store_server_describe_requests(job->store, served, sizeof served);
+        ds_event(job->ev, "store served %s", served);
+    }
     ds_store_server_stop(job->store);
     ds_events_close(job->ev);
     free(job->job_dir);

@@ -1,7 +1,9 @@
 #include "knownhosts.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,15 +79,78 @@ static int append_key(LIBSSH2_KNOWNHOSTS *kh, const char *host, int port, const 
         }
         if (!f) errno = ENOENT;
     }
-    if (!f) return ds_err_errno(err, errno, "accept-new: cannot add %s's key to %s", name, path);
+    if (!f) {
+        int e = errno;
+        libssh2_knownhost_del(kh, entry);
+        return ds_err_errno(err, e, "accept-new: cannot add %s's key to %s", name, path);
+    }
     int ok = fwrite(line, 1, outlen, f) == outlen;
     ok &= fclose(f) == 0;
-    return ok ? 0 : ds_err_errno(err, errno, "writing %s", path);
+    if (ok) return 0;
+    int e = errno;
+    libssh2_knownhost_del(kh, entry); /* not in the file: a later session tries again */
+    return ds_err_errno(err, e, "writing %s", path);
 }
 
-int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
-                         const char *const *files, int nfiles, ds_hostkey_check mode, ds_err *err) {
-    if (mode == DS_HOSTKEY_NO) return 0;
+/* The files, read once per controller run: a job of N nodes would otherwise read them N
+ * times (N^2 lines in all, the files growing with the nodes). Kept per list of files (the
+ * ssh config may name other files for some hosts), in a collection owned by a session of
+ * its own that never connects; what accept-new adds goes into it too, so a later session
+ * of this run finds that key as one reading the file again would. */
+typedef struct kept {
+    char *files; /* the list, NUL-separated */
+    size_t len;
+    LIBSSH2_SESSION *owner;
+    LIBSSH2_KNOWNHOSTS *kh;
+} kept;
+
+static kept *kept_lists;
+static int nkept;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The list as one key: the names, each with its NUL. malloc'd; NULL when out of memory. */
+static char *list_key(const char *const *files, int nfiles, size_t *len) {
+    size_t n = 0;
+    for (int i = 0; i < nfiles; i++) n += strlen(files[i]) + 1;
+    char *key = malloc(n ? n : 1), *p = key;
+    for (int i = 0; key && i < nfiles; i++) p = stpcpy(p, files[i]) + 1;
+    *len = n;
+    return key;
+}
+
+static void drop(kept *k) {
+    if (k->kh) libssh2_knownhost_free(k->kh);
+    if (k->owner) libssh2_session_free(k->owner);
+    free(k->files);
+}
+
+static LIBSSH2_KNOWNHOSTS *read_files(const char *const *files, int nfiles, ds_err *err) {
+    kept k = {0};
+    if (!(k.files = list_key(files, nfiles, &k.len))) return ds_err_set(err, "out of memory"), NULL;
+    for (int i = 0; i < nkept; i++)
+        if (kept_lists[i].len == k.len && !memcmp(kept_lists[i].files, k.files, k.len)) {
+            free(k.files);
+            return kept_lists[i].kh;
+        }
+    kept *ks = realloc(kept_lists, (size_t)(nkept + 1) * sizeof *ks);
+    if (ks) kept_lists = ks;
+    if (!ks || !(k.owner = libssh2_session_init()) || !(k.kh = libssh2_knownhost_init(k.owner))) {
+        drop(&k);
+        return ds_err_set(err, "out of memory"), NULL;
+    }
+    for (int i = 0; i < nfiles; i++) {
+        if (access(files[i], F_OK) != 0 ||
+            libssh2_knownhost_readfile(k.kh, files[i], LIBSSH2_KNOWNHOST_FILE_OPENSSH) >= 0)
+            continue;
+        drop(&k);
+        return ds_err_set(err, "cannot read known_hosts file %s", files[i]), NULL;
+    }
+    kept_lists[nkept++] = k;
+    return k.kh;
+}
+
+static int verify(LIBSSH2_SESSION *session, const char *host, int port, const char *const *files, int nfiles,
+                  ds_hostkey_check mode, ds_err *err) {
     size_t len;
     int type;
     const char *key = libssh2_session_hostkey(session, &len, &type);
@@ -95,15 +160,8 @@ int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
     host_entry(host, port, name, sizeof name);
     if (nfiles < 1) return ds_err_set(err, "no known_hosts file to check %s against", name);
     const char *known_hosts = files[0]; /* where accept-new writes */
-    LIBSSH2_KNOWNHOSTS *kh = libssh2_knownhost_init(session);
-    if (!kh) return ds_err_set(err, "out of memory");
-    for (int i = 0; i < nfiles; i++) {
-        if (access(files[i], F_OK) != 0 ||
-            libssh2_knownhost_readfile(kh, files[i], LIBSSH2_KNOWNHOST_FILE_OPENSSH) >= 0)
-            continue;
-        libssh2_knownhost_free(kh);
-        return ds_err_set(err, "cannot read known_hosts file %s", files[i]);
-    }
+    LIBSSH2_KNOWNHOSTS *kh = read_files(files, nfiles, err);
+    if (!kh) return -1;
     /* As OpenSSH: an entry names port 22 as "host" and any other port as "[host]:port",
      * and only that. (Given the port, libssh2 1.10 also accepts a plain "host" entry for
      * any port; given the entry's own name and no port, it matches that name alone,
@@ -133,6 +191,14 @@ int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
     } else {
         ret = ds_err_set(err, "cannot check the host key of %s against %s", name, known_hosts);
     }
-    libssh2_knownhost_free(kh);
     return ret;
+}
+
+int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
+                         const char *const *files, int nfiles, ds_hostkey_check mode, ds_err *err) {
+    if (mode == DS_HOSTKEY_NO) return 0;
+    pthread_mutex_lock(&kept_lock);
+    int rc = verify(session, host, port, files, nfiles, mode, err);
+    pthread_mutex_unlock(&kept_lock);
+    return rc;
 }

@@ -13,6 +13,8 @@
 #include "ds_err.h"
 #include "jobspec.h"
 
+/* The files are read once per process (per list of files): the first session reads
+ * them, later ones check against what was read, plus what accept-new added since. */
 int ds_knownhosts_verify(LIBSSH2_SESSION *session, const char *host, int port,
                          const char *const *files, int nfiles, ds_hostkey_check mode, ds_err *err);
 

@@ -211,16 +211,14 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
     check_done(n);
 }
 
-int ds_node_due(const ds_node *n, const struct pollfd *pf, long long now_ms) {
+int ds_node_turn(const ds_node *n, int ready, long long now_ms) {
     if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
-    if (n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped)) return 1;
+    if (ready || n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped)) return 1;
     if ((ds_buf_unread(&n->to_agent) || n->close_stdin) && !n->stdin_closed) return 1;
     long long d = ds_node_deadline_ms(n);
-    if (d >= 0 && now_ms >= d) return 1;
-    for (int j = 0; j < n->pf_n; j++)
-        if (pf[n->pf_at + j].revents) return 1;
-    return 0;
+    return d >= 0 && now_ms >= d;
 }
+
 
 void ds_node_reap(ds_node *n) {
     if (n->via_ssh || n->reaped || n->local.pid <= 0) return;

@@ -43,7 +43,6 @@ typedef struct ds_node {
     char *kill_cmd;      /* SSH: the command ds_node_kill_hard runs on a second channel */
     int kill_sent;
     int pending;         /* SSH: libssh2 may hold data poll cannot see; look again next pass */
-    int pf_at, pf_n;     /* where its descriptors are in the loop's poll set, how many */
     char last_agent_line[512]; /* the agent's (or its shell's) last stderr line */
     char error[1024];
 } ds_node;
@@ -60,11 +59,11 @@ int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *e
 
 /* Adds the node's descriptors to pf (at most 3); returns how many. */
 int ds_node_pollfds(ds_node *n, struct pollfd *pf);
-/* 1 when the node has something to do after the poll that filled pf: one of its
- * descriptors is ready, libssh2 may hold data for it, its opening's deadline passed, its
- * local agent was reaped, or a kill is to be sent. The loop calls ds_node_io only then:
- * an idle node costs nothing per pass. */
-int ds_node_due(const ds_node *n, const struct pollfd *pf, long long now_ms);
+/* 1 when the node has something to do: one of its descriptors is ready (ready: the
+ * loop's epoll set said so, node_set.h), libssh2 may hold data for it, its opening's
+ * deadline passed, its local agent was reaped, or a kill is to be sent. The loop calls
+ * ds_node_io only then: an idle node costs nothing per pass. */
+int ds_node_turn(const ds_node *n, int ready, long long now_ms);
 /* Does whatever I/O is possible now (never blocks) and calls h for each frame/line.
  * Sets state DONE when the agent is gone. */
 void ds_node_io(ds_node *n, const ds_node_handler *h);

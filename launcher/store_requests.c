@@ -237,6 +237,7 @@ static int do_tagged(request *q) {
     q->tag = tag;
     q->op = op;
     q->whole = q->body;
+    ds_store_count(q->s, op);
     if (op == DS_STORE_OP_CANCEL) {
         ds_store_cancel(q->s, q->c, tag);
         return DONE;
@@ -261,6 +262,7 @@ int ds_store_dispatch(request *q) {
     case DS_STORE_OP_DELETE: return do_delete(q);
     case DS_STORE_OP_HEARTBEAT: return do_heartbeat(q);
     case DS_STORE_OP_TAGGED: return do_tagged(q);
+    case DS_STORE_OP_BARRIER: return ds_store_do_barrier(q);
     default: return reject(q, "unknown op %u", q->op);
     }
 }

@@ -237,6 +237,7 @@ static void serve_frames(ds_store_server *s, client *c) {
             refuse(s, c, why);
             rc = DONE;
         } else {
+            if (q.op != DS_STORE_OP_TAGGED) ds_store_count(s, q.op);
             rc = ds_store_dispatch(&q);
         }
         if (rc == REJECT && !c->authed && q.op == DS_STORE_OP_AUTH) {
@@ -408,7 +409,7 @@ int ds_store_server_start(const char *addr, int port, const char *token,
     s->listen_fd = s->wake_fd = s->event_fd = s->epoll_fd = -1;
     memcpy(s->token, token, DS_STORE_TOKEN_LEN);
     pthread_mutex_init(&s->lock, NULL);
-    int map_rc = ds_store_map_init(&s->map) | ds_store_map_init(&s->waiting);
+    int map_rc = ds_store_map_init(&s->map) | ds_store_map_init(&s->waiting) | ds_store_map_init(&s->barriers);
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -445,6 +446,7 @@ fail:
     if (s->epoll_fd >= 0) close(s->epoll_fd);
     ds_store_map_free(&s->map);
     ds_store_map_free(&s->waiting);
+    ds_store_map_free(&s->barriers);
     pthread_mutex_destroy(&s->lock);
     free(s);
     return -1;
@@ -473,6 +475,7 @@ void ds_store_server_stop(ds_store_server *s) {
     close(s->epoll_fd);
     ds_store_map_free(&s->map);
     ds_store_map_free(&s->waiting);
+    ds_store_map_free(&s->barriers);
     free(s->hb_ms);
     free(s->hb_owner);
     free(s->events);
@@ -555,3 +558,24 @@ int ds_store_server_nclients(ds_store_server *s) {
 }
 
 int ds_store_server_nwaiting(ds_store_server *s) { return atomic_load(&s->nwaiting); }
+
+uint64_t ds_store_server_requests(ds_store_server *s, int op) {
+    return op >= 0 && op < DS_STORE_NOPS ? atomic_load_explicit(&s->nops[op], memory_order_relaxed) : 0;
+}
+
+void ds_store_server_describe_requests(ds_store_server *s, char *buf, size_t cap) {
+    static const struct {
+        int op;
+        const char *name;
+    } ops[] = {{DS_STORE_OP_AUTH, "auth"},     {DS_STORE_OP_SET, "set"},       {DS_STORE_OP_GET, "get"},
+               {DS_STORE_OP_ADD, "add"},       {DS_STORE_OP_WAIT, "wait"},     {DS_STORE_OP_CHECK, "check"},
+               {DS_STORE_OP_DELETE, "delete"}, {DS_STORE_OP_CANCEL, "cancel"}, {DS_STORE_OP_BARRIER, "barrier"},
+               {DS_STORE_OP_HEARTBEAT, "heartbeat"},
+               {0, "unknown"}};
+    uint64_t total = 0;
+    for (int op = 0; op < DS_STORE_NOPS; op++) total += ds_store_server_requests(s, op);
+    size_t n = (size_t)snprintf(buf, cap, "%llu requests", (unsigned long long)total);
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0] && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s %s %llu", i ? "," : ":", ops[i].name,
+                              (unsigned long long)ds_store_server_requests(s, ops[i].op));
+}

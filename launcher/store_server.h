@@ -78,5 +78,11 @@ int ds_store_server_get(ds_store_server *srv, const char *key, char **val, size_
  * and the status line). */
 int ds_store_server_nclients(ds_store_server *srv);
 int ds_store_server_nwaiting(ds_store_server *srv);
+/* Requests of op (store_proto.h: DS_STORE_OP_*) served so far, a TAGGED frame counted as
+ * the request it carries; op 0 counts unknown ops. For the controller's end-of-attempt
+ * line in launcher.log (tests count the store's requests per barrier from it). */
+uint64_t ds_store_server_requests(ds_store_server *srv, int op);
+/* "N requests: auth a, set b, ..., heartbeat h, unknown u" into buf. */
+void ds_store_server_describe_requests(ds_store_server *srv, char *buf, size_t cap);
 
 #endif

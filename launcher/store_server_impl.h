@@ -72,10 +72,12 @@ struct ds_store_server {
     atomic_int stop;
     atomic_int changed;   /* a key was set by the controller: every waiter looks again */
     atomic_int nwaiting;  /* waiters */
+    atomic_ullong nops[DS_STORE_NOPS]; /* requests served, by op (a TAGGED frame counts as its inner op) */
     pthread_mutex_t lock; /* map, heartbeats, events, nauthed */
 
     ds_store_map map;
     ds_store_map waiting; /* key -> waitlist (values are waitlist structs) */
+    ds_store_map barriers; /* name -> a BARRIER's arrivals (store_barriers.c) */
     waiter *ready;        /* waiters whose key was set: to evaluate again */
     int64_t next_due_ms;  /* the earliest deadline (waiter or AUTH) may be due; -1 none */
 
@@ -108,11 +110,20 @@ typedef struct request {
     char why[200];      /* REJECT: the reason */
 } request;
 
+/* Counts one request of op off the wire (not a waiter's evaluation again). */
+static inline void ds_store_count(ds_store_server *s, uint8_t op) {
+    atomic_fetch_add_explicit(&s->nops[op < DS_STORE_NOPS ? op : 0], 1, memory_order_relaxed);
+}
+
 /* store_requests.c: serves one request (q->op); DONE, BLOCKED (a waiter holds it) or
  * REJECT (q->why). Replies go to q->c->out. */
 int ds_store_dispatch(request *q);
 /* Appends the answer (status, then a and b) to q's client's output, tagged as q was. */
 int ds_store_reply(request *q, uint8_t status, const void *a, size_t alen, const void *b, size_t blen);
+
+/* store_barriers.c: a BARRIER request; and a BARRIER waiter w is going away. */
+int ds_store_do_barrier(request *q);
+void ds_store_barrier_left(ds_store_server *s, const waiter *w);
 
 /* store_waiters.c */
 /* Makes q a waiter on key (or checks the deadline of the one it is); BLOCKED, or DONE

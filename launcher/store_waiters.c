@@ -78,6 +78,7 @@ static waiter *waiter_new(request *q, int32_t timeout_ms) {
 }
 
 void ds_store_waiter_free(ds_store_server *s, waiter *w) {
+    if (w->op == DS_STORE_OP_BARRIER) ds_store_barrier_left(s, w);
     unlink_key(s, w);
     unlink_ready(s, w);
     client *c = w->c;

@@ -11,6 +11,8 @@
 #   store_connections_peak TCP connections to the store at once, at most
 #   fds_peak               the controller's open descriptors, at most
 #   controller_rss_mb      the controller's peak resident memory
+#   store_requests         requests the store served, heartbeats left out (launcher.log's
+#                          "store served" line); store_barrier_requests: BARRIER ones
 #   load                   the 1-minute load average before the run (2-core machines are shared)
 # Usage: bench/scale/run.sh NODES RANKS [BUILD_DIR]   (env SIM_BARRIERS: barriers per rank)
 set -euo pipefail
@@ -44,7 +46,7 @@ INI
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(cut -d' ' -f1 /proc/uptime)
 DS_TEST_WORKER_EXE=$sim python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
-    "$work/logs/$name/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
+    "$work/logs/$name/latest/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
 t1=$(cut -d' ' -f1 /proc/uptime)
 rc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit"])' "$work/sample.json")
 if [[ $rc != 0 ]]; then
@@ -52,15 +54,19 @@ if [[ $rc != 0 ]]; then
     tail -n 20 "$work/err" >&2
     exit 1
 fi
-past=$(sed -n 's/^past //p' "$work/logs/$name/attempt-0/rank-0.out")
-python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" <<'PY'
-import json, sys
+past=$(sed -n 's/^past //p' "$work/logs/$name/latest/attempt-0/rank-0.out")
+served=$(grep -o 'store served [^"]*' "$work/logs/$name/latest/launcher.log")
+python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" <<'PY'
+import json, re, sys
 s = json.load(open(sys.argv[1]))
-nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:])
+nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:8])
+served = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", sys.argv[8].split(":", 1)[1])}
+served["total"] = int(re.search(r"served (\d+) requests", sys.argv[8]).group(1))
 print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks,
                   "wall_s": round(t1 - t0, 2), "first_barrier_s": round(past - t0, 2),
                   "controller_cpu_s": s["cpu_total_s"], "controller_cpu_to_barrier_s": s["cpu_to_watch_s"],
                   "controller_cpu_main_s": s["cpu_main_s"], "controller_cpu_store_s": s["cpu_store_s"],
                   "store_connections_peak": s["store_connections_peak"], "fds_peak": s["fds_peak"],
-                  "controller_rss_mb": s["rss_mb"], "load": load}))
+                  "controller_rss_mb": s["rss_mb"], "store_requests": served["total"] - served["heartbeat"],
+                  "store_barrier_requests": served.get("barrier", 0), "load": load}))
 PY

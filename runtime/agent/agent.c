@@ -282,12 +282,30 @@ static int connect_store(ds_agent *a, ds_err *err) {
     return ds_store_heartbeat(a->store, a->node, err) == 0 ? 0 : ds_err_prefix(err, "heartbeat");
 }
 
+/* The job's world, as the plan gives it to every rank (WORLD_SIZE); 0 when absent. */
+static int plan_world(const ds_agent *a) {
+    for (int i = 0; i < a->nworkers; i++)
+        for (int k = 0; k < a->workers[i].nenv; k++)
+            if (!strncmp(a->workers[i].env[k], "WORLD_SIZE=", 11)) return atoi(a->workers[i].env[k] + 11);
+    return 0;
+}
+
+/* The node's ranks reach the store through this agent's connection (store_mux.h), and
+ * its barriers of the whole world meet here first; DS_STORE_DIRECT=1 gives each rank its
+ * own connection, as before (for comparison). */
+static int start_mux(ds_agent *a, ds_err *err) {
+    if (!a->store || getenv("DS_STORE_DIRECT")) return 0;
+    int *ranks = malloc((size_t)(a->nworkers > 0 ? a->nworkers : 1) * sizeof *ranks);
+    if (!ranks) return ds_err_set(err, "out of memory");
+    for (int i = 0; i < a->nworkers; i++) ranks[i] = a->workers[i].rank;
+    a->mux = ds_store_mux_start(a->store, a->token, plan_world(a), ranks, a->nworkers, err);
+    free(ranks);
+    return a->mux ? 0 : -1;
+}
+
 static int start_workers(ds_agent *a, ds_err *err) {
     if (chdir(a->workdir) != 0) return ds_err_errno(err, errno, "workdir %s", a->workdir);
-    /* The node's ranks reach the store through this agent's connection (store_mux.h);
-     * DS_STORE_DIRECT=1 gives each rank its own connection, as before (for comparison). */
-    if (a->store && !getenv("DS_STORE_DIRECT") && !(a->mux = ds_store_mux_start(a->store, a->token, err)))
-        return -1;
+    if (start_mux(a, err) != 0) return -1;
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;

@@ -2,7 +2,10 @@
  * one poll loop over a handful of descriptors (the store, the listening socket, the
  * node's ranks, a wake-up eventfd). Tag 0 is the agent's own (heartbeats); each rank
  * connection gets the next tag. A rank's client sends one request at a time, and the
- * mux keeps it so: a connection is not read while its request is out. */
+ * mux keeps it so: a connection is not read while its request is out. Barriers of the
+ * whole world are joined on the node first (barrier_join.h): their requests to the store
+ * carry tags of their own (DS_BJOIN_TAG_BIT); a GET or WAIT identical to one already at
+ * the store waits for that one's answer (wait_join.h). */
 #include "store_mux.h"
 
 #include <errno.h>
@@ -19,10 +22,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "barrier_join.h"
 #include "ds_buf.h"
+#include "ds_clock.h"
 #include "store_client.h"
 #include "store_proto.h"
 #include "store_token.h"
+#include "wait_join.h"
 
 #define READ_CHUNK (64 << 10)
 
@@ -46,6 +52,8 @@ struct ds_store_mux {
     conn **conns;
     int nconns, cap;
     uint32_t next_tag;
+    ds_bjoin *join; /* NULL: barriers go to the store rank by rank */
+    ds_wjoin *waits;
 };
 
 static void wake(int fd) {
@@ -82,6 +90,8 @@ static int tagged(ds_store_mux *m, uint32_t tag, const uint8_t *op_and_body, siz
 /* ---- the ranks' side ---------------------------------------------------------------- */
 
 static void conn_close(ds_store_mux *m, conn *c) {
+    if (c->outstanding && m->join && ds_bjoin_gone(m->join, c->tag)) c->outstanding = 0; /* held here */
+    if (c->outstanding && !ds_wjoin_gone(m->waits, c->tag)) c->outstanding = 0;         /* others wait for it */
     if (c->outstanding && !atomic_load(&m->lost)) {
         uint8_t cancel = DS_STORE_OP_CANCEL; /* it was waiting for a key: the store forgets it */
         if (tagged(m, c->tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
@@ -141,10 +151,12 @@ static void serve_rank(ds_store_mux *m, conn *c) {
             rank_auth(m, c, f, len);
         } else if (f[4] == DS_STORE_OP_AUTH || f[4] == DS_STORE_OP_TAGGED || f[4] == DS_STORE_OP_CANCEL) {
             c->dead = 1;
-        } else if (tagged(m, c->tag, f + 4, len) != 0) {
-            lose(m, "%s", "out of memory");
         } else {
-            c->outstanding = 1;
+            int joined = atomic_load(&m->lost)                ? 0
+                         : f[4] == DS_STORE_OP_BARRIER && m->join ? ds_bjoin_arrive(m->join, c->tag, f + 5, len - 1, ds_now_ms())
+                                                                  : ds_wjoin_request(m->waits, c->tag, f[4], f + 5, len - 1, ds_now_ms());
+            if (joined < 0 || (!joined && tagged(m, c->tag, f + 4, len) != 0)) lose(m, "%s", "out of memory");
+            else c->outstanding = 1;
         }
         ds_buf_consume(&c->in, 4 + (size_t)len);
     }
@@ -184,6 +196,45 @@ static conn *conn_of(ds_store_mux *m, uint32_t tag) {
     return NULL; /* the rank went away meanwhile */
 }
 
+/* An answer for the rank connection of tag. Its next request is served by the caller
+ * (serve_waiting): this may run inside barrier_join, which must not be entered again. */
+static void answer_rank(ds_store_mux *m, uint32_t tag, uint8_t status, const uint8_t *body, size_t n) {
+    conn *c = conn_of(m, tag);
+    if (!c || c->dead) return;
+    if (frame(&c->out, status, body, n) != 0) c->dead = 1;
+    c->outstanding = 0;
+}
+
+static void serve_waiting(ds_store_mux *m) {
+    for (int i = 0; i < m->nconns; i++)
+        if (!m->conns[i]->outstanding) serve_rank(m, m->conns[i]);
+}
+
+/* barrier_join's ways out. */
+static int join_resend(void *ctx, uint32_t tag, uint8_t op, const uint8_t *body, size_t n) {
+    ds_store_mux *m = ctx;
+    size_t start = ds_buf_unread(&m->up_out);
+    if (ds_frame_begin(&m->up_out, DS_STORE_OP_TAGGED) != 0 || ds_buf_put_u32(&m->up_out, tag) != 0 ||
+        ds_buf_put_u8(&m->up_out, op) != 0 || ds_buf_put(&m->up_out, body, n) != 0)
+        return -1;
+    ds_frame_end(&m->up_out, start);
+    return 0;
+}
+
+static int join_send(void *ctx, uint32_t utag, const uint8_t *body, size_t n) {
+    return join_resend(ctx, utag, DS_STORE_OP_BARRIER, body, n);
+}
+
+static void join_answer(void *ctx, uint32_t tag, uint8_t status, const uint8_t *body, size_t n) {
+    answer_rank(ctx, tag, status, body, n);
+}
+
+static void join_cancel(void *ctx, uint32_t tag) {
+    ds_store_mux *m = ctx;
+    uint8_t cancel = DS_STORE_OP_CANCEL;
+    if (!atomic_load(&m->lost) && tagged(m, tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
+}
+
 static void answers(ds_store_mux *m) {
     while (ds_buf_unread(&m->up_in) >= 5) {
         const uint8_t *f = ds_buf_head(&m->up_in);
@@ -209,16 +260,15 @@ static void answers(ds_store_mux *m) {
                 lose(m, "heartbeat refused: %s", why);
                 return;
             }
+        } else if (tag & DS_BJOIN_TAG_BIT) {
+            if (m->join) ds_bjoin_answer(m->join, tag, inner[0], inner + 1, ilen - 1);
         } else {
-            conn *c = conn_of(m, tag);
-            if (c && !c->dead) {
-                if (frame(&c->out, inner[0], inner + 1, ilen - 1) != 0) c->dead = 1;
-                c->outstanding = 0;
-                serve_rank(m, c);
-            }
+            answer_rank(m, tag, inner[0], inner + 1, ilen - 1);
+            ds_wjoin_answer(m->waits, tag, inner[0], inner + 1, ilen - 1, ds_now_ms()); /* ranks that joined it */
         }
         ds_buf_consume(&m->up_in, 4 + (size_t)len);
     }
+    serve_waiting(m);
 }
 
 static void read_store(ds_store_mux *m) {
@@ -257,6 +307,13 @@ static void *mux_main(void *arg) {
     struct pollfd *pf = NULL;
     int pcap = 0;
     while (!atomic_load(&m->stop)) {
+        int64_t due = -1;
+        if (!atomic_load(&m->lost)) {
+            int64_t now = ds_now_ms(), waits = ds_wjoin_expire(m->waits, now);
+            due = m->join ? ds_bjoin_expire(m->join, now) : -1;
+            if (waits >= 0 && (due < 0 || waits < due)) due = waits;
+            serve_waiting(m);
+        }
         int hb = atomic_exchange(&m->hb_node, -1);
         if (hb >= 0 && !atomic_load(&m->lost)) {
             uint8_t req[5] = {DS_STORE_OP_HEARTBEAT};
@@ -290,7 +347,12 @@ static void *mux_main(void *arg) {
             pf[3 + i] = (struct pollfd){.fd = c->fd, .events = ev};
         }
         int nconns = m->nconns;
-        if (poll(pf, (nfds_t)(3 + nconns), -1) < 0) continue; /* EINTR */
+        int timeout = -1; /* until a rank's barrier timeout is due */
+        if (due >= 0) {
+            int64_t left = due - ds_now_ms();
+            timeout = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+        }
+        if (poll(pf, (nfds_t)(3 + nconns), timeout) < 0) continue; /* EINTR */
         if (pf[0].revents) {
             uint64_t v;
             if (read(m->wake_fd, &v, sizeof v) < 0) { /* drained elsewhere */ }
@@ -327,7 +389,8 @@ static int listen_abstract(char *name, size_t cap, ds_err *err) {
     return fd;
 }
 
-ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, ds_err *err) {
+ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, int world, const int *ranks, int nranks,
+                                 ds_err *err) {
     if (!ds_store_token_valid(token)) {
         ds_err_set(err, "store mux: the token must be 64 hex chars");
         return NULL;
@@ -339,6 +402,14 @@ ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, ds_err *
     }
     memcpy(m->token, token, DS_STORE_TOKEN_LEN);
     atomic_store(&m->hb_node, -1);
+    if ((world > 0 && nranks > 0 &&
+         !(m->join = ds_bjoin_new(world, ranks, nranks, (ds_bjoin_ops){m, join_send, join_answer}))) ||
+        !(m->waits = ds_wjoin_new((ds_wjoin_ops){m, join_resend, join_answer, join_cancel}))) {
+        ds_bjoin_free(m->join);
+        ds_err_set(err, "store mux: out of memory");
+        free(m);
+        return NULL;
+    }
     m->up_fd = ds_store_fd(c);
     fcntl(m->up_fd, F_SETFL, fcntl(m->up_fd, F_GETFL) | O_NONBLOCK);
     m->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -351,6 +422,8 @@ ds_store_mux *ds_store_mux_start(ds_store_client *c, const char *token, ds_err *
     if (rc == 0 && (rc = pthread_create(&m->thread, NULL, mux_main, m)) != 0)
         ds_err_errno(err, rc, "starting the store mux's thread");
     if (rc != 0) {
+        ds_bjoin_free(m->join);
+        ds_wjoin_free(m->waits);
         if (m->listen_fd >= 0) close(m->listen_fd);
         if (m->wake_fd >= 0) close(m->wake_fd);
         if (m->lost_fd >= 0) close(m->lost_fd);
@@ -384,6 +457,8 @@ void ds_store_mux_stop(ds_store_mux *m) {
     close(m->lost_fd);
     ds_buf_free(&m->up_in);
     ds_buf_free(&m->up_out);
+    ds_bjoin_free(m->join);
+    ds_wjoin_free(m->waits);
     unsetenv("DS_STORE_SOCKET");
     free(m);
 }

@@ -19,8 +19,11 @@ typedef struct ds_store_mux ds_store_mux;
 
 /* Takes over c's connection (c must see no other request from then on), listens on
  * the abstract socket @dsrun-agent-<pid>-store and puts it in the environment as
- * DS_STORE_SOCKET for the workers the agent starts. token: what ranks must present. */
-ds_store_mux *ds_store_mux_start(struct ds_store_client *c, const char *token, ds_err *err);
+ * DS_STORE_SOCKET for the workers the agent starts. token: what ranks must present.
+ * world and this node's ranks (nranks of them): barriers of that world are joined on
+ * the node before one request goes to the store (barrier_join.h); nranks 0: none is. */
+ds_store_mux *ds_store_mux_start(struct ds_store_client *c, const char *token, int world, const int *ranks,
+                                 int nranks, ds_err *err);
 /* Readable once the connection to the store is lost (or the store dropped the node). */
 int ds_store_mux_fd(const ds_store_mux *m);
 /* Queues a heartbeat of node_rank; -1 when the connection is lost. */

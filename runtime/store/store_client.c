@@ -399,6 +399,46 @@ int ds_store_delete(ds_store_client *c, const char *key, int *deleted, ds_err *e
     return 0;
 }
 
+/* A BARRIER frame: timeout, world, the ranks, then prefix+key as the rest. */
+static int put_barrier(ds_store_client *c, const char *key, int world, const int *ranks, int n, int timeout_ms,
+                       const char *what, ds_err *err) {
+    if (world < 1 || world > DS_STORE_MAX_BARRIER_WORLD)
+        return ds_err_set(err, "%s: a world of %d (1..%d allowed)", what, world, DS_STORE_MAX_BARRIER_WORLD);
+    int bad = begin(c, DS_STORE_OP_BARRIER) | ds_buf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) |
+              ds_buf_put_u32(&c->out, (uint32_t)world) | ds_buf_put_u32(&c->out, (uint32_t)n);
+    for (int i = 0; i < n; i++) bad |= ds_buf_put_u32(&c->out, (uint32_t)ranks[i]);
+    if (bad) return ds_err_set(err, "%s: out of memory", what);
+    if (put_key(c, key, 0, what, err) != 0) return -1;
+    ds_frame_end(&c->out, 0);
+    return 0;
+}
+
+int ds_store_barrier_arrive(ds_store_client *c, const char *key, int rank, int world, int timeout_ms, ds_err *err) {
+    char what[512];
+    snprintf(what, sizeof what, "barrier '%s%.200s' (rank %d of %d)", c->prefix, key, rank, world);
+    if (rank < 0 || rank >= world) return ds_err_set(err, "%s: rank outside the world", what);
+    if (put_barrier(c, key, world, &rank, 1, timeout_ms, what, err) != 0) return -1;
+    int rc = roundtrip(c, timeout_ms, what, err);
+    return rc < 0 ? -1 : rc == DS_STORE_TIMEOUT ? 1 : 0;
+}
+
+int ds_store_barrier_status(ds_store_client *c, const char *key, int world, int *arrived, int *missing,
+                            int *listed, int *nlisted, ds_err *err) {
+    char what[512];
+    snprintf(what, sizeof what, "barrier '%s%.200s': who arrived", c->prefix, key);
+    if (put_barrier(c, key, world, NULL, 0, 0, what, err) != 0) return -1;
+    if (roundtrip(c, IO_TIMEOUT_MS, what, err) != DS_STORE_OK) return -1;
+    ds_reader r = {c->in.data, c->in.len};
+    uint32_t a, m;
+    if (ds_rd_u32(&r, &a) != 0 || ds_rd_u32(&r, &m) != 0 || r.n % 4 || r.n / 4 > DS_STORE_BARRIER_LISTED)
+        return fail(c, err, "%s from %s: malformed answer", what, c->where);
+    *arrived = (int)a;
+    *missing = (int)m;
+    *nlisted = (int)(r.n / 4);
+    for (int i = 0; i < *nlisted; i++) listed[i] = (int)ds_load_u32(r.p + 4 * i);
+    return 0;
+}
+
 int ds_store_heartbeat(ds_store_client *c, int node_rank, ds_err *err) {
     char what[64];
     snprintf(what, sizeof what, "heartbeat of node %d", node_rank);

@@ -56,9 +56,15 @@ int ds_store_check(ds_store_client *c, const char *const *keys, int nkeys, int *
 int ds_store_delete(ds_store_client *c, const char *key, int *deleted, ds_err *err);
 
 /* Barrier of `world` participants named `name` (a fresh name per use); the error on
- * timeout says how many arrived. */
+ * timeout says how many arrived and which ranks are missing (store_barrier.c). */
 int ds_store_barrier(ds_store_client *c, const char *name, int rank, int world,
                      int timeout_ms, ds_err *err);
+/* Its two requests (store_proto.h, BARRIER): rank arrives at the barrier of key and
+ * waits for all world ranks: 0, 1 on timeout, -1 on error. And who arrived, at once:
+ * *arrived, *missing, and the first DS_STORE_BARRIER_LISTED missing ranks in listed. */
+int ds_store_barrier_arrive(ds_store_client *c, const char *key, int rank, int world, int timeout_ms, ds_err *err);
+int ds_store_barrier_status(ds_store_client *c, const char *key, int world, int *arrived, int *missing,
+                            int *listed, int *nlisted, ds_err *err);
 
 /* Heartbeat from an agent: tells the controller node `node_rank` is alive. */
 int ds_store_heartbeat(ds_store_client *c, int node_rank, ds_err *err);

@@ -6,6 +6,12 @@
 #                         (not per rank), the controller's descriptors do not grow with
 #                         ranks; then one node's agent is killed: the job sees it, stops,
 #                         and leaves no process behind
+#   cases.sh barrier_requests  a barrier costs the store about one request per node, not
+#                         per rank (its agent joins the node's ranks); 32 nodes
+#   cases.sh barrier_timeout   a rank that never comes: the others time out and say how
+#                         many arrived and who is missing, through their agents; 4 nodes
+#   cases.sh wait_requests  every rank sets its key and waits for all (a communicator's
+#                         rendezvous): the store sees about one WAIT per node; 32 nodes
 # Needs DSLAUNCH, DSRUN, SIM_RANK and WORK in the environment; NODES and RANKS default to
 # 128 and 8.
 set -uo pipefail
@@ -84,6 +90,67 @@ case_clean() {
     n=$(grep -ls '^past ' "$(logs)"/rank-*.out | wc -l)
     [[ $n == $((nodes * ranks)) ]] || fail "$n of $((nodes * ranks)) ranks passed the first barrier"
     wait_for 5 "every process of $name to be gone" no_job_processes
+}
+
+# Requests the store served (launcher.log's "store served" line), heartbeats and CHECKs
+# left out: how often agents heartbeat and poll for the master port (CHECK) depends on
+# timing, not on barriers.
+served() {
+    local line
+    line=$(grep -o 'store served [^"]*' "$job/logs/$name/latest/launcher.log") || fail "no 'store served' line in launcher.log"
+    echo "$line" >&2
+    awk -v l="$line" 'function count(op) { match(l, op " [0-9]+"); return substr(l, RSTART + length(op) + 1, RLENGTH - length(op) - 1) }
+                      BEGIN { split(l, w, " "); print w[3] - count("heartbeat") - count("check") }'
+}
+
+case_barrier_requests() {
+    nodes=32
+    local few many
+    write_job "$nodes" "$ranks"
+    SIM_BARRIERS=1 start_job
+    wait_job 120
+    [[ $rc == 0 ]] || fail "exit status $rc with 1 barrier"
+    few=$(served)
+    rm -rf "$job/logs"
+    SIM_BARRIERS=11 start_job
+    wait_job 120
+    [[ $rc == 0 ]] || fail "exit status $rc with 11 barriers"
+    many=$(served)
+    local per=$(((many - few) * 100 / (10 * nodes)))
+    echo "store requests per barrier: $((many - few)) / 10 = $(((many - few) / 10)) for $nodes nodes x $ranks ranks ($per% of one per node)"
+    # One per node joined by its agent; rank by rank it would be 800% (4,000% as five
+    # requests per rank).
+    ((per >= 80 && per <= 150)) || fail "$per% of one store request per node per barrier (80-150% expected)"
+}
+
+case_wait_requests() {
+    nodes=32
+    write_job "$nodes" "$ranks"
+    SIM_RENDEZVOUS=1 start_job
+    wait_job 120
+    [[ $rc == 0 ]] || fail "exit status $rc"
+    served > /dev/null
+    local waits
+    waits=$(grep -o 'store served [^"]*' "$job/logs/$name/latest/launcher.log" | sed -n 's/.* wait \([0-9]*\),.*/\1/p')
+    echo "WAIT requests at the store: $waits for $nodes nodes x $ranks ranks"
+    # Joined on each node: one, and one more from a rank whose WAIT came after the
+    # node's was answered. Rank by rank it would be $((nodes * ranks)).
+    ((waits >= 1 && waits <= 2 * nodes)) || fail "$waits WAIT requests for $nodes nodes (1 to $((2 * nodes)) expected)"
+}
+
+case_barrier_timeout() {
+    nodes=4
+    write_job "$nodes" "$ranks"
+    printf '[rendezvous]\ntimeout = 4\n' >> "$job/job.ini" # ranks get it as DS_RDZV_TIMEOUT_MS
+    SIM_ABSENT=13 start_job
+    wait_job 60
+    [[ $rc != 0 ]] || fail "the job succeeded although rank 13 never came to the barrier"
+    # Whichever rank timed out first ended the job; the ranks of the nodes that held
+    # their arrivals (all but rank 13's) are counted as arrived.
+    local want="timed out after 4 s \(rank [0-9]+\): $((nodes * ranks - 1)) of $((nodes * ranks)) ranks arrived; missing rank 13\$"
+    grep -qE "$want" "$(logs)"/rank-*.err ||
+        fail "no rank said '$want'; they said: $(cat "$(logs)"/rank-*.err | head -c 600)"
+    wait_for 10 "every process of $name to be gone" no_job_processes
 }
 
 case_node_killed() {

@@ -3,7 +3,11 @@
  * DS_STORE_TOKEN from its agent, through the agent when DS_STORE_SOCKET is set), passes SIM_BARRIERS barriers of the whole world (1 by
  * default), prints "past SECONDS" (CLOCK_BOOTTIME, /proc/uptime's clock) once past the
  * first, and exits 0. With SIM_HOLD=1 it waits after the first barrier for a key nobody
- * sets, so a test can kill a node while every rank is in the job. No Lua, no engine, no
+ * sets, so a test can kill a node while every rank is in the job; the rank SIM_ABSENT
+ * names waits so instead of coming to the first barrier (the others time out after
+ * DS_RDZV_TIMEOUT_MS and say who is missing). With SIM_RENDEZVOUS=1 each rank first
+ * meets the others as a communicator does: sets its own key, waits for everyone's (one
+ * WAIT of world keys, at most 1024). No Lua, no engine, no
  * communicator: thousands of these fit on one machine.
  *   The agent starts it in place of `dsrun worker` when DS_TEST_WORKER_EXE names it. */
 #include <stdio.h>
@@ -16,6 +20,23 @@
 static int env_int(const char *key, int fallback) {
     const char *v = getenv(key);
     return v && v[0] ? atoi(v) : fallback;
+}
+
+/* Sets sim/here/<rank>, then waits for every rank's: what comm.c's rendezvous asks of
+ * the store. */
+static int rendezvous(ds_store_client *c, int rank, int world, int timeout_ms, ds_err *err) {
+    char(*keys)[32] = calloc((size_t)world, sizeof *keys);
+    const char **ptrs = calloc((size_t)world, sizeof *ptrs);
+    int rc = keys && ptrs ? 0 : ds_err_set(err, "out of memory");
+    for (int r = 0; rc == 0 && r < world; r++) {
+        snprintf(keys[r], sizeof keys[r], "sim/here/%d", r);
+        ptrs[r] = keys[r];
+    }
+    if (rc == 0) rc = ds_store_set(c, keys[rank], "1", 1, err);
+    if (rc == 0) rc = ds_store_wait(c, ptrs, world, timeout_ms, err);
+    free(keys);
+    free(ptrs);
+    return rc;
 }
 
 static double uptime_s(void) {
@@ -42,22 +63,30 @@ int main(void) {
         fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
         return 1;
     }
+    int hold = env_int("SIM_HOLD", 0), absent = env_int("SIM_ABSENT", -1) == rank;
+    if (env_int("SIM_RENDEZVOUS", 0) && rendezvous(c, rank, world, timeout_ms, &err) != 0) {
+        fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+        ds_store_close(c);
+        return 1;
+    }
     for (int b = 0; b < barriers; b++) {
         snprintf(name, sizeof name, "sim/%d", b);
+        if (absent) break;
         if (ds_store_barrier(c, name, rank, world, timeout_ms, &err) != 0) {
             fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
             ds_store_close(c);
             return 1;
         }
         if (b == 0) printf("past %.3f\n", uptime_s());
-        if (b == 0 && env_int("SIM_HOLD", 0)) {
-            void *v;
-            size_t n;
-            ds_store_get(c, "sim/never", &v, &n, -1, &err); /* until the job stops us */
-            fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
-            ds_store_close(c);
-            return 1;
-        }
+        if (hold) break;
+    }
+    if (hold || absent) {
+        void *v;
+        size_t n;
+        ds_store_get(c, "sim/never", &v, &n, -1, &err); /* until the job stops us */
+        fprintf(stderr, "sim_rank %d: %s\n", rank, err.msg);
+        ds_store_close(c);
+        return 1;
     }
     ds_store_close(c);
     return 0;

@@ -192,11 +192,84 @@ static void test_over_the_limit_is_told(void **state) {
     fixture_down((void **)&f);
 }
 
+/* BARRIER with several ranks in one request, as an agent arrives for its node: the
+ * store counts each rank, answers every waiter once all arrived, says who is missing
+ * meanwhile, refuses a rank that arrives twice or another world, and forgets the
+ * barrier once released. */
+static void send_barrier(int fd, uint32_t tag, const char *name, uint32_t world, const uint32_t *ranks, uint32_t n,
+                         int32_t timeout_ms) {
+    ds_buf b = {0};
+    ds_buf_put_u32(&b, (uint32_t)timeout_ms);
+    ds_buf_put_u32(&b, world);
+    ds_buf_put_u32(&b, n);
+    for (uint32_t i = 0; i < n; i++) ds_buf_put_u32(&b, ranks[i]);
+    ds_buf_put(&b, name, strlen(name));
+    send_tagged(fd, tag, DS_STORE_OP_BARRIER, &b);
+    ds_buf_free(&b);
+}
+
+static void test_barrier_of_several_ranks(void **state) {
+    fixture *f = *state;
+    int fd = raw_connect(f);
+    raw_auth(fd, f->token);
+    assert_int_equal(raw_reply(fd), DS_STORE_OK);
+    uint32_t tag;
+    int st;
+    char body[256];
+
+    send_barrier(fd, 1, "b", 5, (uint32_t[]){0, 1}, 2, -1); /* a node of ranks 0, 1 */
+    send_barrier(fd, 2, "b", 5, (uint32_t[]){3}, 1, -1);
+    send_barrier(fd, 3, "b", 5, (uint32_t[]){1}, 1, -1);    /* rank 1 again */
+    read_tagged(fd, &tag, &st, body, sizeof body);
+    assert_int_equal(tag, 3);
+    assert_int_equal(st, DS_STORE_ERROR);
+    assert_non_null(strstr(body, "barrier 'b': rank 1 arrived twice"));
+    send_barrier(fd, 4, "b", 6, (uint32_t[]){4}, 1, -1);
+    read_tagged(fd, &tag, &st, body, sizeof body);
+    assert_int_equal(tag, 4);
+    assert_int_equal(st, DS_STORE_ERROR);
+    assert_non_null(strstr(body, "a world of 6 here, 5 at a rank that arrived before"));
+    assert_true(wait_count(f, ds_store_server_nwaiting, 2));
+
+    ds_store_client *c = connect_ok(f);
+    ds_err err;
+    int arrived, missing, listed[DS_STORE_BARRIER_LISTED], nlisted;
+    assert_int_equal(ds_store_barrier_status(c, "b", 5, &arrived, &missing, listed, &nlisted, &err), 0);
+    assert_int_equal(arrived, 3);
+    assert_int_equal(missing, 2);
+    assert_int_equal(nlisted, 2);
+    assert_int_equal(listed[0], 2);
+    assert_int_equal(listed[1], 4);
+    assert_int_equal(ds_store_barrier_arrive(c, "b", 2, 5, 0, &err), 1); /* arrives, gives up */
+    assert_true(quiet(fd, 50));
+    assert_int_equal(ds_store_barrier_arrive(c, "b", 4, 5, 5000, &err), 0); /* the last one */
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        read_tagged(fd, &tag, &st, body, sizeof body);
+        assert_int_equal(st, DS_STORE_OK);
+        seen |= 1 << tag;
+    }
+    assert_int_equal(seen, (1 << 1) | (1 << 2));
+    assert_true(wait_count(f, ds_store_server_nwaiting, 0));
+    assert_int_equal(ds_store_barrier_status(c, "b", 5, &arrived, &missing, listed, &nlisted, &err), 0);
+    assert_int_equal(arrived, 0); /* released and forgotten */
+    assert_int_equal(ds_store_server_requests(f->srv, DS_STORE_OP_BARRIER), 8);
+
+    /* A waiting barrier request is cancelled like a GET. */
+    send_barrier(fd, 5, "c", 2, (uint32_t[]){0}, 1, -1);
+    assert_true(wait_count(f, ds_store_server_nwaiting, 1));
+    send_tagged(fd, 5, DS_STORE_OP_CANCEL, NULL);
+    assert_true(wait_count(f, ds_store_server_nwaiting, 0));
+    ds_store_close(c);
+    close(fd);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_tagged_requests_are_independent, fixture_up, fixture_down),
         cmocka_unit_test_setup_teardown(test_key_index, fixture_up, fixture_down),
+        cmocka_unit_test_setup_teardown(test_barrier_of_several_ranks, fixture_up, fixture_down),
         cmocka_unit_test(test_over_the_limit_is_told),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
