@@ -17,6 +17,7 @@
 #include "device.h"
 #include "ds_clock.h"
 #include "ds_progress.h"
+#include "store_proto.h" /* DS_STORE_BARRIER_LISTED */
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -112,59 +113,26 @@ static int resolve_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_comm
     return 0;
 }
 
-/* Appends "r" to a comma-separated list in buf, or counts it once the list is long. */
-static void list_rank(char *buf, size_t cap, int r, int *nmore) {
-    size_t len = strlen(buf);
-    if (len + 16 >= cap || *nmore) {
-        (*nmore)++;
-        return;
-    }
-    snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", r);
-}
-
-/* Each rank announces itself, then waits for all; a timeout lists who never came. */
+/* Each rank announces itself and waits for all: a barrier the store counts (one request
+ * per rank, one per node through the agents: store_barrier.c), so its cost grows with the
+ * world, not its square; a timeout lists who never came. */
 static int arrive(const ds_comm_join *j, ds_err *err) {
     char key[256];
-    snprintf(key, sizeof key, "%sarrived/%d", j->prefix, j->rank);
-    if (ds_store_set(j->store, key, "1", 1, err) != 0) return -1;
-
-    char(*keys)[64] = calloc((size_t)j->world, sizeof *keys);
-    const char **ptrs = calloc((size_t)j->world, sizeof *ptrs);
-    if (!keys || !ptrs) {
-        free(keys);
-        free(ptrs);
-        return ds_err_set(err, "out of memory");
-    }
-    for (int r = 0; r < j->world; r++) {
-        snprintf(keys[r], sizeof keys[r], "%sarrived/%d", j->prefix, r);
-        ptrs[r] = keys[r];
-    }
-    int rc = ds_store_wait(j->store, ptrs, j->world, j->timeout_ms, err);
-    if (rc != 0) {
-        char missing[512] = "";
-        int nmissing = 0, nmore = 0;
-        for (int r = 0; r < j->world; r++) {
-            int exists = 0;
-            ds_err e2;
-            if (ds_store_check(j->store, &ptrs[r], 1, &exists, &e2) != 0) {
-                nmissing = -1; /* the store itself failed: its error says why */
-                break;
-            }
-            if (!exists) {
-                nmissing++;
-                list_rank(missing, sizeof missing, r, &nmore);
-            }
-        }
-        if (nmissing > 0) {
-            char more[32] = "";
-            if (nmore) snprintf(more, sizeof more, " and %d more", nmore);
-            ds_err_set(err, "rendezvous timed out after %d ms: %d of %d ranks never arrived: %s%s",
-                       j->timeout_ms, nmissing, j->world, missing, more);
-        }
-    }
-    free(keys);
-    free(ptrs);
-    return rc;
+    snprintf(key, sizeof key, "%sarrived", j->prefix);
+    int rc = ds_store_barrier_arrive(j->store, key, j->rank, j->world, j->timeout_ms, err);
+    if (rc <= 0) return rc;
+    int arrived = 0, missing = 0, listed[DS_STORE_BARRIER_LISTED], nlisted = 0;
+    ds_err why;
+    if (ds_store_barrier_status(j->store, key, j->world, &arrived, &missing, listed, &nlisted, &why) != 0)
+        return ds_err_set(err, "rendezvous timed out after %d ms; asking who arrived: %s", j->timeout_ms, why.msg);
+    char list[200] = "";
+    size_t len = 0;
+    for (int i = 0; i < nlisted && len < sizeof list - 16; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", i ? ", " : "", listed[i]);
+    char more[32] = "";
+    if (missing > nlisted) snprintf(more, sizeof more, " and %d more", missing - nlisted);
+    return ds_err_set(err, "rendezvous timed out after %d ms: %d of %d ranks never arrived: %s%s", j->timeout_ms,
+                      missing, j->world, list, more);
 }
 
 static void *comm_thread_main(void *arg);

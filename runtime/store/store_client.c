@@ -362,7 +362,7 @@ static void keys_what(char *what, size_t cap, const char *verb, const ds_store_c
     if (n >= (int)cap - 1 && cap > 5) strcpy(what + cap - 5, "...");
 }
 
-int ds_store_wait(ds_store_client *c, const char *const *keys, int nkeys, int timeout_ms, ds_err *err) {
+static int wait_some(ds_store_client *c, const char *const *keys, int nkeys, int timeout_ms, ds_err *err) {
     char what[300], t[32];
     keys_what(what, sizeof what, "wait for", c, keys, nkeys);
     if (begin(c, DS_STORE_OP_WAIT) != 0 || ds_buf_put_u32(&c->out, (uint32_t)(timeout_ms < 0 ? -1 : timeout_ms)) != 0)
@@ -376,7 +376,24 @@ int ds_store_wait(ds_store_client *c, const char *const *keys, int nkeys, int ti
     return 0;
 }
 
-int ds_store_check(ds_store_client *c, const char *const *keys, int nkeys, int *exists, ds_err *err) {
+/* The store takes at most DS_STORE_MAX_KEYS keys per WAIT: more are waited for in turns,
+ * each with what is left of the timeout (keys are never taken back by a wait, so all
+ * existing at the end of the last turn is all existing). */
+int ds_store_wait(ds_store_client *c, const char *const *keys, int nkeys, int timeout_ms, ds_err *err) {
+    int64_t deadline = timeout_ms < 0 ? 0 : ds_now_ms() + timeout_ms;
+    for (int at = 0;;) {
+        int n = nkeys - at < DS_STORE_MAX_KEYS ? nkeys - at : DS_STORE_MAX_KEYS;
+        int left = timeout_ms;
+        if (timeout_ms >= 0) {
+            int64_t l = deadline - ds_now_ms();
+            left = l > 0 ? (int)l : 0;
+        }
+        if (wait_some(c, keys + at, n, left, err) != 0) return -1;
+        if ((at += n) >= nkeys) return 0;
+    }
+}
+
+static int check_some(ds_store_client *c, const char *const *keys, int nkeys, int *exists, ds_err *err) {
     char what[300];
     keys_what(what, sizeof what, "check", c, keys, nkeys);
     if (begin(c, DS_STORE_OP_CHECK) != 0) return ds_err_set(err, "%s: out of memory", what);
@@ -385,6 +402,16 @@ int ds_store_check(ds_store_client *c, const char *const *keys, int nkeys, int *
     if (roundtrip(c, IO_TIMEOUT_MS, what, err) != DS_STORE_OK) return -1;
     if (c->in.len != 1) return fail(c, err, "%s at %s: malformed answer", what, c->where);
     *exists = c->in.data[0] != 0;
+    return 0;
+}
+
+int ds_store_check(ds_store_client *c, const char *const *keys, int nkeys, int *exists, ds_err *err) {
+    if (nkeys <= 0) return check_some(c, keys, nkeys, exists, err); /* refused, with why */
+    *exists = 1;
+    for (int at = 0; at < nkeys && *exists; at += DS_STORE_MAX_KEYS) {
+        int n = nkeys - at < DS_STORE_MAX_KEYS ? nkeys - at : DS_STORE_MAX_KEYS;
+        if (check_some(c, keys + at, n, exists, err) != 0) return -1;
+    }
     return 0;
 }
 
