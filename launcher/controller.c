@@ -18,6 +18,7 @@
 #include "notify.h"
 #include "fd_budget.h"
 #include "job.h"
+#include "relay.h"
 #include "restart.h"
 #include "run_dir.h"
 #include "srun.h"
@@ -128,6 +129,7 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
     char node[16];
     snprintf(node, sizeof node, "%d", n->plan->node_rank);
     if (s->launch_method == DS_LAUNCH_SRUN) return ds_srun_attach(job, n, err);
+    if (ds_relay_wanted(job)) return ds_relay_attach(job, n, err);
     if (n->plan->local && !s->ssh_force) {
         char *argv[] = {s->dsrun, "agent", "--job", job->id, "--node", node, NULL};
         if (ds_node_start_local(n, argv, err) != 0) return -1;
@@ -382,6 +384,7 @@ static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
         }
     }
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
+    ds_relay_launch(job); /* past [launch] relay_threshold: the relays of the attached nodes */
 }
 
 /* The backoff before a restart. A signal during it ends the invocation: a drain signal
