@@ -5,6 +5,7 @@
  * relay sends for a node comes out of that node's pipes. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,7 @@ static void stop_idle_links(ds_relay_set *set) {
 
 void *ds_relay_serve(void *arg) {
     ds_relay_set *set = arg;
+    pthread_setname_np(pthread_self(), "ds-relay"); /* (bench/scale tells its CPU time apart) */
     ds_node_handler h = {.ctx = set, .frame = on_frame, .agent_line = on_line};
     slots s = {0};
     at *where = calloc((size_t)set->nnodes + 1, sizeof *where);
