@@ -545,7 +545,8 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_job job = {.spec = spec, .plan = plan, .run_t0_ms = ds_now_ms()};
     ds_err err = {{0}};
-    if (ds_fd_budget_check(plan->nnodes, &err) != 0) { /* raises the limit; says when it is not enough */
+    /* raises the limit; says when it is not enough */
+    if (ds_fd_budget_check(plan->nnodes, ds_relay_wanted(&job), &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         return DS_EXIT_FAILED;
     }

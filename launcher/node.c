@@ -213,7 +213,9 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
 
 int ds_node_due(const ds_node *n, const struct pollfd *pf, long long now_ms) {
     if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
-    if (n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped)) return 1;
+    /* (a node with no process of its own to reap, relayed or in an srun step, is "reaped"
+     * from the start: its pipes' hangup says when it ends) */
+    if (n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped && n->local.pid > 0)) return 1;
     if ((ds_buf_unread(&n->to_agent) || n->close_stdin) && !n->stdin_closed) return 1;
     long long d = ds_node_deadline_ms(n);
     if (d >= 0 && now_ms >= d) return 1;
