@@ -2,8 +2,9 @@
  * CONFIG, RELAY_NODE and GO frames, starts its nodes' agents with the controller's own
  * code (node.c: fork/exec or SSH), then carries RELAY_IN / RELAY_EOF down to them and
  * their frames and stderr lines up. Its stdin's EOF (or a broken stdout, or TERM) is
- * the controller going away: every agent's stdin is closed, and agents that linger are
- * killed; the relay ends when every agent has. */
+ * the controller going away: every agent's stdin is closed. An agent told to stop (by
+ * RELAY_EOF or so) that lingers past the grace period is killed, as the controller
+ * kills one it reaches itself; the relay ends when every agent has. */
 #include "relay.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ typedef struct relay_agent {
     ds_ssh_opts opts;    /* SSH: how to reach it, until started */
     char *command;       /* SSH: the remote command */
     int started, reported;
+    long long kill_at_ms; /* told to stop: killed if still there then, dropped a little later (0: not told) */
 } relay_agent;
 
 typedef struct relay {
@@ -41,7 +43,6 @@ typedef struct relay {
     int max_handshakes, grace_ms;
     ds_buf in, out;
     int in_eof, out_broken, go, stopping;
-    long long kill_at_ms, drop_at_ms;
 } relay;
 
 static relay_agent *agent_of(relay *r, uint32_t index) {
@@ -125,6 +126,17 @@ static void config(relay *r, const ds_frame *f) {
     else if (!strcmp(kv, "grace_ms")) r->grace_ms = atoi(eq);
 }
 
+/* Closes the agent's stdin (its dead-man switch) and sets when it is killed if it lingers. */
+static void stop_agent(relay *r, relay_agent *a) {
+    if (!a->started) {
+        a->node.state = DS_NODE_DONE; /* never started: nothing to stop */
+        a->started = 1;
+        return;
+    }
+    ds_node_stop(&a->node);
+    if (!a->kill_at_ms) a->kill_at_ms = ds_now_ms() + r->grace_ms + DS_STOP_SLACK_MS;
+}
+
 /* -1: the stream is not a relay's. */
 static int down(relay *r) {
     ds_frame f;
@@ -143,8 +155,7 @@ static int down(relay *r) {
             break;
         case DS_FRAME_RELAY_EOF:
             if (!a) return -1;
-            if (a->started) ds_node_stop(&a->node);
-            else a->node.state = DS_NODE_DONE, a->started = 1; /* never started: nothing to stop */
+            stop_agent(r, a);
             break;
         default: return -1;
         }
@@ -198,24 +209,18 @@ static void start_agents(relay *r) {
 static void begin_stop(relay *r) {
     if (r->stopping) return;
     r->stopping = 1;
-    long long now = ds_now_ms();
-    r->kill_at_ms = now + r->grace_ms + DS_STOP_SLACK_MS;
-    r->drop_at_ms = r->kill_at_ms + DS_DROP_AFTER_MS;
-    for (int i = 0; i < r->nagents; i++) {
-        relay_agent *a = &r->agents[i];
-        if (a->started) ds_node_stop(&a->node);
-        else a->node.state = DS_NODE_DONE, a->started = 1;
-    }
+    for (int i = 0; i < r->nagents; i++) stop_agent(r, &r->agents[i]);
 }
 
 static void past_deadlines(relay *r) {
     long long now = ds_now_ms();
-    for (int i = 0; r->stopping && i < r->nagents; i++) {
-        ds_node *n = &r->agents[i].node;
-        if (n->state == DS_NODE_DONE) continue;
-        if (now >= r->drop_at_ms) {
+    for (int i = 0; i < r->nagents; i++) {
+        relay_agent *a = &r->agents[i];
+        ds_node *n = &a->node;
+        if (n->state == DS_NODE_DONE || !a->kill_at_ms || now < a->kill_at_ms) continue;
+        if (now >= a->kill_at_ms + DS_DROP_AFTER_MS) {
             ds_node_abandon(n, "did not stop, even when killed; dropped");
-        } else if (now >= r->kill_at_ms && n->agent_pid > 0) {
+        } else if (n->agent_pid > 0 || !n->via_ssh) {
             char cmd[64];
             snprintf(cmd, sizeof cmd, "kill -KILL -- %d", n->agent_pid);
             ds_node_kill_hard(n, cmd);
@@ -271,7 +276,13 @@ static int poll_timeout(const relay *r) {
         if (d >= 0 && d < wake) wake = d;
         if (n->pending && n->state != DS_NODE_DONE) wake = now;
     }
-    if (r->stopping && r->kill_at_ms < wake) wake = r->kill_at_ms;
+    for (int i = 0; i < r->nagents; i++) {
+        const relay_agent *a = &r->agents[i];
+        if (a->kill_at_ms && a->node.state != DS_NODE_DONE) {
+            long long at = now >= a->kill_at_ms ? a->kill_at_ms + DS_DROP_AFTER_MS : a->kill_at_ms;
+            if (at < wake) wake = at;
+        }
+    }
     return wake > now ? (int)(wake - now) : 0;
 }
 

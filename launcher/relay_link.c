@@ -228,7 +228,8 @@ void *ds_relay_serve(void *arg) {
         if (poll(s.pf, (nfds_t)s.n, timeout(set, end_by)) < 0 && errno != EINTR) break;
         if (s.pf[0].revents && !set->stopping) {
             set->stopping = 1;
-            end_by = ds_now_ms() + set->grace_ms + DS_STOP_SLACK_MS;
+            /* relays kill what lingers after grace + slack, and drop it after that */
+            end_by = ds_now_ms() + set->grace_ms + DS_STOP_SLACK_MS + DS_DROP_AFTER_MS + 1000;
         }
         for (int k = 0; k < set->nnodes; k++)
             if (where[k].in >= 0 && s.pf[where[k].in].revents) read_in(set, &set->nodes[k]);

@@ -52,7 +52,7 @@ INI
 
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(cut -d' ' -f1 /proc/uptime)
-DS_TEST_WORKER_EXE=$sim python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
+DS_TEST_WORKER_EXE=$sim SAMPLE_JOB=$name python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
     "$work/logs/$name/latest/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
 t1=$(cut -d' ' -f1 /proc/uptime)
 rc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit"])' "$work/sample.json")

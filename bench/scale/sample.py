@@ -4,7 +4,8 @@
 sample.py OUT_JSON STDOUT STDERR WATCH COMMAND...: every 50 ms reads the controller's CPU
 time per thread (the store's thread is named ds-store), its open descriptors, its peak
 RSS, the TCP connections established to its store's port, its children (local agents,
-or relays: their CPU time too); writes the peaks, the CPU
+or relays), and the CPU time of the job's relays (`dslaunch --relay --job NAME-...`, with
+NAME from $SAMPLE_JOB, wherever they were started from); writes the peaks, the CPU
 time when the file WATCH first appeared (rank 0's log: its first output comes after the
 first barrier), the exact CPU time of the whole process (read from the zombie) and its
 exit status as JSON."""
@@ -21,6 +22,7 @@ cpu = {"main": 0.0, "store": 0.0, "relay": 0.0, "other": 0.0}
 relay_cpu = {}  # relay pid -> its CPU time (all threads), as last sampled
 rss_kb = 0
 store_port = None
+relay_mark = b"--relay\0--job\0" + os.environ.get("SAMPLE_JOB", "?").encode() + b"-"
 
 
 def listen_ports():
@@ -90,11 +92,14 @@ while status is None:
             except OSError:
                 continue
             fields = st[st.rindex(")") + 2:].split()
-            if int(fields[1]) != pid:
+            kids += int(fields[1]) == pid
+            if st[st.index("(") + 1:st.rindex(")")] != "dslaunch":
                 continue
-            kids += 1
-            if b"--relay" in open(f"/proc/{p}/cmdline", "rb").read():
-                relay_cpu[p] = max(relay_cpu.get(p, 0.0), (int(fields[11]) + int(fields[12])) / tick)
+            try:
+                if relay_mark in open(f"/proc/{p}/cmdline", "rb").read():
+                    relay_cpu[p] = max(relay_cpu.get(p, 0.0), (int(fields[11]) + int(fields[12])) / tick)
+            except OSError:
+                pass
         peak["children"] = max(peak["children"], kids)
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:

@@ -175,6 +175,25 @@ case_relay_ssh_killed() {
     wait_for 8 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
 }
 
+# A relayed node's agent goes silent (SIGSTOP): the controller declares it lost by its
+# heartbeats and stops the job; the relay, told to stop that node, kills the agent over
+# a second SSH channel once the grace period is over. Nothing is left.
+case_relay_heartbeat_lost() {
+    write_job spin.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2' '[restart]' 'heartbeat_interval = 0.2' \
+        'heartbeat_timeout = 1'
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    bg_pids+=("$agent")
+    kill -STOP $agent
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after a node went silent"
+    has "$job/err" "node 1 (127.0.0.3): no heartbeat for" || fail "summary does not name the silent node"
+    wait_for 10 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
 # dslaunch itself killed: the relay sees its stdin close and closes its agents' stdin;
 # they stop their ranks. Nothing of the job may survive.
 case_relay_controller_killed() {
