@@ -191,7 +191,9 @@ static int timeout(const ds_relay_set *set, long long end_by) {
         const ds_node *n = &set->links[r].node;
         long long d = ds_node_deadline_ms(n);
         if (d >= 0 && d < wake) wake = d;
-        if (n->state != DS_NODE_DONE && (n->pending || (ds_buf_unread(&n->to_agent) && !n->stdin_closed))) wake = now;
+        /* (what is queued for a relay whose SSH session is still opening waits for its socket) */
+        int queued = ds_buf_unread(&n->to_agent) && !n->stdin_closed && n->state != DS_NODE_CONNECTING;
+        if (n->state != DS_NODE_DONE && (n->pending || queued)) wake = now;
     }
     if (set->stopping && end_by < wake) wake = end_by;
     return wake > now ? (int)(wake - now) : 0;
