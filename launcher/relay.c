@@ -69,7 +69,11 @@ static void up_frame(relay *r, int index, const ds_frame *f) {
 static void on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     relay *r = ctx;
     relay_agent *a = (relay_agent *)n;
-    if (f->type == DS_FRAME_HELLO) n->agent_pid = atoi((const char *)f->payload); /* stops at its newline */
+    if (f->type == DS_FRAME_HELLO) { /* "pid\n..." */
+        char pid[16];
+        snprintf(pid, sizeof pid, "%.*s", (int)(f->len < 15 ? f->len : 15), (const char *)f->payload);
+        n->agent_pid = atoi(pid);
+    }
     if (f->type == DS_FRAME_BYE) n->bye = 1;
     up_frame(r, a->index, f);
 }

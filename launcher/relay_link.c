@@ -55,7 +55,9 @@ static void on_frame(void *ctx, ds_node *n, const ds_frame *f) {
     ds_relay_set *set = ctx;
     relay_link *l = (relay_link *)n;
     if (f->type == DS_FRAME_HELLO) {
-        l->relay_pid = atoi((const char *)f->payload);
+        char pid[16];
+        snprintf(pid, sizeof pid, "%.*s", (int)(f->len < 15 ? f->len : 15), (const char *)f->payload);
+        l->relay_pid = atoi(pid);
         n->state = DS_NODE_RUNNING;
         return;
     }
@@ -86,9 +88,15 @@ static void relay_lost(ds_relay_set *set, relay_link *l) {
     const char *e = l->node.error;
     char why[1500];
     int a = set->nodes[l->first].index, z = set->nodes[l->first + l->count - 1].index;
-    snprintf(why, sizeof why, "lost with its relay (dslaunch --relay on %s, pid %d, for nodes %d-%d): %s%s",
-             l->where.host, l->relay_pid, a, z, !strncmp(e, "the agent ", 10) ? "the relay " : "",
-             !e[0] ? "it ended before its nodes" : !strncmp(e, "the agent ", 10) ? e + 10 : e);
+    if (!l->relay_pid) { /* it never said hello: it did not start (an SSH error, a missing dslaunch) */
+        snprintf(why, sizeof why, "its relay (dslaunch --relay on %s, for nodes %d-%d) did not start: %s", l->where.host,
+                 a, z, e[0] ? e : "it ended at once");
+    } else {
+        int agent_words = !strncmp(e, "the agent ", 10);
+        snprintf(why, sizeof why, "lost with its relay (dslaunch --relay on %s, pid %d, for nodes %d-%d): %s%s",
+                 l->where.host, l->relay_pid, a, z, agent_words ? "the relay " : "",
+                 !e[0] ? "it ended before its nodes" : agent_words ? e + 10 : e);
+    }
     for (int k = l->first; k < l->first + l->count; k++) {
         relayed_node *rn = &set->nodes[k];
         if (!rn->ended) ds_relay_end_node(rn, why);

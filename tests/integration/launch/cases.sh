@@ -194,6 +194,31 @@ case_relay_heartbeat_lost() {
     wait_for 10 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
 }
 
+# A relay that cannot start (its node unreachable): every node of its share fails with
+# the relay's host, its nodes and the SSH error, within the connect timeout.
+case_relay_unreachable() {
+    write_job hello.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    printf '127.0.0.18 slots=2\n127.0.0.2 slots=2\n' > "$job/hosts"
+    start=$SECONDS
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unreachable relay"
+    ((SECONDS - start <= 6)) || fail "took $((SECONDS - start)) s, more than the 5 s connect timeout"
+    has "$job/err" "its relay (dslaunch --relay on 127.0.0.18, for nodes 0-1) did not start: .*127.0.0.18:$SSHD_PORT: cannot connect" ||
+        fail "the error does not name the relay, its nodes and why"
+    assert_no_orphans
+}
+
+# A node the relay cannot reach: that node fails with the SSH error the relay met; the
+# relay's own node is stopped; nothing is left.
+case_relay_node_unreachable() {
+    write_job hello.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    printf '127.0.0.2 slots=2\n127.0.0.18 slots=2\n' > "$job/hosts"
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unreachable node"
+    has "$job/err" "node 1 (127.0.0.18): .*127.0.0.18:$SSHD_PORT: cannot connect" || fail "the error does not name node 1 and why"
+    assert_no_orphans
+}
+
 # dslaunch itself killed: the relay sees its stdin close and closes its agents' stdin;
 # they stop their ranks. Nothing of the job may survive.
 case_relay_controller_killed() {
