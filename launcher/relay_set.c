@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include "job.h"
 #include "relay_opts.h"
 #include "relay_set.h"
+#include "ds_signals.h"
 #include "ssh_target.h"
 
 int ds_relay_wanted(const ds_job *job) {
@@ -48,34 +48,14 @@ static ds_relay_set *set_new(ds_job *job, ds_err *err) {
     return set;
 }
 
-static int pipe_nb(int p[2]) {
-    if (pipe2(p, O_CLOEXEC) != 0) return -1;
-    fcntl(p[0], F_SETFL, O_NONBLOCK);
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
-    return 0;
-}
-
 int ds_relay_attach(ds_job *job, ds_node *n, ds_err *err) {
     if (!job->relays && !(job->relays = set_new(job, err))) return -1;
     ds_relay_set *set = job->relays;
-    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; /* stdin, stdout, stderr as the agent sees them */
-    for (int k = 0; k < 3; k++) {
-        if (pipe_nb(p[k]) == 0) continue;
-        int e = errno;
-        for (int j = 0; j < k; j++) close(p[j][0]), close(p[j][1]);
-        return ds_err_errno(err, e, "pipe");
-    }
-    /* To node.c the node is a local agent that has started, with nothing to reap. */
-    n->via_ssh = 0;
-    n->local.pid = 0;
-    n->local.in_fd = p[0][1];
-    n->local.out_fd = p[1][0];
-    n->local.err_fd = p[2][0];
-    n->reaped = 1;
-    n->state = DS_NODE_STARTED;
+    int far[3];
+    if (ds_node_start_piped(n, far, err) != 0) return -1;
     int k = set->nnodes++;
-    set->nodes[k] = (relayed_node){.index = (int)(n - job->nodes), .link = k / set->fanout, .in_r = p[0][0],
-                                   .out_w = p[1][1], .err_w = p[2][1]};
+    set->nodes[k] = (relayed_node){.index = (int)(n - job->nodes), .link = k / set->fanout, .in_r = far[0],
+                                   .out_w = far[1], .err_w = far[2]};
     return 0;
 }
 
@@ -171,12 +151,7 @@ static int start_relay(ds_job *job, relay_link *l, ds_ssh_config **cfg, ds_err *
 
 static int start_thread(ds_relay_set *set, ds_err *err) {
     if (pipe2(set->wake, O_CLOEXEC | O_NONBLOCK) != 0) return ds_err_errno(err, errno, "pipe");
-    /* Signals are the controller's loop's business, never this thread's. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&set->thread, NULL, ds_relay_serve, set);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = ds_signals_thread(&set->thread, ds_relay_serve, set);
     if (rc != 0) return ds_err_errno(err, rc, "starting the relays' thread");
     set->thread_started = 1;
     return 0;
