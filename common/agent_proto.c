@@ -18,7 +18,7 @@ int ds_frame_append(ds_buf *out, int type, uint32_t rank, const void *payload, s
 }
 
 static int known_type(int t) {
-    return (t >= DS_FRAME_CONFIG && t <= DS_FRAME_FILE_DATA) || (t >= DS_FRAME_HELLO && t <= DS_FRAME_FAILURE);
+    return (t >= DS_FRAME_CONFIG && t <= DS_FRAME_FILE_DATA) || (t >= DS_FRAME_HELLO && t <= DS_FRAME_RELAY_DONE);
 }
 
 int ds_frame_parse(const ds_buf *in, ds_frame *f) {

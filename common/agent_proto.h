@@ -22,7 +22,15 @@
  * connects to the link, sends JOIN ("TOKEN NODE PROCID JOBID.STEPID") and the exchange
  * above then runs over that connection. Such an agent also reports the signals it gets
  * (SIGNAL, payload: the number), which is how the scheduler's warnings reach the
- * controller. */
+ * controller.
+ *
+ * A relay (launcher/relay.h: `dslaunch --relay`, started where the controller would start
+ * an agent) speaks the same framing for a share of the nodes: the controller sends it
+ * CONFIG frames, a RELAY_NODE frame per node (rank: the node's index in the job; payload:
+ * how to start its agent) and GO; then RELAY_IN (bytes for that node's agent's stdin)
+ * and RELAY_EOF (close it). The relay answers HELLO (its pid), per node RELAY_OUT (one
+ * whole frame its agent sent), RELAY_LINE (a line of its agent's stderr) and RELAY_DONE
+ * (the agent is gone), and BYE when it ends in order. */
 #ifndef DS_AGENT_PROTO_H
 #define DS_AGENT_PROTO_H
 
@@ -49,6 +57,12 @@ enum {
     DS_FRAME_JOIN = 18,
     DS_FRAME_METRICS = 19,
     DS_FRAME_FAILURE = 20,
+    DS_FRAME_RELAY_NODE = 21,
+    DS_FRAME_RELAY_IN = 22,
+    DS_FRAME_RELAY_EOF = 23,
+    DS_FRAME_RELAY_OUT = 24,
+    DS_FRAME_RELAY_LINE = 25,
+    DS_FRAME_RELAY_DONE = 26,
 };
 
 #define DS_FRAME_HEADER 9

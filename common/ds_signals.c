@@ -21,3 +21,12 @@ void ds_signals_unblock(void) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
+
+int ds_signals_thread(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits it */
+    int rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

@@ -4,6 +4,8 @@
 #ifndef DS_SIGNALS_H
 #define DS_SIGNALS_H
 
+#include <pthread.h>
+
 #include "ds_err.h"
 
 /* Blocks the signals in sigs (0-terminated) and returns a non-blocking, close-on-exec
@@ -15,5 +17,8 @@ int ds_signals_fd(const int *sigs, ds_err *err);
 /* Unblocks every signal and restores SIGPIPE's default, in a child between fork and exec
  * (async-signal-safe). */
 void ds_signals_unblock(void);
+/* Starts fn(arg) on a thread that never takes a signal (they are the loop's business);
+ * returns pthread_create's result. */
+int ds_signals_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif

@@ -19,6 +19,7 @@
 #include "fd_budget.h"
 #include "job.h"
 #include "node_set.h"
+#include "relay.h"
 #include "restart.h"
 #include "run_dir.h"
 #include "srun.h"
@@ -137,6 +138,7 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
     char node[16];
     snprintf(node, sizeof node, "%d", n->plan->node_rank);
     if (s->launch_method == DS_LAUNCH_SRUN) return ds_srun_attach(job, n, err);
+    if (ds_relay_wanted(job)) return ds_relay_attach(job, n, err);
     if (n->plan->local && !s->ssh_force) {
         char *argv[] = {s->dsrun, "agent", "--job", job->id, "--node", node, NULL};
         if (ds_node_start_local(n, argv, err) != 0) return -1;
@@ -399,6 +401,7 @@ static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
         }
     }
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
+    ds_relay_launch(job); /* past [launch] relay_threshold: the relays of the attached nodes */
 }
 
 /* The backoff before a restart. A signal during it ends the invocation: a drain signal
@@ -559,7 +562,8 @@ static void report_end(ds_job *job, const ds_restart *rs, ds_end end) {
 int ds_controller_run(const ds_jobspec *spec, const ds_plan *plan) {
     ds_job job = {.spec = spec, .plan = plan, .run_t0_ms = ds_now_ms()};
     ds_err err = {{0}};
-    if (ds_fd_budget_check(plan->nnodes, &err) != 0) { /* raises the limit; says when it is not enough */
+    /* raises the limit; says when it is not enough */
+    if (ds_fd_budget_check(plan->nnodes, ds_relay_wanted(&job), &err) != 0) {
         fprintf(stderr, "dslaunch: %s\n", err.msg);
         return DS_EXIT_FAILED;
     }

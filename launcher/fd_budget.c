@@ -3,18 +3,20 @@
 
 #include <sys/resource.h>
 
-long ds_fd_budget(int nnodes) { return (long)nnodes * DS_FDS_PER_NODE + DS_FDS_PER_JOB; }
+static int per_node(int relayed) { return relayed ? DS_FDS_PER_RELAYED_NODE : DS_FDS_PER_NODE; }
 
-int ds_fd_budget_fits(int nnodes, long limit, ds_err *err) {
-    long need = ds_fd_budget(nnodes);
+long ds_fd_budget(int nnodes, int relayed) { return (long)nnodes * per_node(relayed) + DS_FDS_PER_JOB; }
+
+int ds_fd_budget_fits(int nnodes, int relayed, long limit, ds_err *err) {
+    long need = ds_fd_budget(nnodes, relayed);
     if (need <= limit) return 0;
     return ds_err_set(err, "%d nodes need about %ld open files in the controller (%d per node + %d), "
                            "but its limit is %ld: raise it (ulimit -n, or nofile in "
                            "/etc/security/limits.conf) to at least %ld",
-                      nnodes, need, DS_FDS_PER_NODE, DS_FDS_PER_JOB, limit, need);
+                      nnodes, need, per_node(relayed), DS_FDS_PER_JOB, limit, need);
 }
 
-int ds_fd_budget_check(int nnodes, ds_err *err) {
+int ds_fd_budget_check(int nnodes, int relayed, ds_err *err) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0; /* cannot tell: go on */
     if (rl.rlim_cur < rl.rlim_max) {
@@ -22,5 +24,5 @@ int ds_fd_budget_check(int nnodes, ds_err *err) {
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
     }
     long limit = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)1 << 30 ? 1L << 30 : (long)rl.rlim_cur;
-    return ds_fd_budget_fits(nnodes, limit, err);
+    return ds_fd_budget_fits(nnodes, relayed, limit, err);
 }

@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "ds_clock.h"
+#include "relay.h"
 #include "srun.h"
 
 void ds_job_end_attempt(ds_job *job) {
     ds_srun_free(job); /* each attempt runs its own step */
+    ds_relay_free(job); /* and its own relays */
     if (job->nodes)
         for (int i = 0; i < job->plan->nnodes; i++) ds_node_free(&job->nodes[i]);
     free(job->nodes);

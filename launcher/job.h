@@ -90,6 +90,7 @@ typedef struct ds_job {
     long long resumed_step; /* where the ranks said they resumed, -1 until they do */
     ds_root_cause root;    /* after the attempt: the failure that caused the others */
     struct ds_srun_step *srun; /* [launch] method = srun: the step every agent runs in (srun.h) */
+    struct ds_relay_set *relays; /* past [launch] relay_threshold: the relays the nodes start through (relay.h) */
 } ds_job;
 
 /* Frees the previous attempt's part (if any) and sets up attempt `attempt` on plan:

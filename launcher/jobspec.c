@@ -71,6 +71,8 @@ static const key_def KEYS[] = {
     {"resources", "source", K_ENUM, F(host_source), 0, 0, "auto|hostfile|slurm|local", 0},
     {"launch", "method", K_ENUM, F(launch_method), 0, 0, "auto|ssh|srun|local", 0},
     {"launch", "max_handshakes", K_INT, F(max_handshakes), 1, 100000, NULL, 0},
+    {"launch", "relay_threshold", K_INT, F(relay_threshold), 0, 1000000, NULL, 0},
+    {"launch", "relay_fanout", K_INT, F(relay_fanout), 0, 100000, NULL, 0},
     {"ssh", "user", K_STR, F(ssh_user), 0, 0, NULL, 0},
     {"ssh", "port", K_INT, F(ssh_port), 1, 65535, NULL, 0},
     {"ssh", "identity", K_PATH, F(ssh_identity), 0, 0, NULL, 0},
@@ -482,6 +484,7 @@ void ds_jobspec_init(ds_jobspec *spec) {
     spec->rdzv_port = 0;
     spec->rdzv_timeout_ms = 300000;
     spec->max_handshakes = 64;
+    spec->relay_threshold = 256;
     spec->master_port = 0; /* a free port on rank 0's node, found when the job starts */
     spec->max_restarts = 0;
     spec->heartbeat_interval_ms = 5000;

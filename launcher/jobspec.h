@@ -62,6 +62,8 @@ typedef struct ds_jobspec {
     /* [launch] */
     ds_launch_method launch_method; /* key `method`: auto | ssh | srun | local; default auto */
     int max_handshakes;  /* [launch] max_handshakes: SSH openings in flight at once; default 64 */
+    int relay_threshold; /* [launch] relay_threshold: relays start the nodes past this many (0: never); 256 */
+    int relay_fanout;    /* [launch] relay_fanout: nodes per relay (0: about the square root of the nodes) */
 
     /* [ssh]: a key given here wins over the ssh configuration's value for the node (as an
      * ssh command-line option would); unset (NULL, 0, -1): the configuration's, else the

@@ -19,6 +19,7 @@
 #include "launch_method.h"
 #include "plan.h"
 #include "plan_memory.h"
+#include "relay.h"
 #include "slurm.h"
 #include "ssh_target.h"
 #include "ds_gpu.h"
@@ -104,6 +105,8 @@ static int plan_job(ds_plan *plan, ds_jobspec *spec, ds_err *err) {
 }
 
 int main(int argc, char **argv) {
+    /* a relay, started by a controller (relay.h); not for users, so not in --help */
+    if (argc >= 2 && !strcmp(argv[1], "--relay")) return ds_relay_main(); /* (--job ID: for ps) */
     ds_cli cli;
     ds_err err = {""};
     if (ds_cli_parse(&cli, argc, argv, &err) != 0) {

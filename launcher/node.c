@@ -3,6 +3,7 @@
 #include "ds_clock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,24 @@ int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *e
     n->ssh = ds_ssh_start(o, command, err);
     if (!n->ssh) return -1;
     n->state = DS_NODE_CONNECTING;
+    return 0;
+}
+
+int ds_node_start_piped(ds_node *n, int far[3], ds_err *err) {
+    int p[3][2];
+    for (int k = 0; k < 3; k++) {
+        if (pipe2(p[k], O_CLOEXEC | O_NONBLOCK) == 0) continue;
+        int e = errno;
+        for (int j = 0; j < k; j++) close(p[j][0]), close(p[j][1]);
+        return ds_err_errno(err, e, "pipe");
+    }
+    n->via_ssh = 0;
+    n->local = (ds_local){.pid = 0, .in_fd = p[0][1], .out_fd = p[1][0], .err_fd = p[2][0]};
+    n->reaped = 1;
+    n->state = DS_NODE_STARTED;
+    far[0] = p[0][0];
+    far[1] = p[1][1];
+    far[2] = p[2][1];
     return 0;
 }
 
@@ -213,7 +232,10 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
 
 int ds_node_turn(const ds_node *n, int ready, long long now_ms) {
     if (n->state == DS_NODE_DONE || n->state == DS_NODE_QUEUED) return 0;
-    if (ready || n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped)) return 1;
+    /* (a node with no process of its own to reap, relayed or in an srun step, is "reaped"
+     * from the start: its pipes' hangup says when it ends) */
+    if (ready || n->pending || (n->kill_cmd && !n->kill_sent) || (!n->via_ssh && n->reaped && n->local.pid > 0))
+        return 1;
     if ((ds_buf_unread(&n->to_agent) || n->close_stdin) && !n->stdin_closed) return 1;
     long long d = ds_node_deadline_ms(n);
     return d >= 0 && now_ms >= d;

@@ -56,6 +56,11 @@ typedef struct ds_node_handler {
 /* Starts the agent: fork/exec (local) or an SSH session (command runs once open). */
 int ds_node_start_local(ds_node *n, char *const argv[], ds_err *err);
 int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *err); /* takes o */
+/* An agent someone else starts and serves (an srun step, a relay): to the loop it is a
+ * local agent that has started, over three non-blocking pipes, with nothing to reap. far
+ * gets the other ends, as the agent would see them: stdin's read end, stdout's and
+ * stderr's write ends. */
+int ds_node_start_piped(ds_node *n, int far[3], ds_err *err);
 
 /* Adds the node's descriptors to pf (at most 3); returns how many. */
 int ds_node_pollfds(ds_node *n, struct pollfd *pf);

@@ -17,6 +17,7 @@
 #include "local.h"
 #include "srun_step.h"
 #include "ds_clock.h"
+#include "ds_signals.h"
 #include "ds_tcp.h"
 
 /* How long srun may take to end after its agents were told to stop, and again after
@@ -26,13 +27,6 @@
 static void close_fd(int *fd) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
-}
-
-static int pipe_nb(int p[2]) {
-    if (pipe2(p, O_CLOEXEC) != 0) return -1;
-    fcntl(p[0], F_SETFL, O_NONBLOCK);
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
-    return 0;
 }
 
 static ds_srun_step *step_new(ds_job *job, ds_err *err) {
@@ -51,25 +45,11 @@ static ds_srun_step *step_new(ds_job *job, ds_err *err) {
 int ds_srun_attach(ds_job *job, ds_node *n, ds_err *err) {
     if (!job->srun && !(job->srun = step_new(job, err))) return -1;
     ds_srun_step *st = job->srun;
-    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; /* stdin, stdout, stderr as the agent sees them */
-    for (int k = 0; k < 3; k++) {
-        if (pipe_nb(p[k]) == 0) continue;
-        int e = errno;
-        for (int j = 0; j < k; j++) close(p[j][0]), close(p[j][1]);
-        return ds_err_errno(err, e, "pipe");
-    }
-    int in[2] = {p[0][0], p[0][1]}, out[2] = {p[1][0], p[1][1]}, er[2] = {p[2][0], p[2][1]};
-    /* To node.c the node is a local agent that has started, with nothing to reap. */
-    n->via_ssh = 0;
-    n->local.pid = 0;
-    n->local.in_fd = in[1];
-    n->local.out_fd = out[0];
-    n->local.err_fd = er[0];
-    n->reaped = 1;
-    n->state = DS_NODE_STARTED;
+    int far[3];
+    if (ds_node_start_piped(n, far, err) != 0) return -1;
     srun_node *sn = &st->nodes[st->nnodes++];
-    *sn = (srun_node){.host = n->plan->host, .index = (int)(n - job->nodes), .in_r = in[0], .out_w = out[1],
-                      .err_w = er[1], .sock = -1, .procid = -1};
+    *sn = (srun_node){.host = n->plan->host, .index = (int)(n - job->nodes), .in_r = far[0], .out_w = far[1],
+                      .err_w = far[2], .sock = -1, .procid = -1};
     ds_event(job->ev, "node %d (%s): its agent starts in the srun step", sn->index, sn->host);
     return 0;
 }
@@ -176,12 +156,7 @@ static int start_srun(ds_srun_step *st, char **argv, ds_err *err) {
 
 static int start_thread(ds_srun_step *st, ds_err *err) {
     if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK) != 0) return ds_err_errno(err, errno, "pipe");
-    /* Signals are the controller's loop's business, never this thread's. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&st->thread, NULL, ds_srun_serve, st);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = ds_signals_thread(&st->thread, ds_srun_serve, st);
     if (rc != 0) return ds_err_errno(err, rc, "starting the srun thread");
     st->thread_started = 1;
     return 0;

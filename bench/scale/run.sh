@@ -13,7 +13,14 @@
 #   controller_rss_mb      the controller's peak resident memory
 #   store_requests         requests the store served, heartbeats left out (launcher.log's
 #                          "store served" line); store_barrier_requests: BARRIER ones
+#   controller_children_peak  the controller's child processes at once: its local agents, or
+#                          its relays (docs/scale.md#relays)
 #   load                   the 1-minute load average before the run (2-core machines are shared)
+# With RELAY_THRESHOLD set (its [launch] relay_threshold; RELAY_FANOUT: relay_fanout) the
+# nodes start through relays, and it adds relays (how many), controller_cpu_relay_s (the
+# controller's thread that serves them), relays_cpu_s (the relays' own CPU time, all of
+# them) and relay_cpu_max_s (the busiest one's), sampled every 50 ms. Without it the
+# nodes start directly (relay_threshold = 0).
 # Usage: bench/scale/run.sh NODES RANKS [BUILD_DIR]   (env SIM_BARRIERS: barriers per rank)
 set -euo pipefail
 nodes=${1:?usage: run.sh NODES RANKS [BUILD_DIR]}
@@ -39,13 +46,15 @@ dsrun = $dsrun
 hostfile = hosts
 [launch]
 method = local
+relay_threshold = ${RELAY_THRESHOLD:-0}
+relay_fanout = ${RELAY_FANOUT:-0}
 [logs]
 tee = none
 INI
 
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(cut -d' ' -f1 /proc/uptime)
-DS_TEST_WORKER_EXE=$sim python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
+DS_TEST_WORKER_EXE=$sim SAMPLE_JOB=$name python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
     "$work/logs/$name/latest/attempt-0/rank-0.out" "$dslaunch" "$work/job.ini"
 t1=$(cut -d' ' -f1 /proc/uptime)
 rc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit"])' "$work/sample.json")
@@ -56,17 +65,22 @@ if [[ $rc != 0 ]]; then
 fi
 past=$(sed -n 's/^past //p' "$work/logs/$name/latest/attempt-0/rank-0.out")
 served=$(grep -o 'store served [^"]*' "$work/logs/$name/latest/launcher.log")
-python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" <<'PY'
+relays=$(sed -n 's/.*relays: [0-9]* nodes through \([0-9]*\) relays.*/\1/p' "$work/logs/$name/latest/launcher.log")
+python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" "${relays:-0}" <<'PY'
 import json, re, sys
 s = json.load(open(sys.argv[1]))
 nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:8])
 served = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", sys.argv[8].split(":", 1)[1])}
 served["total"] = int(re.search(r"served (\d+) requests", sys.argv[8]).group(1))
-print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks,
+relays = int(sys.argv[9])
+extra = {"relays": relays, "controller_cpu_relay_s": s["cpu_relay_thread_s"], "relays_cpu_s": s["relays_cpu_s"],
+         "relay_cpu_max_s": s["relay_cpu_max_s"]} if relays else {}
+print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks, **extra,
                   "wall_s": round(t1 - t0, 2), "first_barrier_s": round(past - t0, 2),
                   "controller_cpu_s": s["cpu_total_s"], "controller_cpu_to_barrier_s": s["cpu_to_watch_s"],
                   "controller_cpu_main_s": s["cpu_main_s"], "controller_cpu_store_s": s["cpu_store_s"],
                   "store_connections_peak": s["store_connections_peak"], "fds_peak": s["fds_peak"],
-                  "controller_rss_mb": s["rss_mb"], "store_requests": served["total"] - served["heartbeat"],
+                  "controller_children_peak": s["children_peak"], "controller_rss_mb": s["rss_mb"],
+                  "store_requests": served["total"] - served["heartbeat"],
                   "store_barrier_requests": served.get("barrier", 0), "load": load}))
 PY

@@ -3,7 +3,9 @@
 
 sample.py OUT_JSON STDOUT STDERR WATCH COMMAND...: every 50 ms reads the controller's CPU
 time per thread (the store's thread is named ds-store), its open descriptors, its peak
-RSS and the TCP connections established to its store's port; writes the peaks, the CPU
+RSS, the TCP connections established to its store's port, its children (local agents,
+or relays), and the CPU time of the job's relays (`dslaunch --relay --job NAME-...`, with
+NAME from $SAMPLE_JOB, wherever they were started from); writes the peaks, the CPU
 time when the file WATCH first appeared (rank 0's log: its first output comes after the
 first barrier), the exact CPU time of the whole process (read from the zombie) and its
 exit status as JSON."""
@@ -15,10 +17,12 @@ at_watch = None
 proc = subprocess.Popen(sys.argv[5:], stdout=open(sys.argv[2], "w"), stderr=open(sys.argv[3], "w"))
 pid = proc.pid
 tick = os.sysconf("SC_CLK_TCK")
-peak = {"fds": 0, "conns": 0}
-cpu = {"main": 0.0, "store": 0.0, "other": 0.0}
+peak = {"fds": 0, "conns": 0, "children": 0}
+cpu = {"main": 0.0, "store": 0.0, "relay": 0.0, "other": 0.0}
+relay_cpu = {}  # relay pid -> its CPU time (all threads), as last sampled
 rss_kb = 0
 store_port = None
+relay_mark = b"--relay\0--job\0" + os.environ.get("SAMPLE_JOB", "?").encode() + b"-"
 
 
 def listen_ports():
@@ -69,15 +73,34 @@ while status is None:
             name = st[st.index("(") + 1:st.rindex(")")]
             fields = st[st.rindex(")") + 2:].split()
             tasks[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
-        c = {"main": 0.0, "store": 0.0, "other": 0.0}
+        c = {"main": 0.0, "store": 0.0, "relay": 0.0, "other": 0.0}
         for tid, (name, secs) in tasks.items():
-            key = "main" if int(tid) == pid else "store" if name == "ds-store" else "other"
+            key = "main" if int(tid) == pid else "store" if name == "ds-store" else "relay" if name == "ds-relay" else "other"
             c[key] += secs
         for k in c:
             cpu[k] = max(cpu[k], c[k])
         if at_watch is None and os.path.exists(watch):
             at_watch = c["main"] + c["store"] + c["other"]
         peak["fds"] = max(peak["fds"], len(os.listdir(f"/proc/{pid}/fd")))
+        kids = 0
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    st = fh.read()
+            except OSError:
+                continue
+            fields = st[st.rindex(")") + 2:].split()
+            kids += int(fields[1]) == pid
+            if st[st.index("(") + 1:st.rindex(")")] != "dslaunch":
+                continue
+            try:
+                if relay_mark in open(f"/proc/{p}/cmdline", "rb").read():
+                    relay_cpu[p] = max(relay_cpu.get(p, 0.0), (int(fields[11]) + int(fields[12])) / tick)
+            except OSError:
+                pass
+        peak["children"] = max(peak["children"], kids)
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
                 if line.startswith("VmHWM:"):
@@ -99,6 +122,9 @@ while status is None:
 
 json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_total_s": round(total, 3),
            "cpu_to_watch_s": round(at_watch, 3) if at_watch is not None else None,
-           "cpu_main_s": round(total - cpu["store"] - cpu["other"], 3), "cpu_store_s": round(cpu["store"], 3),
-           "fds_peak": peak["fds"], "store_connections_peak": peak["conns"],
+           "cpu_main_s": round(total - cpu["store"] - cpu["relay"] - cpu["other"], 3),
+           "cpu_store_s": round(cpu["store"], 3), "cpu_relay_thread_s": round(cpu["relay"], 3),
+           "relays_cpu_s": round(sum(relay_cpu.values()), 3),
+           "relay_cpu_max_s": round(max(relay_cpu.values(), default=0.0), 3),
+           "fds_peak": peak["fds"], "store_connections_peak": peak["conns"], "children_peak": peak["children"],
            "rss_mb": round(rss_kb / 1024, 1)}, open(out, "w"))

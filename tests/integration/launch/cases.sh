@@ -137,6 +137,100 @@ case_controller_killed() {
     wait_for 6 "every process of $name to be gone after dslaunch died ($(job_pids | tr '\n' ' '))" no_job_processes
 }
 
+# Past [launch] relay_threshold: one relay (dslaunch --relay, started over SSH on
+# 127.0.0.2) starts node 0's agent there by fork/exec and node 1's over its own SSH
+# session to 127.0.0.3, and carries both nodes' control streams: the controller opens
+# one SSH session, and every line still arrives tagged and in its file.
+case_relay_ssh() {
+    write_job hello.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    run_job
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    local ll="$job/logs/$name/latest/launcher.log"
+    has "$ll" "relay 0 on 127.0.0.2 (nodes 0-1): connecting over SSH" || fail "launcher.log does not say the relay connected over SSH"
+    ! grep -q "connecting over SSH (" "$ll" || fail "the controller opened a node's SSH session itself"
+    for r in 0 1 2 3; do
+        host=127.0.0.$((2 + r / 2))
+        grep -aq "^\[$host:$r\] rank $r of 4 past the barrier$" "$job/out" || fail "terminal lacks rank $r's line tagged [$host:$r]"
+        has "$logs/rank-$r.err" "to stderr from rank $r" || fail "rank-$r.err lacks its line"
+    done
+    assert_no_orphans
+}
+
+# The relay killed mid-run: both its nodes are lost and the summary names the relay's
+# host and nodes; its agents see their stdin close (node 0's) or their SSH session drop
+# (node 1's) and stop their ranks: nothing is left.
+case_relay_ssh_killed() {
+    write_job spin.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    local relay
+    relay=$(pgrep -f -- "--relay --job $name-[0-9a-f]{8}\$")
+    [[ -n $relay ]] || fail "cannot find the relay"
+    kill -KILL $relay
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after the relay died"
+    has "$job/err" "lost with its relay (dslaunch --relay on 127.0.0.2, pid $relay, for nodes 0-1)" ||
+        fail "the summary does not name the relay, its host and its nodes"
+    wait_for 8 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
+# A relayed node's agent goes silent (SIGSTOP): the controller declares it lost by its
+# heartbeats and stops the job; the relay, told to stop that node, kills the agent over
+# a second SSH channel once the grace period is over. Nothing is left.
+case_relay_heartbeat_lost() {
+    write_job spin.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2' '[restart]' 'heartbeat_interval = 0.2' \
+        'heartbeat_timeout = 1'
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    agent=$(agent_pid 1)
+    [[ -n $agent ]] || fail "cannot find node 1's agent"
+    bg_pids+=("$agent")
+    kill -STOP $agent
+    wait_job_bg
+    [[ $rc != 0 ]] || fail "exit status 0 after a node went silent"
+    has "$job/err" "node 1 (127.0.0.3): no heartbeat for" || fail "summary does not name the silent node"
+    wait_for 10 "every process of $name to be gone ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
+# A relay that cannot start (its node unreachable): every node of its share fails with
+# the relay's host, its nodes and the SSH error, within the connect timeout.
+case_relay_unreachable() {
+    write_job hello.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    printf '127.0.0.18 slots=2\n127.0.0.2 slots=2\n' > "$job/hosts"
+    start=$SECONDS
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unreachable relay"
+    ((SECONDS - start <= 6)) || fail "took $((SECONDS - start)) s, more than the 5 s connect timeout"
+    has "$job/err" "its relay (dslaunch --relay on 127.0.0.18, for nodes 0-1) did not start: .*127.0.0.18:$SSHD_PORT: cannot connect" ||
+        fail "the error does not name the relay, its nodes and why"
+    assert_no_orphans
+}
+
+# A node the relay cannot reach: that node fails with the SSH error the relay met; the
+# relay's own node is stopped; nothing is left.
+case_relay_node_unreachable() {
+    write_job hello.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    printf '127.0.0.2 slots=2\n127.0.0.18 slots=2\n' > "$job/hosts"
+    run_job
+    [[ $rc != 0 ]] || fail "exit status 0 with an unreachable node"
+    has "$job/err" "node 1 (127.0.0.18): .*127.0.0.18:$SSHD_PORT: cannot connect" || fail "the error does not name node 1 and why"
+    assert_no_orphans
+}
+
+# dslaunch itself killed: the relay sees its stdin close and closes its agents' stdin;
+# they stop their ranks. Nothing of the job may survive.
+case_relay_controller_killed() {
+    write_job spin.lua '[launch]' 'relay_threshold = 1' 'relay_fanout = 2'
+    start_job_bg
+    all_ready() { for r in 0 1 2 3; do has "$logs/rank-$r.out" "ready $r" || return 1; done; }
+    wait_for 20 "every rank to be running" all_ready
+    kill -KILL "$dl_pid"
+    wait "$dl_pid" 2>/dev/null
+    wait_for 8 "every process of $name to be gone after dslaunch died ($(job_pids | tr '\n' ' '))" no_job_processes
+}
+
 # An agent that stops heartbeating (SIGSTOP: alive, connected, silent) is declared lost
 # after heartbeat_timeout; the job stops. A stopped agent cannot act on a closed channel,
 # so dslaunch kills it and its ranks over a second SSH channel: nothing may be left

@@ -12,6 +12,12 @@
 #                         many arrived and who is missing, through their agents; 4 nodes
 #   cases.sh wait_requests  every rank sets its key and waits for all (a communicator's
 #                         rendezvous): the store sees about one WAIT per node; 32 nodes
+#   cases.sh relay_clean  past [launch] relay_threshold (64 x 4, 8 relays of 8 nodes):
+#                         the job starts through relays and ends cleanly, every rank's
+#                         log arrives
+#   cases.sh relay_killed while every rank holds: the controller's children are its 8
+#                         relays, not 64 agents; one relay is killed: the job fails
+#                         naming that relay's host and nodes, and leaves nothing behind
 # Needs DSLAUNCH, DSRUN, SIM_RANK and WORK in the environment; NODES and RANKS default to
 # 128 and 8.
 set -uo pipefail
@@ -40,11 +46,13 @@ fail() {
     exit 1
 }
 
-# write_job NODES RANKS: hosts and job.ini for the simulated cluster.
+# write_job NODES RANKS [LAUNCH_KEY...]: hosts and job.ini for the simulated cluster.
 write_job() {
+    local extra="" k
+    for k in "${@:3}"; do extra+="$k"$'\n'; done
     for ((i = 0; i < $1; i++)); do echo "127.0.$((i / 250)).$((i % 250 + 2)) slots=$2"; done > "$job/hosts"
-    printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n[resources]\nhostfile = hosts\n[launch]\nmethod = local\n[logs]\ntee = none\n' \
-        "$name" "$SIM_RANK" "$DSRUN" > "$job/job.ini"
+    printf '[job]\nname = %s\nscript = %s\ndsrun = %s\n[resources]\nhostfile = hosts\n[launch]\nmethod = local\n%s[logs]\ntee = none\n' \
+        "$name" "$SIM_RANK" "$DSRUN" "$extra" > "$job/job.ini"
 }
 
 start_job() {
@@ -173,6 +181,48 @@ case_node_killed() {
     wait_job 60
     [[ $rc != 0 ]] || fail "the job succeeded although node $victim was killed"
     grep -q "node $victim " "$job/err" || fail "the summary does not name node $victim"
+    wait_for 10 "every process of $name to be gone ($(job_pids | wc -l) left)" no_job_processes
+}
+
+# The relay cases: 64 nodes past a threshold of 16, so ⌈√64⌉ = 8 relays of 8 nodes.
+relay_nodes=${NODES:-64}
+relay_ranks=${RANKS:-4}
+relays() { local f=1; while ((f * f < relay_nodes)); do ((f++)); done; echo $(((relay_nodes + f - 1) / f)); }
+all_past() { [[ $(grep -ls '^past ' "$(logs)"/rank-*.out | wc -l) == $((relay_nodes * relay_ranks)) ]]; }
+children() { grep -ls "^PPid:[[:space:]]*$dl_pid\$" /proc/[0-9]*/status | wc -l; }
+
+case_relay_clean() {
+    write_job "$relay_nodes" "$relay_ranks" "relay_threshold = 16"
+    SIM_BARRIERS=3 start_job
+    wait_job 100
+    [[ $rc == 0 ]] || fail "exit status $rc, expected 0"
+    grep -q "through $(relays) relays" "$job/logs/$name/latest/launcher.log" || fail "launcher.log does not say $(relays) relays"
+    grep -q "all $((relay_nodes * relay_ranks)) ranks exited 0" "$job/err" || fail "the summary does not say every rank exited 0"
+    all_past || fail "$(grep -ls '^past ' "$(logs)"/rank-*.out | wc -l) of $((relay_nodes * relay_ranks)) rank logs arrived"
+    wait_for 5 "every process of $name to be gone" no_job_processes
+}
+
+case_relay_killed() {
+    write_job "$relay_nodes" "$relay_ranks" "relay_threshold = 16"
+    SIM_HOLD=1 start_job
+    wait_for 100 "every rank past the first barrier" all_past
+    local kids fds pids victim host
+    kids=$(children)
+    fds=$(ls "/proc/$dl_pid/fd" | wc -l)
+    echo "nodes=$relay_nodes relays=$(relays) controller_children=$kids controller_fds=$fds"
+    [[ $kids == $(relays) ]] || fail "the controller has $kids children, expected its $(relays) relays"
+    pids=$(pgrep -f -- "--relay --job $name-[0-9a-f]{8}\$" | wc -l)
+    [[ $pids == $(relays) ]] || fail "$pids relay processes, expected $(relays)"
+    # the third relay: nodes 16-23, on the host of node 16
+    host=$(sed -n 17p "$job/hosts" | cut -d' ' -f1)
+    victim=$(sed -n "s/.*relay 2 on $host (nodes 16-23): started locally, pid \([0-9]*\).*/\1/p" \
+             "$job/logs/$name/latest/launcher.log")
+    [[ -n $victim ]] || fail "launcher.log does not say where relay 2 runs"
+    kill -KILL "$victim"
+    wait_job 60
+    [[ $rc != 0 ]] || fail "the job succeeded although a relay was killed"
+    grep -q "relay (dslaunch --relay on $host, pid $victim, for nodes 16-23)" "$job/err" ||
+        fail "the summary does not name the relay on $host and its nodes 16-23"
     wait_for 10 "every process of $name to be gone ($(job_pids | wc -l) left)" no_job_processes
 }
 

@@ -602,6 +602,23 @@ static void test_cli_apply(void **st) {
 }
 
 /* [restart]'s supervision keys: defaults, values, and what is refused. */
+/* [launch] relay_threshold / relay_fanout (docs/scale.md#relays): relays past 256 nodes
+ * by default, 0 turns them off, the fanout is ⌈√N⌉ unless given. */
+static void test_relay_keys(void **st) {
+    (void)st;
+    ds_jobspec s;
+    assert_string_equal(parse(&s, MIN), "");
+    assert_int_equal(s.relay_threshold, 256);
+    assert_int_equal(s.relay_fanout, 0);
+    ds_jobspec_free(&s);
+    assert_string_equal(parse(&s, MIN "[launch]\nrelay_threshold = 0\nrelay_fanout = 16\n"), "");
+    assert_int_equal(s.relay_threshold, 0);
+    assert_int_equal(s.relay_fanout, 16);
+    ds_jobspec_free(&s);
+    expect_err(MIN "[launch]\nrelay_threshold = -1\n", ":5: [launch] relay_threshold: -1 is out of range; expected an integer in 0..1000000");
+    expect_err(MIN "[launch]\nrelay_fanout = many\n", ":5: [launch] relay_fanout: 'many' is not an integer");
+}
+
 static void test_restart_keys(void **st) {
     (void)st;
     ds_jobspec s;
@@ -659,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_cli_job),
         cmocka_unit_test(test_command_and_interpreter),
         cmocka_unit_test(test_cli_apply),
+        cmocka_unit_test(test_relay_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
