@@ -293,6 +293,7 @@ static int poll_timeout(const relay *r) {
 static void serve(relay *r, int sigfd) {
     ds_node_handler h = {.ctx = r, .frame = on_frame, .agent_line = on_line};
     struct pollfd *pf = NULL;
+    int *at = NULL, *cnt = NULL; /* each agent's descriptors in pf */
     long long next_keepalive = 0;
     for (;;) {
         start_agents(r);
@@ -300,17 +301,24 @@ static void serve(relay *r, int sigfd) {
         write_out(r);
         if ((r->go || r->in_eof) && all_done(r) && (!ds_buf_unread(&r->out) || r->out_broken)) break;
         past_deadlines(r);
+        /* A relay's share is ~sqrt(N) nodes: one poll over all of them per pass is cheap
+         * (the controller's epoll set, node_set.h, is for the whole job's nodes). */
         struct pollfd *npf = realloc(pf, sizeof *pf * (size_t)(3 + 3 * r->nagents));
-        if (!npf) break;
-        pf = npf;
+        if (npf) pf = npf;
+        int *nat = realloc(at, sizeof *at * (size_t)(r->nagents + 1));
+        if (nat) at = nat;
+        int *ncnt = realloc(cnt, sizeof *cnt * (size_t)(r->nagents + 1));
+        if (ncnt) cnt = ncnt;
+        if (!npf || !nat || !ncnt) break;
         int k = 0;
         pf[k++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
         pf[k++] = (struct pollfd){.fd = r->in_eof ? -1 : 0, .events = POLLIN};
         pf[k++] = (struct pollfd){.fd = ds_buf_unread(&r->out) && !r->out_broken ? 1 : -1, .events = POLLOUT};
-        for (int i = 0; i < r->nagents; i++) {
+        int polled = r->nagents; /* read_in may add agents after the poll */
+        for (int i = 0; i < polled; i++) {
             ds_node *n = &r->agents[i].node;
-            n->pf_at = k;
-            k += n->pf_n = ds_node_pollfds(n, pf + k);
+            at[i] = k;
+            k += cnt[i] = ds_node_pollfds(n, pf + k);
         }
         if (poll(pf, (nfds_t)k, poll_timeout(r)) < 0 && errno != EINTR) break;
         struct signalfd_siginfo si;
@@ -323,7 +331,9 @@ static void serve(relay *r, int sigfd) {
         long long now = ds_now_ms();
         for (int i = 0; i < r->nagents; i++) {
             ds_node *n = &r->agents[i].node;
-            if (ds_node_due(n, pf, now)) ds_node_io(n, &h);
+            int ready = 0;
+            for (int j = 0; i < polled && j < cnt[i]; j++) ready |= pf[at[i] + j].revents != 0;
+            if (ds_node_turn(n, ready, now)) ds_node_io(n, &h);
         }
         if (now >= next_keepalive) {
             for (int i = 0; i < r->nagents; i++) ds_node_keepalive(&r->agents[i].node);
@@ -331,6 +341,8 @@ static void serve(relay *r, int sigfd) {
         }
     }
     free(pf);
+    free(at);
+    free(cnt);
 }
 
 int ds_relay_main(void) {

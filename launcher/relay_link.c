@@ -174,8 +174,8 @@ static int fill(ds_relay_set *set, slots *s, at *where) {
         if (l->pidfd >= 0 && !l->node.reaped && !l->node.via_ssh) add(s, l->pidfd, POLLIN);
         struct pollfd three[3];
         int k = ds_node_pollfds(&l->node, three);
-        l->node.pf_at = s->n;
-        l->node.pf_n = k;
+        l->pf_at = s->n;
+        l->pf_n = k;
         for (int j = 0; j < k; j++)
             if (add(s, three[j].fd, three[j].events) < 0) return -1;
     }
@@ -249,7 +249,10 @@ void *ds_relay_serve(void *arg) {
             ds_node *n = &set->links[r].node;
             ds_node_reap(n); /* a local relay (its pidfd woke the poll) */
             if (tick) ds_node_keepalive(n);
-            if (ds_node_due(n, s.pf, now) || tick) ds_node_io(n, &h);
+            const relay_link *l = &set->links[r];
+            int ready = 0;
+            for (int j = 0; j < l->pf_n; j++) ready |= s.pf[l->pf_at + j].revents != 0;
+            if (ds_node_turn(n, ready, now) || tick) ds_node_io(n, &h);
         }
         if (tick) next_tick = now + 1000;
         for (int k = 0; k < set->nnodes; k++)

@@ -29,6 +29,7 @@ typedef struct relay_link {
     int pidfd;           /* a local relay's: readable when it exits, else -1 */
     int relay_pid;       /* from its HELLO */
     int lost_told;       /* its nodes were ended because it was lost */
+    int pf_at, pf_n;     /* its session's descriptors in the serving thread's poll set */
 } relay_link;
 
 typedef struct ds_relay_set {
