@@ -309,7 +309,7 @@ static int start_workers(ds_agent *a, ds_err *err) {
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;
-    if (a->program && ds_error_file_dir(&a->errdir, err) != 0) return -1;
+    if (a->program && ds_error_file_dir(a->job, &a->errdir, err) != 0) return -1;
     for (int i = 0; a->cg_base && i < a->nworkers; i++) {
         ds_agent_worker *w = &a->workers[i];
         if (!(w->cgroup = ds_cgroup_rank_create(a->cg_base, w->rank)))

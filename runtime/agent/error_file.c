@@ -28,10 +28,10 @@ static const char *const TRANSPORT_WORDS[] = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",
     "NCCL communicator was aborted", "ncclRemoteError", "ncclSystemError", NULL};
 
-int ds_error_file_dir(char **dir, ds_err *err) {
+int ds_error_file_dir(const char *job, char **dir, ds_err *err) {
     const char *tmp = getenv("TMPDIR");
     char *templ;
-    if (asprintf(&templ, "%s/dsrun-errors-XXXXXX", tmp && *tmp ? tmp : "/tmp") < 0)
+    if (asprintf(&templ, "%s/dsrun-errors-%.100s-XXXXXX", tmp && *tmp ? tmp : "/tmp", job && *job ? job : "job") < 0)
         return ds_err_set(err, "out of memory");
     if (!mkdtemp(templ)) {
         ds_err_errno(err, errno, "directory for the ranks' error files (%s)", templ);

@@ -7,8 +7,9 @@
 #include "ds_buf.h"
 #include "ds_err.h"
 
-/* A fresh directory for the node's error files under $TMPDIR (or /tmp), in *dir. */
-int ds_error_file_dir(char **dir, ds_err *err);
+/* A fresh directory for the node's error files under $TMPDIR (or /tmp), named after the
+ * job (dsrun-errors-JOB-XXXXXX), in *dir. An agent killed outright leaves it behind. */
+int ds_error_file_dir(const char *job, char **dir, ds_err *err);
 /* The error file of rank in dir (malloc'd; NULL when out of memory). */
 char *ds_error_file_path(const char *dir, int rank);
 /* 1 with *out the failure record (JSON, as failure_record.h writes it: kind "program")

@@ -429,7 +429,7 @@ SH
     grep -aq "^dslaunch: *1 .*<- root cause" "$job/err" || fail "rank 1 is not marked the root cause"
     has "$job/logs/$name/latest/launcher.log" "Connection closed by peer" ||
         fail "launcher.log lacks rank 0's error"
-    ls -d "${TMPDIR:-/tmp}"/dsrun-errors-* 2>/dev/null | grep -q . && fail "an error-file directory was left behind"
+    ls -d "${TMPDIR:-/tmp}/dsrun-errors-$name-"* 2>/dev/null | grep -q . && fail "the job's error-file directory was left behind"
     assert_no_orphans
 }
 
