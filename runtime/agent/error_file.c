@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ds_json.h"
 #include "ds_json_read.h"
+#include "failure_json.h"
 #include "ds_textfile.h"
 
 /* Errors torch raises in a rank whose peer went away: Gloo's and NCCL's words. */
@@ -53,22 +53,18 @@ static int is_transport(const char *msg) {
     return 0;
 }
 
-/* torch writes {"message": {...}}; a hand-written file may give "message" as text. */
+/* torch writes {"message": {...}}; a hand-written file may give "message" as text.
+ * *stack: the Python stack when there is one as text. */
 static const ds_jv *message_of(const ds_jv *root, const ds_jv **stack) {
     const ds_jv *m = ds_jv_get(root, "message");
     *stack = NULL;
     if (m && m->type == DS_JV_OBJ) {
         const ds_jv *extra = ds_jv_get(m, "extraInfo");
-        if (extra) *stack = ds_jv_get(extra, "py_callstack");
+        const ds_jv *st = extra ? ds_jv_get(extra, "py_callstack") : NULL;
+        if (st && st->type == DS_JV_STR) *stack = st;
         m = ds_jv_get(m, "message");
     }
     return m && m->type == DS_JV_STR ? m : NULL;
-}
-
-static void kstr_capped(ds_json *j, const char *key, const ds_jv *v, size_t cap) {
-    if (!v || v->type != DS_JV_STR) return;
-    ds_json_key(j, key);
-    ds_json_strn(j, v->str, v->len < cap ? v->len : cap);
 }
 
 int ds_error_file_record(const char *path, int rank, const char *host, ds_buf *out) {
@@ -87,15 +83,8 @@ int ds_error_file_record(const char *path, int rank, const char *host, ds_buf *o
     long long at_ms = (long long)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
     ds_json j;
     ds_json_init_buf(&j, 0);
-    ds_json_obj(&j);
-    ds_json_kint(&j, "rank", rank);
-    ds_json_kstr(&j, "host", host ? host : "");
-    ds_json_kint(&j, "time_ms", at_ms);
-    ds_json_kstr(&j, "kind", "program");
-    ds_json_kbool(&j, "transport", is_transport(msg->str));
-    kstr_capped(&j, "message", msg, 2048);
-    kstr_capped(&j, "traceback", stack, 4096);
-    ds_json_end(&j);
+    ds_failure_json(&j, rank, host, at_ms, "program", is_transport(msg->str), msg->str, msg->len,
+                    stack ? stack->str : NULL, stack ? stack->len : 0);
     ds_jv_free(root);
     if (j.bad) {
         ds_buf_free(&j.text);

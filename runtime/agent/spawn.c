@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "error_file.h"
 #include "ds_signals.h"
 
 extern char **environ;
@@ -46,7 +47,11 @@ static char **build_env(const ds_agent *a, const ds_agent_worker *w) {
     if (a->progress_ms > 0) ok &= asprintf(&env[n++], "DS_PROGRESS_MS=%d", a->progress_ms) > 0;
     if (w->cgroup) ok &= asprintf(&env[n++], "DS_CGROUP_PATH=%s", w->cgroup) > 0;
     if (a->ckpt_mode > 0) ok &= asprintf(&env[n++], "DS_CKPT_MODE=0%o", (unsigned)a->ckpt_mode) > 0;
-    if (a->errdir) ok &= asprintf(&env[n++], "TORCHELASTIC_ERROR_FILE=%s/rank-%d.json", a->errdir, w->rank) > 0;
+    if (a->errdir) {
+        char *path = ds_error_file_path(a->errdir, w->rank);
+        ok &= path && asprintf(&env[n++], "TORCHELASTIC_ERROR_FILE=%s", path) > 0;
+        free(path);
+    }
     for (int i = 0; i < n; i++) ok &= env[i] != NULL;
     int planned = n;
     for (int i = 0; i < nenv && ok; i++) {

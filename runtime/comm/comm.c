@@ -17,7 +17,6 @@
 #include "device.h"
 #include "ds_clock.h"
 #include "ds_progress.h"
-#include "store_proto.h" /* DS_STORE_BARRIER_LISTED */
 #include "kernels.h" /* ds_half_scale: the 16-bit average */
 #include "tensor_half.h"
 
@@ -121,14 +120,11 @@ static int arrive(const ds_comm_join *j, ds_err *err) {
     snprintf(key, sizeof key, "%sarrived", j->prefix);
     int rc = ds_store_barrier_arrive(j->store, key, j->rank, j->world, j->timeout_ms, err);
     if (rc <= 0) return rc;
-    int arrived = 0, missing = 0, listed[DS_STORE_BARRIER_LISTED], nlisted = 0;
+    int arrived = 0, missing = 0, nlisted = 0;
+    char list[200];
     ds_err why;
-    if (ds_store_barrier_status(j->store, key, j->world, &arrived, &missing, listed, &nlisted, &why) != 0)
+    if (ds_store_barrier_who(j->store, key, j->world, &arrived, &missing, list, sizeof list, &nlisted, &why) != 0)
         return ds_err_set(err, "rendezvous timed out after %d ms; asking who arrived: %s", j->timeout_ms, why.msg);
-    char list[200] = "";
-    size_t len = 0;
-    for (int i = 0; i < nlisted && len < sizeof list - 16; i++)
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", i ? ", " : "", listed[i]);
     char more[32] = "";
     if (missing > nlisted) snprintf(more, sizeof more, " and %d more", missing - nlisted);
     return ds_err_set(err, "rendezvous timed out after %d ms: %d of %d ranks never arrived: %s%s", j->timeout_ms,

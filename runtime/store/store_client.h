@@ -65,6 +65,10 @@ int ds_store_barrier(ds_store_client *c, const char *name, int rank, int world,
 int ds_store_barrier_arrive(ds_store_client *c, const char *key, int rank, int world, int timeout_ms, ds_err *err);
 int ds_store_barrier_status(ds_store_client *c, const char *key, int world, int *arrived, int *missing,
                             int *listed, int *nlisted, ds_err *err);
+/* The same after a timeout, for a message: the listed missing ranks as text ("2, 5") in
+ * list (cap bytes), how many of them in *nlisted. */
+int ds_store_barrier_who(ds_store_client *c, const char *key, int world, int *arrived, int *missing,
+                         char *list, size_t cap, int *nlisted, ds_err *err);
 
 /* Heartbeat from an agent: tells the controller node `node_rank` is alive. */
 int ds_store_heartbeat(ds_store_client *c, int node_rank, ds_err *err);

@@ -20,14 +20,6 @@ void ds_failure_record_open(void) {
     unsetenv("DS_ERROR_FD"); /* the script's children have no record to write */
 }
 
-/* Long texts keep their head (what went wrong) within the record's budget. */
-static void kstr_capped(ds_json *j, const char *key, const char *s, size_t cap) {
-    if (!s) return;
-    size_t n = strlen(s);
-    ds_json_key(j, key);
-    ds_json_strn(j, s, n < cap ? n : cap);
-}
-
 void ds_failure_record_write(const ds_context *ctx, const char *kind, const char *message,
                              const char *traceback, int64_t at_ms, int transport) {
     int fd = record_fd;
@@ -35,15 +27,8 @@ void ds_failure_record_write(const ds_context *ctx, const char *kind, const char
     record_fd = -1; /* one record per rank: the first error is the one that ended it */
     ds_json j;
     ds_json_init_buf(&j, 0);
-    ds_json_obj(&j);
-    ds_json_kint(&j, "rank", ctx->rank);
-    ds_json_kstr(&j, "host", ctx->host);
-    ds_json_kint(&j, "time_ms", at_ms);
-    ds_json_kstr(&j, "kind", kind);
-    ds_json_kbool(&j, "transport", transport);
-    kstr_capped(&j, "message", message, 2048);
-    kstr_capped(&j, "traceback", traceback, 4096);
-    ds_json_end(&j);
+    ds_failure_json(&j, ctx->rank, ctx->host, at_ms, kind, transport, message, message ? strlen(message) : 0,
+                    traceback, traceback ? strlen(traceback) : 0);
     /* Never block on it: a record that does not fit is lost, the exit still tells. */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     if (!j.bad && ds_buf_unread(&j.text) <= DS_FAILURE_RECORD_MAX)

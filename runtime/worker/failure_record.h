@@ -12,11 +12,7 @@
 #include <stdint.h>
 
 #include "ds_context.h"
-
-/* The most a record takes: the agent reads it from a pipe once the rank has exited, so
- * it must fit in the pipe's buffer (64 KiB on Linux). Message and traceback are cut to
- * 2 and 4 KiB, which even fully escaped stays below this. */
-#define DS_FAILURE_RECORD_MAX 60000
+#include "failure_json.h" /* the record's format and its size */
 
 /* Takes the descriptor from DS_ERROR_FD (close-on-exec from now on); without it, writes
  * do nothing. */
