@@ -78,10 +78,10 @@ static int frame(ds_buf *b, uint8_t op, const void *a, size_t alen) {
 }
 
 /* A TAGGED frame around op and body. */
-static int tagged(ds_store_mux *m, uint32_t tag, const uint8_t *op_and_body, size_t n) {
+static int tagged(ds_store_mux *m, uint32_t tag, uint8_t op, const uint8_t *body, size_t n) {
     size_t start = ds_buf_unread(&m->up_out);
     if (ds_frame_begin(&m->up_out, DS_STORE_OP_TAGGED) != 0 || ds_buf_put_u32(&m->up_out, tag) != 0 ||
-        ds_buf_put(&m->up_out, op_and_body, n) != 0)
+        ds_buf_put_u8(&m->up_out, op) != 0 || (n && ds_buf_put(&m->up_out, body, n) != 0))
         return -1;
     ds_frame_end(&m->up_out, start);
     return 0;
@@ -93,8 +93,8 @@ static void conn_close(ds_store_mux *m, conn *c) {
     if (c->outstanding && m->join && ds_bjoin_gone(m->join, c->tag)) c->outstanding = 0; /* held here */
     if (c->outstanding && !ds_wjoin_gone(m->waits, c->tag)) c->outstanding = 0;         /* others wait for it */
     if (c->outstanding && !atomic_load(&m->lost)) {
-        uint8_t cancel = DS_STORE_OP_CANCEL; /* it was waiting for a key: the store forgets it */
-        if (tagged(m, c->tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
+        /* it was waiting for a key: the store forgets it */
+        if (tagged(m, c->tag, DS_STORE_OP_CANCEL, NULL, 0) != 0) lose(m, "%s", "out of memory");
     }
     close(c->fd);
     ds_buf_free(&c->in);
@@ -155,7 +155,7 @@ static void serve_rank(ds_store_mux *m, conn *c) {
             int joined = atomic_load(&m->lost)                ? 0
                          : f[4] == DS_STORE_OP_BARRIER && m->join ? ds_bjoin_arrive(m->join, c->tag, f + 5, len - 1, ds_now_ms())
                                                                   : ds_wjoin_request(m->waits, c->tag, f[4], f + 5, len - 1, ds_now_ms());
-            if (joined < 0 || (!joined && tagged(m, c->tag, f + 4, len) != 0)) lose(m, "%s", "out of memory");
+            if (joined < 0 || (!joined && tagged(m, c->tag, f[4], f + 5, len - 1) != 0)) lose(m, "%s", "out of memory");
             else c->outstanding = 1;
         }
         ds_buf_consume(&c->in, 4 + (size_t)len);
@@ -212,13 +212,7 @@ static void serve_waiting(ds_store_mux *m) {
 
 /* barrier_join's ways out. */
 static int join_resend(void *ctx, uint32_t tag, uint8_t op, const uint8_t *body, size_t n) {
-    ds_store_mux *m = ctx;
-    size_t start = ds_buf_unread(&m->up_out);
-    if (ds_frame_begin(&m->up_out, DS_STORE_OP_TAGGED) != 0 || ds_buf_put_u32(&m->up_out, tag) != 0 ||
-        ds_buf_put_u8(&m->up_out, op) != 0 || ds_buf_put(&m->up_out, body, n) != 0)
-        return -1;
-    ds_frame_end(&m->up_out, start);
-    return 0;
+    return tagged(ctx, tag, op, body, n);
 }
 
 static int join_send(void *ctx, uint32_t utag, const uint8_t *body, size_t n) {
@@ -231,8 +225,7 @@ static void join_answer(void *ctx, uint32_t tag, uint8_t status, const uint8_t *
 
 static void join_cancel(void *ctx, uint32_t tag) {
     ds_store_mux *m = ctx;
-    uint8_t cancel = DS_STORE_OP_CANCEL;
-    if (!atomic_load(&m->lost) && tagged(m, tag, &cancel, 1) != 0) lose(m, "%s", "out of memory");
+    if (!atomic_load(&m->lost) && tagged(m, tag, DS_STORE_OP_CANCEL, NULL, 0) != 0) lose(m, "%s", "out of memory");
 }
 
 static void answers(ds_store_mux *m) {
@@ -316,9 +309,9 @@ static void *mux_main(void *arg) {
         }
         int hb = atomic_exchange(&m->hb_node, -1);
         if (hb >= 0 && !atomic_load(&m->lost)) {
-            uint8_t req[5] = {DS_STORE_OP_HEARTBEAT};
-            ds_store_u32(req + 1, (uint32_t)hb);
-            if (tagged(m, 0, req, sizeof req) != 0) lose(m, "%s", "out of memory");
+            uint8_t node[4];
+            ds_store_u32(node, (uint32_t)hb);
+            if (tagged(m, 0, DS_STORE_OP_HEARTBEAT, node, sizeof node) != 0) lose(m, "%s", "out of memory");
         }
         int dead = 0;
         if (!atomic_load(&m->lost)) flush(m->up_fd, &m->up_out, &dead);
