@@ -52,7 +52,8 @@ typedef struct ds_kernel_table {
     void (*attention_backward_fused)(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse,
                                      int B, int T, int C, int NH);
-    /* loss: *sum (a device double) = the sum of the losses, in row order */
+    /* loss: *sum (a device double) = the sum of the losses, in row order; the backwards
+     * write (=) the gradient, dlogits may be logits (kernels.h) */
     void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,
                                  int N, int V, double *sum);
     void (*crossentropy_backward)(float *dlogits, const float *logits, const int32_t *targets,

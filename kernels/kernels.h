@@ -95,14 +95,15 @@ void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qk
  * data once, not the kernel per row). Returns the sum of the losses (fixed order). */
 double ds_crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
                                int N, int V);
-/* dlogits[n,:] += dloss * (softmax(logits[n]) - onehot(targets[n])). dloss is the
- * gradient of the total objective w.r.t. each row's loss (e.g. 1/N for a mean). */
+/* WRITES (=, not +=) dlogits[n,:] = dloss * (softmax(logits[n]) - onehot(targets[n])), a
+ * zero row where target < 0. dlogits may be the logits buffer itself: the head's backward
+ * then needs no second [N,V] buffer and no zeroing. dloss is the gradient of the total
+ * objective w.r.t. each row's loss (e.g. 1/N for a mean). */
 void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
                               float dloss, int N, int V);
-/* Both in one pass over the logits (the fast path for a large vocabulary): fills losses,
- * returns their sum, and WRITES (=, not +=) dloss * (softmax - onehot) into dlogits, which
- * may be the logits buffer itself (the head's backward then needs no second [N,V] buffer
- * and no zeroing). Rows with target < 0 get loss 0 and a zero gradient. */
+/* Both in one pass over each row (the fast path for a large vocabulary): the losses, their
+ * sum and the gradient have the same bits as forward then backward; dlogits may be the
+ * logits buffer itself. */
 double ds_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                         const int32_t *targets, float dloss, int N, int V);
 

@@ -30,38 +30,26 @@ DS_SIMD static float row_sumexp(const float *x, float shift, int V) {
     return s;
 }
 
-/* x[i] = exp(x[i] - shift) in place; returns the sum (same order as row_sumexp). */
-DS_SIMD static float row_exp_inplace(float *x, float shift, int V) {
-    float acc[DS_LANES] = {0};
-    int i = 0;
-    for (; i + DS_LANES <= V; i += DS_LANES)
-        for (int j = 0; j < DS_LANES; j++) {
-            float e = ds_km_expf(x[i + j] - shift);
-            x[i + j] = e;
-            acc[j] += e;
-        }
-    float s = 0.0f;
-    for (int j = 0; j < DS_LANES; j++) s += acc[j];
-    for (; i < V; i++) {
-        float e = ds_km_expf(x[i] - shift);
-        x[i] = e;
-        s += e;
-    }
-    return s;
-}
-
-/* dx[i] += scale * exp(x[i] - lse) */
-DS_SIMD static void row_add_softmax(float *dx, const float *x, float lse, float scale, int V) {
-    for (int i = 0; i < V; i++) dx[i] += scale * ds_km_expf(x[i] - lse);
-}
-
-DS_SIMD static void row_scale(float *x, float s, int V) {
-    for (int i = 0; i < V; i++) x[i] *= s;
+/* dx[i] = scale * exp(x[i] - lse); dx may be x (each element is read before it is
+ * written, by the same iteration). */
+DS_SIMD static void row_softmax_scaled(float *dx, const float *x, float lse, float scale, int V) {
+    for (int i = 0; i < V; i++) dx[i] = scale * ds_km_expf(x[i] - lse);
 }
 
 static float row_logsumexp(const float *x, int V) {
     float m = row_max(x, V);
     return m + logf(row_sumexp(x, m, V));
+}
+
+/* One row's gradient, written over dx (which may be x): the same arithmetic for backward
+ * and for forward_backward, so both give the same bits. */
+static void row_grad(float *dx, const float *x, float lse, int target, float dloss, int V) {
+    if (target < 0) {
+        memset(dx, 0, (size_t)V * sizeof *dx);
+        return;
+    }
+    row_softmax_scaled(dx, x, lse, dloss, V);
+    dx[target] -= dloss;
 }
 
 double ds_crossentropy_forward(float *losses, const float *logits, const int32_t *targets,
@@ -80,11 +68,9 @@ void ds_crossentropy_backward(float *dlogits, const float *logits, const int32_t
                               float dloss, int N, int V) {
 #pragma omp parallel for schedule(dynamic) if ((size_t)N * V > DS_PAR_MIN)
     for (int n = 0; n < N; n++) {
-        if (targets[n] < 0) continue;
         const float *x = logits + (size_t)n * V;
-        float *dx = dlogits + (size_t)n * V;
-        row_add_softmax(dx, x, row_logsumexp(x, V), dloss, V);
-        dx[targets[n]] -= dloss;
+        row_grad(dlogits + (size_t)n * V, x, targets[n] < 0 ? 0.0f : row_logsumexp(x, V),
+                 targets[n], dloss, V);
     }
 }
 
@@ -93,20 +79,10 @@ double ds_crossentropy_forward_backward(float *losses, float *dlogits, const flo
 #pragma omp parallel for schedule(dynamic) if ((size_t)N * V > DS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
-        float *dx = dlogits + (size_t)n * V;
         int tg = targets[n];
-        if (tg < 0) {
-            losses[n] = 0.0f;
-            for (int i = 0; i < V; i++) dx[i] = 0.0f;
-            continue;
-        }
-        float x_target = x[tg]; /* read before dx (maybe x itself) is overwritten */
-        float m = row_max(x, V);
-        if (dx != x) memcpy(dx, x, (size_t)V * sizeof *dx);
-        float sum = row_exp_inplace(dx, m, V);
-        losses[n] = m + logf(sum) - x_target;
-        row_scale(dx, dloss / sum, V);
-        dx[tg] -= dloss;
+        float lse = tg < 0 ? 0.0f : row_logsumexp(x, V);
+        losses[n] = tg < 0 ? 0.0f : lse - x[tg]; /* before the row (maybe x) is overwritten */
+        row_grad(dlogits + (size_t)n * V, x, lse, tg, dloss, V);
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += losses[n];

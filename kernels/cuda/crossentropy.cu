@@ -34,24 +34,33 @@ __global__ static void forward_k(float *losses, const float *logits, const int32
     if (threadIdx.x == 0) losses[n] = st.max + logf(st.sum) - x[tg];
 }
 
-__global__ static void backward_k(float *dlogits, const float *logits, const int32_t *targets,
-                                  float dloss, int V) {
-    __shared__ float sh[32];
-    int n = blockIdx.x, tg = targets[n];
-    if (tg < 0) return;
-    const float *x = logits + (size_t)n * V;
-    float *dx = dlogits + (size_t)n * V;
-    row_stats st = row_stats_of(x, V, sh);
-    float lse = st.max + logf(st.sum);
+// The gradient of one row, written (=) over dx, which may be x: every read of the row for
+// its statistics happens before the block reductions' barriers, and afterwards each
+// element is read and written by the same thread. Forward-backward runs the same
+// arithmetic as backward, so the two give the same gradient.
+__device__ static void row_grad(float *dx, const float *x, float lse, int tg, float dloss,
+                                int V) {
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float g = dx[i] + dloss * ds_km_expf(x[i] - lse);
+        float g = dloss * ds_km_expf(x[i] - lse);
         dx[i] = i == tg ? g - dloss : g;
     }
 }
 
-// dlogits may be logits: every read of a row's logits for its statistics happens before
-// the block reductions' barriers, and afterwards each element is read and written by the
-// same thread.
+__device__ static void zero_row(float *dx, int V) {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
+}
+
+__global__ static void backward_k(float *dlogits, const float *logits, const int32_t *targets,
+                                  float dloss, int V) {
+    __shared__ float sh[32];
+    int n = blockIdx.x, tg = targets[n];
+    const float *x = logits + (size_t)n * V;
+    float *dx = dlogits + (size_t)n * V;
+    if (tg < 0) return zero_row(dx, V);
+    row_stats st = row_stats_of(x, V, sh);
+    row_grad(dx, x, st.max + logf(st.sum), tg, dloss, V);
+}
+
 __global__ static void forward_backward_k(float *losses, float *dlogits, const float *logits,
                                           const int32_t *targets, float dloss, int V) {
     __shared__ float sh[32];
@@ -59,18 +68,14 @@ __global__ static void forward_backward_k(float *losses, float *dlogits, const f
     const float *x = logits + (size_t)n * V;
     float *dx = dlogits + (size_t)n * V;
     if (tg < 0) {
-        for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
         if (threadIdx.x == 0) losses[n] = 0.0f;
-        return;
+        return zero_row(dx, V);
     }
-    float x_target = x[tg];
+    float x_target = x[tg]; // read before the barriers in row_stats_of, so before any write
     row_stats st = row_stats_of(x, V, sh);
-    if (threadIdx.x == 0) losses[n] = st.max + logf(st.sum) - x_target;
-    float s = dloss / st.sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float g = ds_km_expf(x[i] - st.max) * s;
-        dx[i] = i == tg ? g - dloss : g;
-    }
+    float lse = st.max + logf(st.sum);
+    if (threadIdx.x == 0) losses[n] = lse - x_target;
+    row_grad(dx, x, lse, tg, dloss, V);
 }
 
 static int total_of(ds_cuda_ctx *ctx, const float *losses, int N, double *total) {

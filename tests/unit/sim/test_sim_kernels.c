@@ -141,6 +141,10 @@ static void c_crossentropy_in_place(const ds_kernel_table *k, void **b, ds_half 
     (void)h; /* dlogits is the logits buffer */
     k->crossentropy_forward_backward(b[0], b[1], b[1], b[2], 1.0f / XN, XN, XV, b[3]);
 }
+static void c_crossentropy_backward_in_place(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h; /* dlogits is the logits buffer, as the criterion's backward calls it */
+    k->crossentropy_backward(b[0], b[0], b[1], 1.0f / XN, XN, XV);
+}
 static void c_dropout_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->dropout_forward(b[0], b[1], EN, 0.2f, KEY);
@@ -252,6 +256,8 @@ static const kcase CASES[] = {
      {B_F32(XN), B_F32(XN * XV), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
     {"crossentropy_forward_backward (in place)", SLOT(crossentropy_forward_backward), 0,
      c_crossentropy_in_place, {B_F32(XN), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
+    {"crossentropy_backward (in place)", SLOT(crossentropy_backward), 0,
+     c_crossentropy_backward_in_place, {B_F32(XN * XV), {I32, XN, TARGETS, XV}}},
     {"dropout_forward", SLOT(dropout_forward), 0, c_dropout_forward, {B_F32(EN), B_F32(EN)}},
     {"dropout_backward", SLOT(dropout_backward), 0, c_dropout_backward, {B_F32(EN), B_F32(EN)}},
     {"adamw_update", SLOT(adamw_update), 0, c_adamw_update,
