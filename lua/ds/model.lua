@@ -182,15 +182,30 @@ function Model:forward(x, targets, run)
   return self.criterion:forward(self.output, targets)
 end
 
--- Backward of scale * loss (scale = 1/accumulation steps); gradients accumulate.
-function Model:backward(scale)
-  local d = self.criterion:backward(scale or 1.0)
+-- Backward through the stages from the criterion's gradient d.
+local function backward_stages(self, d)
   local z = self.zero
   for i = #self.stages, 1, -1 do
     z:before_backward(i)
     d = self.stages[i]:backward(d)
     z:after_backward(i)
   end
+end
+
+-- Backward of scale * loss (scale = 1/accumulation steps); gradients accumulate. The
+-- criterion writes its gradient over the logits: model.output holds d(loss)/d(logits)
+-- afterwards.
+function Model:backward(scale)
+  backward_stages(self, self.criterion:backward(scale or 1.0))
+end
+
+-- forward then backward of scale * loss, the criterion's two passes fused into one (the
+-- same bits); returns the mean loss.
+function Model:forward_backward(x, targets, run, scale)
+  self.output = self:predict(x, run)
+  local loss, d = self.criterion:forward_backward(self.output, targets, scale or 1.0)
+  backward_stages(self, d)
+  return loss
 end
 
 function Model:zero_grad() self.zero:zero_grad() end
@@ -374,8 +389,8 @@ function Model:train_step(t)
     -- Each rank holds rows [rank * B, (rank + 1) * B) of the global batch (ds.data's
     -- split): dropout keyed by global row draws the single-rank run's masks.
     local row0 = self.rank * x:size(1)
-    loss = loss + self:forward(x, y, {train = true, step = t.step, micro = micro, row0 = row0}) / accum
-    self:backward(scale / accum)
+    local run = {train = true, step = t.step, micro = micro, row0 = row0}
+    loss = loss + self:forward_backward(x, y, run, scale / accum) / accum
     tokens = tokens + x:numel()
   end
   -- gradients averaged over the ranks; the loss too, in rank order

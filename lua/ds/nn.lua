@@ -171,8 +171,13 @@ function nn.CrossEntropy(cfg)
   return setmetatable({kind = 'CrossEntropy', c = core.crossentropy_new()}, CrossEntropy)
 end
 function CrossEntropy:forward(logits, targets) return self.c:forward(logits, targets) end
--- Gradient of scale * loss w.r.t. the logits.
+-- Gradient of scale * loss w.r.t. the logits, written over the logits tensor (which it
+-- returns): no second [N, V] buffer. Once per forward.
 function CrossEntropy:backward(scale) return self.c:backward(scale or 1.0) end
+-- forward then backward in one pass, the same bits: loss, dlogits (the logits tensor).
+function CrossEntropy:forward_backward(logits, targets, scale)
+  return self.c:forward_backward(logits, targets, scale or 1.0)
+end
 function CrossEntropy:release() self.c:release() end
 
 return nn

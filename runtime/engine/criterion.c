@@ -15,21 +15,23 @@ ds_xent *ds_xent_new(ds_err *err) {
 void ds_xent_free(ds_xent *x) {
     if (!x) return;
     ds_tensor_free(x->losses);
-    ds_tensor_free(x->dlogits);
     ds_tensor_free(x->targets_staged);
     free(x);
 }
 
 void ds_xent_release(ds_xent *x) {
-    x->logits = x->targets = NULL;
+    x->logits = NULL;
+    x->targets = NULL;
     ds_tensor_release(x->losses);
-    ds_tensor_release(x->dlogits);
     ds_tensor_release(x->targets_staged);
 }
 
-int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *targets, double *loss,
-                    ds_err *err) {
-    x->logits = x->targets = NULL;
+/* Checks the inputs, counts the rows that count and stages the targets; on success the
+ * criterion holds both for the kernel. */
+static int take_inputs(ds_xent *x, ds_tensor *logits, const ds_tensor *targets, ds_err *err) {
+    x->logits = NULL;
+    x->targets = NULL;
+    x->spent = 0;
     if (logits->dtype != DS_F32)
         return ds_err_set(err, "CrossEntropy: logits are %s, expected fp32", ds_dtype_name(logits->dtype));
     if (targets->dtype != DS_I32)
@@ -52,26 +54,59 @@ int ds_xent_forward(ds_xent *x, const ds_tensor *logits, const ds_tensor *target
     const ds_tensor *td = ds_tensor_stage(&x->targets_staged, targets, DS_MEM_DATA, err);
     if (!td || ds_tensor_ensure(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0)
         return ds_err_prefix(err, "CrossEntropy");
-    double *dsum = ds_device_scalars(1, err), sum = 0;
-    if (!dsum) return -1;
-    DS_K->crossentropy_forward(x->losses->data, logits->data, td->data, (int)N, (int)V, dsum);
-    if (ds_scalars_read(dsum, 1, &sum, err) != 0) return ds_err_prefix(err, "CrossEntropy");
     x->logits = logits;
     x->targets = td;
     x->count = count;
-    *loss = count ? sum / (double)count : 0.0;
     return 0;
 }
 
-int ds_xent_backward(ds_xent *x, float scale, ds_err *err) {
+static float dloss_of(const ds_xent *x, float scale) {
+    return x->count ? scale / (float)x->count : 0.0f; /* no row counts: all rows get zeros */
+}
+
+static int read_loss(ds_xent *x, double *dsum, double *loss, ds_err *err) {
+    double sum = 0;
+    if (ds_scalars_read(dsum, 1, &sum, err) != 0) {
+        x->logits = NULL;
+        return ds_err_prefix(err, "CrossEntropy");
+    }
+    *loss = x->count ? sum / (double)x->count : 0.0;
+    return 0;
+}
+
+int ds_xent_forward(ds_xent *x, ds_tensor *logits, const ds_tensor *targets, double *loss,
+                    ds_err *err) {
+    if (take_inputs(x, logits, targets, err) != 0) return -1;
+    double *dsum = ds_device_scalars(1, err);
+    if (!dsum) return -1;
+    DS_K->crossentropy_forward(x->losses->data, logits->data, x->targets->data,
+                               (int)ds_rows(logits), (int)ds_last(logits), dsum);
+    return read_loss(x, dsum, loss, err);
+}
+
+int ds_xent_forward_backward(ds_xent *x, ds_tensor *logits, const ds_tensor *targets,
+                             float scale, double *loss, ds_err *err) {
+    if (take_inputs(x, logits, targets, err) != 0) return -1;
+    double *dsum = ds_device_scalars(1, err);
+    if (!dsum) return -1;
+    DS_K->crossentropy_forward_backward(x->losses->data, logits->data, logits->data,
+                                        x->targets->data, dloss_of(x, scale),
+                                        (int)ds_rows(logits), (int)ds_last(logits), dsum);
+    x->spent = 1;
+    return read_loss(x, dsum, loss, err);
+}
+
+int ds_xent_backward(ds_xent *x, float scale, ds_tensor **dlogits, ds_err *err) {
     if (!x->logits) return ds_err_set(err, "CrossEntropy: backward without a forward");
-    const ds_tensor *lg = x->logits;
+    if (x->spent)
+        return ds_err_set(err, "CrossEntropy: backward ran already: the logits hold its gradient "
+                               "now (run forward again)");
+    ds_tensor *lg = x->logits;
     if (!lg->data || lg->dtype != DS_F32 || x->targets->numel != ds_rows(lg))
         return ds_err_set(err, "CrossEntropy: the logits changed since forward (run forward again)");
-    if (ds_tensor_ensure(&x->dlogits, DS_F32, DS_MEM_ACTIVATIONS, lg->ndim, lg->shape, err) != 0) return -1;
-    ds_tensor_zero(x->dlogits);
-    if (x->count)
-        DS_K->crossentropy_backward(x->dlogits->data, lg->data, x->targets->data,
-                                    scale / (float)x->count, (int)ds_rows(lg), (int)ds_last(lg));
+    DS_K->crossentropy_backward(lg->data, lg->data, x->targets->data, dloss_of(x, scale),
+                                (int)ds_rows(lg), (int)ds_last(lg));
+    x->spent = 1;
+    *dlogits = lg;
     return 0;
 }

@@ -8,6 +8,8 @@
 
 #define XENT_MT "ds.CrossEntropy"
 
+enum { UV_KEEP = 1 }; /* table: "logits" and "targets" of the last forward */
+
 typedef struct lua_xent {
     ds_xent *x;
 } lua_xent;
@@ -27,7 +29,7 @@ static int l_xent_new(lua_State *L) {
     luaL_setmetatable(L, XENT_MT);
     if (!(u->x = ds_xent_new(&err))) return ds_lua_raise(L, "%s", err.msg);
     lua_newtable(L);
-    lua_setiuservalue(L, -2, 1);
+    lua_setiuservalue(L, -2, UV_KEEP);
     return 1;
 }
 
@@ -38,6 +40,19 @@ static int l_xent_gc(lua_State *L) {
     return 0;
 }
 
+static void keep_inputs(lua_State *L) {
+    ds_lua_keep(L, 1, "logits", 2);
+    ds_lua_keep(L, 1, "targets", 3);
+}
+
+/* The logits tensor of the last forward, as the script passed it: the backward's result
+ * is that same object, now holding the gradient. */
+static void push_logits(lua_State *L) {
+    lua_getiuservalue(L, 1, UV_KEEP);
+    lua_getfield(L, -1, "logits");
+    lua_remove(L, -2);
+}
+
 /* crit:forward(logits, targets) -> mean loss */
 static int l_xent_forward(lua_State *L) {
     ds_xent *x = check_xent(L, 1);
@@ -45,22 +60,38 @@ static int l_xent_forward(lua_State *L) {
     double loss;
     ds_err err = {{0}};
     if (ds_xent_forward(x, logits, targets, &loss, &err) != 0) return ds_lua_raise(L, "%s", err.msg);
-    ds_lua_keep(L, 1, "logits", 2);
-    ds_lua_keep(L, 1, "targets", 3);
+    keep_inputs(L);
     lua_pushnumber(L, loss);
     return 1;
 }
 
-/* crit:backward([scale]) -> dlogits */
+/* crit:backward([scale]) -> dlogits: the logits tensor, its values overwritten */
 static int l_xent_backward(lua_State *L) {
     ds_xent *x = check_xent(L, 1);
     ds_lua_check_kept(L, 1, "logits", "CrossEntropy:backward");
     ds_lua_check_kept(L, 1, "targets", "CrossEntropy:backward");
     ds_err err = {{0}};
-    if (ds_xent_backward(x, (float)luaL_optnumber(L, 2, 1.0), &err) != 0)
+    ds_tensor *dlogits;
+    if (ds_xent_backward(x, (float)luaL_optnumber(L, 2, 1.0), &dlogits, &err) != 0)
         return ds_lua_raise(L, "%s", err.msg);
-    ds_lua_push_tensor_ref(L, x->dlogits, 1);
+    push_logits(L);
     return 1;
+}
+
+/* crit:forward_backward(logits, targets [, scale]) -> mean loss, dlogits (the logits
+ * tensor, overwritten): forward then backward in one pass, the same bits. */
+static int l_xent_forward_backward(lua_State *L) {
+    ds_xent *x = check_xent(L, 1);
+    ds_tensor *logits = ds_lua_check_tensor(L, 2), *targets = ds_lua_check_tensor(L, 3);
+    double loss;
+    ds_err err = {{0}};
+    if (ds_xent_forward_backward(x, logits, targets, (float)luaL_optnumber(L, 4, 1.0), &loss,
+                                 &err) != 0)
+        return ds_lua_raise(L, "%s", err.msg);
+    keep_inputs(L);
+    lua_pushnumber(L, loss);
+    lua_pushvalue(L, 2);
+    return 2;
 }
 
 static int l_xent_release(lua_State *L) {
@@ -71,6 +102,7 @@ static int l_xent_release(lua_State *L) {
 void ds_lua_open_criterion(lua_State *L) {
     static const luaL_Reg xent_methods[] = {{"forward", l_xent_forward},
                                             {"backward", l_xent_backward},
+                                            {"forward_backward", l_xent_forward_backward},
                                             {"release", l_xent_release},
                                             {NULL, NULL}};
     ds_lua_new_class(L, XENT_MT, xent_methods,

@@ -75,6 +75,51 @@ static void test_checkpoint_is_exact_and_saves_memory(void **state) {
         "assert(res[3].peak < res[1].peak, 'checkpoint every 2 saves nothing')\n");
 }
 
+/* The criterion's backward writes its gradient over the logits: it returns the logits
+ * tensor itself, allocates no activation byte (a separate [N, V] gradient took N.V.4),
+ * the values are scale/N * (softmax - onehot) of the logits it overwrote, a second
+ * backward is refused, and the fused forward_backward gives the same loss and gradients,
+ * bit for bit, as forward then backward. */
+static void test_criterion_backward_in_place(void **state) {
+    (void)state;
+    run_chunk(
+        "local x, y = batch(3, 6, 13, 1)\n"
+        "local N, V = 18, 13\n"
+        "local m = gpt.GPT(CFG, {seed = 5})\n"
+        "m:zero_grad()\n"
+        "local loss = m:forward(x, y, {step = 3, micro = 1})\n"
+        "local logits = m.output:to_table()\n"
+        "local act = ds.memory().activations.current\n"
+        "ds.memory_reset_peaks()\n"
+        "local d = m.criterion:backward(0.5)\n"
+        "assert(rawequal(d, m.output), 'backward did not return the logits tensor')\n"
+        "local mem = ds.memory().activations\n"
+        "assert(mem.peak == act and mem.current == act, string.format("
+        "'the criterion took %d activation bytes', mem.peak - act))\n"
+        "local g = d:to_table()\n"
+        "for n = 0, N - 1 do\n"
+        "  local mx, s = -math.huge, 0\n"
+        "  for v = 1, V do mx = math.max(mx, logits[n * V + v]) end\n"
+        "  for v = 1, V do s = s + math.exp(logits[n * V + v] - mx) end\n"
+        "  for v = 1, V do\n"
+        "    local want = 0.5 / N * (math.exp(logits[n * V + v] - mx) / s - (v - 1 == y:get(n + 1) and 1 or 0))\n"
+        "    assert(math.abs(g[n * V + v] - want) < 1e-7, string.format('row %d col %d: %.9g want %.9g', n, v, g[n * V + v], want))\n"
+        "  end\n"
+        "end\n"
+        "local ok, err = pcall(m.criterion.backward, m.criterion, 0.5)\n"
+        "assert(not ok and err:find('backward ran already', 1, true), tostring(err))\n"
+        "m:zero_grad()\n"
+        "local l1 = m:forward(x, y, {step = 3, micro = 1}); m:backward(0.5)\n"
+        "local g1 = flat(m, 'grads')\n"
+        "m:zero_grad()\n"
+        "local l2 = m:forward_backward(x, y, {step = 3, micro = 1}, 0.5)\n"
+        "assert(l1 == loss and l2 == l1, 'fused loss differs')\n"
+        "same(g1, flat(m, 'grads'), 'gradients of forward_backward')\n"
+        "ok, err = pcall(m.criterion.backward, m.criterion, 0.5)\n"
+        "assert(not ok and err:find('backward ran already', 1, true), tostring(err))\n"
+        "m:release()\n");
+}
+
 /* The same run twice gives the same bits, dropout and AdamW included; a different step
  * draws different dropout masks. */
 static void test_runs_are_deterministic(void **state) {
@@ -479,6 +524,7 @@ static void test_half_precision_weights(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint_is_exact_and_saves_memory),
+        cmocka_unit_test(test_criterion_backward_in_place),
         cmocka_unit_test(test_runs_are_deterministic),
         cmocka_unit_test(test_flat_layout_and_parameter_table),
         cmocka_unit_test(test_optimizer_ranges_and_decay),
