@@ -27,7 +27,7 @@ static const struct {
                         "the loss per row"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
-                         "and at each stage's input, and d(logits) B.T.V (kept between steps)"},
+                         "and at each stage's input (d(logits) is written over the logits)"},
     [DS_MP_RECOMPUTE] = {"recompute working set", DS_MEM_ACTIVATIONS,
                          "4 x the activations and boundary gradients of the checkpointed span "
                          "being recomputed (the largest span sets the peak)"},

@@ -32,7 +32,7 @@ typedef struct sim {
     size_t cat_cur[DS_MEM_NCAT], cat_peak[DS_MEM_NCAT];
     size_t total, total_peak;
     char where[96], peak_at[96];
-    mp_slot bucket[2], ring, images, losses, dlogits, targets_staged, x, y;
+    mp_slot bucket[2], ring, images, losses, targets_staged, x, y;
     size_t images_floats;
     int count_flops, in_backward;
     double fwd_flops, recompute_flops;
@@ -380,7 +380,7 @@ static int micro_batch(sim *S, int step, ds_err *err) {
     at(S, step, "the loss", NULL);
     if (!job->host_device) ensure(S, &S->targets_staged, S->y.bytes, DS_MP_DATA);
     ensure(S, &S->losses, (size_t)rows * 4, DS_MP_ACT_KEPT);
-    ensure(S, &S->dlogits, f32_bytes(logits), DS_MP_ACT_GRADS);
+    /* no d(logits): the criterion writes the gradient over the logits */
     for (int k = S->n - 1; k >= 0; k--) {
         zstage *z = &S->st[k];
         at(S, step, "backward of", z->s->name);
