@@ -159,7 +159,9 @@ static int transfer(ds_cuda_device *d, void *dst, const void *src, size_t bytes,
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->ctx->stream);
     if (e != cudaSuccess) return wait_failed(d, e, what, err);
-    return 0;
+    // a communicator's watch may have failed the device while this waited (a collective
+    // the stream waited for was aborted: what was copied is not the data)
+    return sticky(d, err);
 }
 
 static int cuda_to_host(ds_device *dd, void *dst, const void *src, size_t bytes, ds_err *err) {

@@ -57,6 +57,7 @@ typedef struct ds_comm_vtable {
 typedef struct ds_comm_join {
     int rank, world;
     ds_store_client *store;
+    ds_store_client *watch_store; /* another thread's client of the store, or NULL */
     const char *prefix; /* "comm/<attempt>/<n>/": every store key of this open starts so */
     const char *node_addr;
     int timeout_ms;

@@ -16,6 +16,9 @@ typedef struct ds_context {
     char job_id[128];        /* DS_JOB_ID */
     char host[256];          /* this node's name as the plan calls it */
     struct ds_store_client *store;
+    /* A second client of the same store for the communicator's watch thread (a client
+     * is not thread-safe): NULL in a world of one or where nobody opened it. */
+    struct ds_store_client *watch_store;
     struct ds_comm *comm;
 } ds_context;
 

@@ -71,6 +71,12 @@ static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_er
     snprintf(prefix, sizeof prefix, "a%d/", ctx->attempt);
     int rc = 0;
     if (!ctx->store || ds_store_set_prefix(ctx->store, prefix, err) != 0) rc = -1;
+    /* The communicator's watch thread asks the store about failed peers while the main
+     * thread waits on the GPU (comm_nccl.c): it needs a client of its own. */
+    if (rc == 0 && ctx->world_size > 1 &&
+        (!(ctx->watch_store = ds_store_connect_rank(rdzv, token, timeout_ms, err)) ||
+         ds_store_set_prefix(ctx->watch_store, prefix, err) != 0))
+        rc = -1;
     int progress_ms = 0;
     if (rc == 0 && getenv("DS_PROGRESS_MS") && env_int("DS_PROGRESS_MS", &progress_ms, err) != 0) rc = -1;
     if (rc == 0 && progress_ms > 0) {
@@ -133,5 +139,6 @@ int dsrun_worker_main(int argc, char **argv) {
     }
     ds_comm_close(ctx.comm); /* opened lazily by the script's first collective */
     if (ctx.store) ds_store_close(ctx.store);
+    if (ctx.watch_store) ds_store_close(ctx.watch_store);
     return rc;
 }

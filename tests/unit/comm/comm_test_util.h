@@ -89,8 +89,14 @@ static inline int run_ranks(int world, int nstart, int timeout_ms, int limit_s, 
             env.ctx.store = ds_store_connect("127.0.0.1", port, token, 5000, &err);
             RANK_CHECK(env.ctx.store != NULL, "store: %s", err.msg);
             RANK_CHECK(ds_store_set_prefix(env.ctx.store, "a0/", &err) == 0, "%s", err.msg);
+            if (world > 1) { /* as the worker does: the communicator's watch thread's client */
+                env.ctx.watch_store = ds_store_connect("127.0.0.1", port, token, 5000, &err);
+                RANK_CHECK(env.ctx.watch_store != NULL, "store: %s", err.msg);
+                RANK_CHECK(ds_store_set_prefix(env.ctx.watch_store, "a0/", &err) == 0, "%s", err.msg);
+            }
             int rc = fn(&env);
             ds_store_close(env.ctx.store);
+            if (env.ctx.watch_store) ds_store_close(env.ctx.watch_store);
             exit(rc == 0 ? 0 : 1);
         }
     }

@@ -3,7 +3,9 @@
  * reference sum, sync and async, with one rank per GPU (up to 2; a single GPU runs a
  * world of one through NCCL all the same). Each rank runs on the cuda device
  * (kernels/device.h): buffers come from its allocator and its copies, and a kernel
- * queued on its compute stream right before an op must be seen by the op.
+ * queued on its compute stream right before an op must be seen by the op, and one queued
+ * right after ds_comm_wait (which only makes the compute stream wait) sees its result.
+ * With two GPUs, a peer's published failure stops a rank blocked on the device.
  * CUDA is never touched in the parent: a process that initialised CUDA cannot fork
  * children that use it, so even the device count comes from a probe child. */
 #include <cuda_runtime.h>
@@ -114,11 +116,13 @@ static int nccl_rank(rank_env *env) {
     ds_comm_handle *hd = ds_comm_ireduce_scatter(c, din, dout, shard, DS_F32, DS_COMM_SUM, &err);
     RANK_CHECK(hd != NULL, "%s", err.msg);
     RANK_CHECK(ds_comm_wait(hd, &err) == 0, "%s", err.msg);
+    /* the wait only made the compute stream wait: a kernel queued now sees the result */
+    ds_device_get()->k->scale(dout, 3.0f, shard);
     r = to_host(dout, shard);
     for (size_t k = 0; k < shard; k++) {
         float want = 0;
         for (int q = 0; q < world; q++) want += fill(q, (size_t)rank * shard + k);
-        RANK_CHECK(r[k] == want, "reduce-scatter k=%zu", k);
+        RANK_CHECK(r[k] == 3.0f * want, "reduce-scatter, then a kernel after the wait k=%zu", k);
     }
     free(r);
 
@@ -157,6 +161,47 @@ static int nccl_rank(rank_env *env) {
     return 0;
 }
 
+/* A peer that published its failure stops this rank's collective while the host is
+ * blocked on the device (its read after a ds_comm_wait that only ordered the stream),
+ * long before the timeout, with the peer's message; later ops are refused. Rank 1
+ * publishes as comm_peers.c does and never joins the all-reduce. Needs two GPUs. */
+static int peer_fails_rank(rank_env *env) {
+    int rank = env->ctx.rank;
+    ds_err err = {{0}};
+    RANK_CHECK(ds_device_open("cuda", rank, &err) == 0, "%s", err.msg);
+    ds_comm_opts o = {.backend = DS_COMM_NCCL, .timeout_ms = env->timeout_ms};
+    ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(c != NULL, "open: %s", err.msg);
+    const size_t n = 1 << 20;
+    float *d = to_device(NULL, n);
+    if (rank == 1) {
+        const char *why = "rank 1 (127.0.0.1): gave up on purpose";
+        RANK_CHECK(ds_store_set(env->ctx.store, "comm/0/0/failed", why, strlen(why), &err) == 0,
+                   "%s", err.msg); /* the first open of this process, attempt 0 */
+        void *v = NULL;
+        size_t len = 0;
+        RANK_CHECK(ds_store_get(env->ctx.store, "rank0_done", &v, &len, 200000, &err) == 0, "%s",
+                   err.msg);
+        free(v);
+        _exit(0); /* its communicator ends with the process */
+    }
+    double t0 = now_s();
+    ds_comm_handle *h = ds_comm_iallreduce(c, d, n, DS_F32, DS_COMM_SUM, &err);
+    RANK_CHECK(h != NULL, "%s", err.msg);
+    RANK_CHECK(ds_comm_wait(h, &err) == 0, "the wait must not block: %s", err.msg);
+    float x = 0;
+    int rc = ds_device_get()->ops->to_host(ds_device_get(), &x, d, sizeof x, &err);
+    double dt = now_s() - t0;
+    RANK_CHECK(rc != 0, "read after an all-reduce a peer never joined: no error");
+    RANK_CHECK(strstr(err.msg, "nccl op: stopped: peer rank 1 (127.0.0.1): gave up on purpose"),
+               "%s", err.msg);
+    RANK_CHECK(dt < 0.5 * env->timeout_ms / 1000.0, "stopped after %.1f s", dt);
+    RANK_CHECK(ds_comm_barrier(c, &err) != 0 && strstr(err.msg, "aborted"), "%s", err.msg);
+    RANK_CHECK(ds_store_set(env->ctx.store, "rank0_done", "1", 1, &err) == 0, "%s", err.msg);
+    ds_comm_close(c);
+    return 0;
+}
+
 /* The number of CUDA devices, asked in a child so this process never initialises CUDA. */
 static int probe_devices(void) {
     pid_t pid = fork();
@@ -179,5 +224,11 @@ int main(void) {
     int world = ndev >= 2 ? 2 : 1;
     int failed = run_ranks(world, world, 60000, 240, nccl_rank, NULL);
     printf("nccl, world %d: %s\n", world, failed ? "FAILED" : "passed");
+    if (world == 2) {
+        int f2 = run_ranks(2, 2, 120000, 240, peer_fails_rank, NULL);
+        printf("nccl, a peer's failure while the host waits on the device: %s\n",
+               f2 ? "FAILED" : "passed");
+        failed += f2;
+    }
     return failed ? 1 : 0;
 }
