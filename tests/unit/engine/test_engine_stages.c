@@ -79,7 +79,7 @@ static void test_checkpoint_is_exact_and_saves_memory(void **state) {
  * tensor itself, allocates no activation byte (a separate [N, V] gradient took N.V.4),
  * the values are scale/N * (softmax - onehot) of the logits it overwrote, a second
  * backward is refused, and the fused forward_backward gives the same loss and gradients,
- * bit for bit, as forward then backward. */
+ * bit for bit, as forward then backward, also with the head stage checkpointed. */
 static void test_criterion_backward_in_place(void **state) {
     (void)state;
     run_chunk(
@@ -117,7 +117,14 @@ static void test_criterion_backward_in_place(void **state) {
         "same(g1, flat(m, 'grads'), 'gradients of forward_backward')\n"
         "ok, err = pcall(m.criterion.backward, m.criterion, 0.5)\n"
         "assert(not ok and err:find('backward ran already', 1, true), tostring(err))\n"
-        "m:release()\n");
+        "m:release()\n"
+        /* a checkpointed head recomputes its Linear into a buffer of its own: the logits
+         * the gradient was written over are the span's output, read by nobody after */
+        "local c = gpt.GPT(CFG, {seed = 5, head = {checkpoint = 'full'}})\n"
+        "c:zero_grad()\n"
+        "assert(c:forward_backward(x, y, {step = 3, micro = 1}, 0.5) == l1, 'checkpointed head: loss')\n"
+        "same(g1, flat(c, 'grads'), 'gradients with the head checkpointed')\n"
+        "c:release()\n");
 }
 
 /* The same run twice gives the same bits, dropout and AdamW included; a different step
