@@ -7,9 +7,9 @@
  * on queuing kernels while the collective runs. The synchronous forms wait on the host.
  *
  * A rank is never left blocked in NCCL: the communicator is non-blocking
- * (config.blocking = 0). A host wait polls it; the ops the host no longer waits for are
- * watched by the communicator's watch thread (comm_watch.c) while they run, so also
- * while the host is blocked on the device (the loss read). Past the timeout, on an
+ * (config.blocking = 0). A host wait polls it, and every op is watched from its issue to
+ * its end by the communicator's watch thread (comm_watch.c), so also while the host is
+ * blocked on the device (the loss read, a sync). Past the timeout, on an
  * asynchronous NCCL error, or when a peer published its failure in the store
  * (comm_peers.c: the first failing rank's message), the rank calls ncclCommAbort,
  * publishes its own failure for the others, makes it the device's sticky error (kernels
@@ -203,6 +203,16 @@ static int nccl_enqueue(nccl_be *b, ds_comm_handle *h, ds_err *err) {
     return 0;
 }
 
+static int completion_event(nccl_be *b, cudaEvent_t *ev, ds_err *err) {
+    cudaError_t ce = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (ce != cudaSuccess) return cuda_fail(err, ce, "creating the completion event");
+    if ((ce = cudaEventRecord(*ev, b->stream)) != cudaSuccess) {
+        cudaEventDestroy(*ev);
+        return cuda_fail(err, ce, "recording the completion event");
+    }
+    return 0;
+}
+
 /* Without a client of its own the watch asks no peer: the host does, at each op, while
  * the watch has ops in flight. */
 static int peers_at_issue(nccl_be *b, ds_err *err) {
@@ -214,12 +224,17 @@ static int nccl_run(void *be, ds_comm_handle *h, ds_err *err) {
     nccl_be *b = be;
     if (peers_at_issue(b, err) != 0 || nccl_enqueue(b, h, err) != 0) return -1;
     if (nccl_settle(b, "nccl enqueue", err) != 0) return -1;
-    cudaEvent_t ev;
-    cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (ce != cudaSuccess) return cuda_fail(err, ce, "creating the completion event");
-    if ((ce = cudaEventRecord(ev, b->stream)) != cudaSuccess) {
+    /* Two events at the op's end: the handle's, and the watch's, which looks after the
+     * op from here until it ends (waited for or not: a device sync waits for it too). */
+    cudaEvent_t ev, watched;
+    if (completion_event(b, &ev, err) != 0) return -1;
+    if (completion_event(b, &watched, err) != 0) {
         cudaEventDestroy(ev);
-        return cuda_fail(err, ce, "recording the completion event");
+        return -1;
+    }
+    if (ds_comm_watch_add(b->watch, watched, ds_now_ms(), err) != 0) {
+        cudaEventDestroy(ev);
+        return -1;
     }
     h->backend_data = ev;
     return 0;
@@ -263,22 +278,20 @@ static int nccl_finish(void *be, ds_comm_handle *h, ds_err *err) {
         pause_briefly();
     }
     cudaEventDestroy(ev);
-    return rc;
+    /* an op the watch aborted ends too, with no data */
+    return rc == 0 ? aborted(b, err) : rc;
 }
 
 /* ds_comm_wait: the compute stream's later work waits for the op's event, the host
- * does not; the watch thread looks after the op until it ends. */
+ * does not (the watch thread looks after the op until it ends). An event may be
+ * destroyed once a stream's wait for it is queued. */
 static int nccl_order(void *be, ds_comm_handle *h, ds_err *err) {
     nccl_be *b = be;
     cudaEvent_t ev = h->backend_data;
     h->backend_data = NULL;
-    cudaError_t ce = cudaEventQuery(ev);
-    if (ce == cudaSuccess) {
-        cudaEventDestroy(ev);
-        return aborted(b, err);
-    }
     b->dev->ops->stream_wait(b->dev, NULL, (ds_event *)ev); /* a cuda ds_event is the event */
-    return ds_comm_watch_add(b->watch, ev, ds_now_ms(), err);
+    cudaEventDestroy(ev);
+    return aborted(b, err);
 }
 
 /* ---- the watch's questions (comm_watch.h), asked on its thread ---------------------- */

@@ -1,6 +1,6 @@
-/* The watch over a communicator's ops that the host no longer waits for (NCCL ops whose
- * ds_comm_wait only made the compute stream wait on their event): while any is in
- * flight it looks at them, the communicator's asynchronous error and the peers' failures
+/* The watch over a communicator's ops in flight (NCCL's, from their issue to their end:
+ * the host may never wait for them itself, as ds_comm_wait only makes the compute stream
+ * wait on their event): while any is in flight it looks at them, the communicator's asynchronous error and the peers' failures
  * in the store, and past the timeout or on any failure stops the communicator once,
  * through the backend's abort, which also makes the failure the device's error, so the
  * host's next wait on the device (the loss read, a sync) returns it instead of hanging.
