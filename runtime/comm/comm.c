@@ -197,7 +197,8 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
     char prefix[128];
     snprintf(prefix, sizeof prefix, "comm/%d/%d/", ctx->attempt, n);
     ds_comm_join j = {.rank = ctx->rank, .world = ctx->world_size, .store = ctx->store,
-                      .watch_store = ctx->watch_store, .prefix = prefix, .node_addr = o.node_addr, .timeout_ms = o.timeout_ms};
+                      .watch_store = ctx->watch_store, .prefix = prefix,
+                      .node_addr = o.node_addr, .timeout_ms = o.timeout_ms};
     if (arrive(&j, err) != 0) goto fail_ctx;
     if (o.backend == DS_COMM_GLOO) {
         c->be = ds_comm_gloo_open(&j, &c->vt, err);
