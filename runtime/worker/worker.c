@@ -52,6 +52,14 @@ static int context_from_env(ds_context *ctx, ds_err *err) {
     return 0;
 }
 
+/* Will this rank's device be a GPU (its communicator NCCL's)? An unusable choice is
+ * reported when the device is opened, not here. */
+static int on_gpu(const ds_context *ctx) {
+    ds_rank_device c;
+    ds_err ignored = {{0}};
+    return ds_rank_device_choice(ctx, &c, &ignored) == 0 && strcmp(c.kind, "cuda") == 0;
+}
+
 /* DS_RDZV is host:port (ds_store_split_addr: an IPv6 host with or without brackets). */
 static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_err *err) {
     const char *rdzv = getenv("DS_RDZV");
@@ -71,9 +79,10 @@ static int connect_store(ds_context *ctx, ds_progress_reporter **reporter, ds_er
     snprintf(prefix, sizeof prefix, "a%d/", ctx->attempt);
     int rc = 0;
     if (!ctx->store || ds_store_set_prefix(ctx->store, prefix, err) != 0) rc = -1;
-    /* The communicator's watch thread asks the store about failed peers while the main
-     * thread waits on the GPU (comm_nccl.c): it needs a client of its own. */
-    if (rc == 0 && ctx->world_size > 1 &&
+    /* The NCCL communicator's watch thread asks the store about failed peers while the
+     * main thread waits on the GPU (comm_nccl.c): it needs a client of its own. CPU and
+     * sim ranks (Gloo) have no watch and keep one connection. */
+    if (rc == 0 && ctx->world_size > 1 && on_gpu(ctx) &&
         (!(ctx->watch_store = ds_store_connect_rank(rdzv, token, timeout_ms, err)) ||
          ds_store_set_prefix(ctx->watch_store, prefix, err) != 0))
         rc = -1;
