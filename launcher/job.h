@@ -76,6 +76,7 @@ typedef struct ds_job {
     ds_logs *logs;
     ds_monitor *monitor;   /* metrics, reports, the progress line (monitor_job.c) */
     ds_node *nodes;
+    ds_node_wakes wakes;   /* the nodes given work no descriptor announces (node.h) */
     ds_rank_status *ranks;
     int nstarted, nexited, nfailed_ranks;
     int nqueued;           /* nodes waiting for a handshake slot (start_queue.h) */

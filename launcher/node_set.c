@@ -2,10 +2,13 @@
  * by node.c (or srun.c) without telling this file, and the kernel then drops them from
  * the set itself; their numbers can come back for another node. So each registration is
  * also kept by descriptor number (who registered it last): a node takes one of its own
- * out only while the number is still its own. */
+ * out only while the number is still its own. Timers sit in a heap and are checked when
+ * they come out: a node's deadline or keepalive that changed since leaves a stale entry
+ * behind, which is dropped then. */
 #include "node_set.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,38 +16,65 @@
 #include <unistd.h>
 
 #define SLOTS 3 /* descriptors of one node at most (ds_node_pollfds) */
+#define KEEPALIVE_MS 1000
 
 typedef struct reg {
     int fd; /* -1: slot unused */
     uint32_t events;
 } reg;
 
+enum { T_DEADLINE, T_KEEPALIVE };
+
+typedef struct timer {
+    long long at;
+    int node, kind;
+} timer;
+
 struct ds_node_set {
     int ep;
     ds_node *nodes;
     int n;
+    ds_node_wakes *wakes;
     reg *regs;          /* SLOTS per node: what the kernel was told */
     int *owner;         /* by descriptor number: 1 + the node that registered it, 0 none */
     int nowner;
-    uint64_t *seen;     /* by node: the collect that found it ready */
+    uint64_t *ready;    /* by node: the pass whose poll found it ready */
+    uint64_t *gathered; /* by node: the pass that put it in turn[] */
     uint64_t pass;
+    int *turn, nturn;   /* this pass's nodes */
+    unsigned char *ended; /* by node: counted out of live */
+    int live;
+    long long *deadline, *keepalive; /* by node: its timers in the heap (0: none) */
+    timer *heap;
+    int nheap, capheap;
     struct epoll_event evs[256];
 };
 
-ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_err *err) {
+ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_node_wakes *wakes, ds_err *err) {
     ds_node_set *s = calloc(1, sizeof *s);
     if (!s) return ds_err_set(err, "out of memory"), NULL;
+    size_t m = (size_t)(n > 0 ? n : 1);
     s->nodes = nodes;
     s->n = n;
+    s->wakes = wakes;
     s->ep = epoll_create1(EPOLL_CLOEXEC);
-    s->regs = malloc((size_t)(n > 0 ? n : 1) * SLOTS * sizeof *s->regs);
-    s->seen = calloc((size_t)(n > 0 ? n : 1), sizeof *s->seen);
-    if (s->ep < 0 || !s->regs || !s->seen) {
+    s->regs = malloc(m * SLOTS * sizeof *s->regs);
+    s->ready = calloc(m, sizeof *s->ready);
+    s->gathered = calloc(m, sizeof *s->gathered);
+    s->turn = calloc(m, sizeof *s->turn);
+    s->ended = calloc(m, sizeof *s->ended);
+    s->deadline = calloc(m, sizeof *s->deadline);
+    s->keepalive = calloc(m, sizeof *s->keepalive);
+    if (s->ep < 0 || !s->regs || !s->ready || !s->gathered || !s->turn || !s->ended || !s->deadline || !s->keepalive) {
         ds_err_errno(err, s->ep < 0 ? errno : ENOMEM, "the controller's epoll set");
         ds_node_set_free(s);
         return NULL;
     }
     for (int i = 0; i < n * SLOTS; i++) s->regs[i].fd = -1;
+    for (int i = 0; i < n; i++) {
+        s->ended[i] = nodes[i].state == DS_NODE_DONE;
+        s->live += !s->ended[i];
+    }
     s->pass = 1;
     return s;
 }
@@ -54,7 +84,13 @@ void ds_node_set_free(ds_node_set *s) {
     if (s->ep >= 0) close(s->ep);
     free(s->regs);
     free(s->owner);
-    free(s->seen);
+    free(s->ready);
+    free(s->gathered);
+    free(s->turn);
+    free(s->ended);
+    free(s->deadline);
+    free(s->keepalive);
+    free(s->heap);
     free(s);
 }
 
@@ -117,23 +153,118 @@ static int sync_node(ds_node_set *s, int i, ds_err *err) {
     return 0;
 }
 
-int ds_node_set_sync(ds_node_set *s, ds_err *err) {
-    for (int i = 0; i < s->n; i++)
-        if (sync_node(s, i, err) != 0) return -1;
+/* ---- timers ---- */
+
+static int push(ds_node_set *s, long long at, int node, int kind) {
+    if (s->nheap == s->capheap) {
+        int cap = s->capheap ? 2 * s->capheap : 64;
+        timer *h = realloc(s->heap, (size_t)cap * sizeof *h);
+        if (!h) return -1;
+        s->heap = h;
+        s->capheap = cap;
+    }
+    int k = s->nheap++;
+    for (; k > 0 && s->heap[(k - 1) / 2].at > at; k = (k - 1) / 2) s->heap[k] = s->heap[(k - 1) / 2];
+    s->heap[k] = (timer){.at = at, .node = node, .kind = kind};
     return 0;
 }
 
-void ds_node_set_collect(ds_node_set *s) {
-    s->pass++;
-    int cap = (int)(sizeof s->evs / sizeof s->evs[0]);
-    /* Ready descriptors stay ready (level-triggered) and come round again at the end of
-     * the kernel's list: as many rounds as it takes to have seen every node once. */
-    for (int round = 0; round <= s->n / cap; round++) {
-        int got = epoll_wait(s->ep, s->evs, cap, 0);
-        for (int k = 0; k < got; k++)
-            if (s->evs[k].data.u32 < (uint32_t)s->n) s->seen[s->evs[k].data.u32] = s->pass;
-        if (got < cap) break;
+static timer pop(ds_node_set *s) {
+    timer top = s->heap[0], last = s->heap[--s->nheap];
+    int k = 0;
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= s->nheap) break;
+        if (c + 1 < s->nheap && s->heap[c + 1].at < s->heap[c].at) c++;
+        if (s->heap[c].at >= last.at) break;
+        s->heap[k] = s->heap[c];
+        k = c;
     }
+    if (s->nheap) s->heap[k] = last;
+    return top;
 }
 
-int ds_node_set_ready(const ds_node_set *s, int i) { return s->seen[i] == s->pass; }
+static int current(const ds_node_set *s, timer t) {
+    return (t.kind == T_DEADLINE ? s->deadline : s->keepalive)[t.node] == t.at;
+}
+
+/* The earliest timer still current, stale ones dropped; NULL when none. */
+static const timer *earliest(ds_node_set *s) {
+    while (s->nheap && !current(s, s->heap[0])) pop(s);
+    return s->nheap ? &s->heap[0] : NULL;
+}
+
+/* ---- passes ---- */
+
+int ds_node_set_live(const ds_node_set *s) { return s->live; }
+
+int ds_node_set_timeout(ds_node_set *s, long long now_ms) {
+    if (s->wakes->head) return 0;
+    const timer *t = earliest(s);
+    if (!t) return -1;
+    return t->at <= now_ms ? 0 : t->at - now_ms > INT_MAX ? INT_MAX : (int)(t->at - now_ms);
+}
+
+static void gather(ds_node_set *s, int i) {
+    if (s->gathered[i] == s->pass) return;
+    s->gathered[i] = s->pass;
+    s->turn[s->nturn++] = i;
+}
+
+int ds_node_set_gather(ds_node_set *s, int polled, long long now_ms) {
+    s->pass++;
+    s->nturn = 0;
+    int cap = (int)(sizeof s->evs / sizeof s->evs[0]);
+    /* Ready descriptors stay ready (level-triggered) and come round again at the end of
+     * the kernel's list: as many rounds as it takes to have seen every ready node once. */
+    for (int round = 0; polled && round <= s->n / cap; round++) {
+        int got = epoll_wait(s->ep, s->evs, cap, 0);
+        for (int k = 0; k < got; k++) {
+            uint32_t i = s->evs[k].data.u32;
+            if (i >= (uint32_t)s->n) continue;
+            s->ready[i] = s->pass;
+            gather(s, (int)i);
+        }
+        if (got < cap) break;
+    }
+    const timer *t;
+    while ((t = earliest(s)) && t->at <= now_ms) {
+        timer due = pop(s);
+        if (due.kind == T_KEEPALIVE) { /* (it wakes the node: libssh2 may read meanwhile) */
+            s->keepalive[due.node] = now_ms + KEEPALIVE_MS;
+            if (push(s, s->keepalive[due.node], due.node, T_KEEPALIVE) != 0) s->keepalive[due.node] = 0;
+            ds_node_keepalive(&s->nodes[due.node]);
+        }
+        gather(s, due.node); /* a deadline stays set: the opening fails at its turn */
+    }
+    for (ds_node *n = s->wakes->head, *next; n; n = next) {
+        next = n->wake_next;
+        n->woken = 0;
+        n->wake_next = NULL;
+        gather(s, (int)(n - s->nodes));
+    }
+    s->wakes->head = NULL;
+    return s->nturn;
+}
+
+int ds_node_set_nth(const ds_node_set *s, int k, int *ready) {
+    int i = s->turn[k];
+    *ready = s->ready[i] == s->pass;
+    return i;
+}
+
+int ds_node_set_update(ds_node_set *s, int i, long long now_ms, ds_err *err) {
+    const ds_node *n = &s->nodes[i];
+    if (sync_node(s, i, err) != 0) return -1;
+    if (n->state == DS_NODE_DONE && !s->ended[i]) {
+        s->ended[i] = 1;
+        s->live--;
+    }
+    long long d = ds_node_deadline_ms(n);
+    if (d < 0) s->deadline[i] = 0;
+    else if (d != s->deadline[i] && push(s, d, i, T_DEADLINE) == 0) s->deadline[i] = d;
+    int open_ssh = n->ssh && (n->state == DS_NODE_STARTED || n->state == DS_NODE_RUNNING);
+    if (!open_ssh) s->keepalive[i] = 0;
+    else if (!s->keepalive[i] && push(s, now_ms + KEEPALIVE_MS, i, T_KEEPALIVE) == 0) s->keepalive[i] = now_ms + KEEPALIVE_MS;
+    return 0;
+}

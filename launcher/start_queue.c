@@ -30,6 +30,7 @@ ds_node *ds_start_next(ds_job *job) {
         if (n->state != DS_NODE_QUEUED) continue;
         if (job->stopping) {
             n->state = DS_NODE_DONE; /* never started: nothing to stop */
+            ds_node_wake(n);         /* (the loop counts it done) */
             job->nqueued--;
         } else if (!next && k < job->spec->max_handshakes) {
             next = n;
