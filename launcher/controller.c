@@ -171,11 +171,15 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
 }
 
 /* Nodes waiting for a handshake slot start as slots free up (start_queue.h). */
-static void start_queued(ds_job *job, ds_ssh_config **ssh_config) {
+static void start_queued(ds_job *job, const ds_node_set *set, ds_ssh_config **ssh_config) {
+    int in_flight = ds_node_set_connecting(set);
     ds_node *n;
-    while ((n = ds_start_next(job))) {
+    while ((n = ds_start_next(job, in_flight))) {
         ds_err err = {{0}};
-        if (start_node(job, n, ssh_config, &err) == 0) continue;
+        if (start_node(job, n, ssh_config, &err) == 0) {
+            in_flight += n->state == DS_NODE_CONNECTING; /* (the set counts it at its first turn) */
+            continue;
+        }
         ds_job_node_failed(job, n, err.msg);
         n->state = DS_NODE_DONE;
         ds_node_wake(n); /* the loop counts it done */
@@ -309,7 +313,7 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
     long long next_tick = 0;
     int all_exited = 0;
     for (;;) {
-        start_queued(job, ssh_config);
+        start_queued(job, set, ssh_config);
         if (!ds_node_set_live(set)) break;
         if (job->stopping && !job->drop_at_ms && ds_now_ms() >= job->kill_at_ms) {
             job->drop_at_ms = ds_now_ms() + DS_DROP_AFTER_MS;
@@ -395,6 +399,7 @@ static int fetch_files(ds_job *job, ds_restart *rs) {
  * others queued for run_loop (start_queue.h); a node that cannot start stops the job. */
 static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
     ds_err err = {{0}};
+    int in_flight = 0;
     for (int i = 0; i < job->plan->nnodes; i++) {
         ds_node *n = &job->nodes[i];
         if (job->stopping) {
@@ -403,12 +408,13 @@ static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
         }
         err.msg[0] = 0;
         if (queue_plan(job, n, &err) != 0 ||
-            (ds_start_admit(job, n) && start_node(job, n, ssh_config, &err) != 0)) {
+            (ds_start_admit(job, n, in_flight) && start_node(job, n, ssh_config, &err) != 0)) {
             ds_job_node_failed(job, n, err.msg);
             n->state = DS_NODE_DONE;
             ds_node_wake(n);
             ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
+        in_flight += n->state == DS_NODE_CONNECTING;
     }
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
     ds_relay_launch(job); /* past [launch] relay_threshold: the relays of the attached nodes */

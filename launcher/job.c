@@ -34,7 +34,7 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
     ds_job_end_attempt(job);
     job->plan = plan;
     job->attempt = attempt;
-    job->nstarted = job->nexited = job->nfailed_ranks = job->nqueued = 0;
+    job->nstarted = job->nexited = job->nfailed_ranks = job->nqueued = job->queue_at = 0;
     job->t0_ms = ds_now_ms();
     job->all_started_ms = 0;
     job->stopping = 0;

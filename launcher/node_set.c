@@ -24,6 +24,7 @@ typedef struct reg {
 } reg;
 
 enum { T_DEADLINE, T_KEEPALIVE };
+enum { SEEN_DONE = 1, SEEN_CONNECTING = 2 };
 
 typedef struct timer {
     long long at;
@@ -42,13 +43,23 @@ struct ds_node_set {
     uint64_t *gathered; /* by node: the pass that put it in turn[] */
     uint64_t pass;
     int *turn, nturn;   /* this pass's nodes */
-    unsigned char *ended; /* by node: counted out of live */
-    int live;
+    unsigned char *seen; /* by node: SEEN_* as last counted */
+    int live, connecting;
     long long *deadline, *keepalive; /* by node: its timers in the heap (0: none) */
     timer *heap;
     int nheap, capheap;
     struct epoll_event evs[256];
 };
+
+/* Counts node i's state in live and connecting as it is now. */
+static void count(ds_node_set *s, int i) {
+    ds_node_state st = s->nodes[i].state;
+    unsigned char now = (st == DS_NODE_DONE ? SEEN_DONE : 0) | (st == DS_NODE_CONNECTING ? SEEN_CONNECTING : 0);
+    unsigned char was = s->seen[i];
+    if ((was ^ now) & SEEN_DONE) s->live += now & SEEN_DONE ? -1 : 1;
+    if ((was ^ now) & SEEN_CONNECTING) s->connecting += now & SEEN_CONNECTING ? 1 : -1;
+    s->seen[i] = now;
+}
 
 ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_node_wakes *wakes, ds_err *err) {
     ds_node_set *s = calloc(1, sizeof *s);
@@ -62,19 +73,17 @@ ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_node_wakes *wakes, ds_err
     s->ready = calloc(m, sizeof *s->ready);
     s->gathered = calloc(m, sizeof *s->gathered);
     s->turn = calloc(m, sizeof *s->turn);
-    s->ended = calloc(m, sizeof *s->ended);
+    s->seen = calloc(m, sizeof *s->seen);
     s->deadline = calloc(m, sizeof *s->deadline);
     s->keepalive = calloc(m, sizeof *s->keepalive);
-    if (s->ep < 0 || !s->regs || !s->ready || !s->gathered || !s->turn || !s->ended || !s->deadline || !s->keepalive) {
+    if (s->ep < 0 || !s->regs || !s->ready || !s->gathered || !s->turn || !s->seen || !s->deadline || !s->keepalive) {
         ds_err_errno(err, s->ep < 0 ? errno : ENOMEM, "the controller's epoll set");
         ds_node_set_free(s);
         return NULL;
     }
     for (int i = 0; i < n * SLOTS; i++) s->regs[i].fd = -1;
-    for (int i = 0; i < n; i++) {
-        s->ended[i] = nodes[i].state == DS_NODE_DONE;
-        s->live += !s->ended[i];
-    }
+    s->live = n; /* (seen[] says: not done, not connecting) */
+    for (int i = 0; i < n; i++) count(s, i);
     s->pass = 1;
     return s;
 }
@@ -87,7 +96,7 @@ void ds_node_set_free(ds_node_set *s) {
     free(s->ready);
     free(s->gathered);
     free(s->turn);
-    free(s->ended);
+    free(s->seen);
     free(s->deadline);
     free(s->keepalive);
     free(s->heap);
@@ -197,6 +206,7 @@ static const timer *earliest(ds_node_set *s) {
 /* ---- passes ---- */
 
 int ds_node_set_live(const ds_node_set *s) { return s->live; }
+int ds_node_set_connecting(const ds_node_set *s) { return s->connecting; }
 
 int ds_node_set_timeout(ds_node_set *s, long long now_ms) {
     if (s->wakes->head) return 0;
@@ -256,10 +266,7 @@ int ds_node_set_nth(const ds_node_set *s, int k, int *ready) {
 int ds_node_set_update(ds_node_set *s, int i, long long now_ms, ds_err *err) {
     const ds_node *n = &s->nodes[i];
     if (sync_node(s, i, err) != 0) return -1;
-    if (n->state == DS_NODE_DONE && !s->ended[i]) {
-        s->ended[i] = 1;
-        s->live--;
-    }
+    count(s, i);
     long long d = ds_node_deadline_ms(n);
     if (d < 0) s->deadline[i] = 0;
     else if (d != s->deadline[i] && push(s, d, i, T_DEADLINE) == 0) s->deadline[i] = d;

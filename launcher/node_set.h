@@ -10,7 +10,7 @@
  *     send, data libssh2 holds, a reaped agent, a start, an end).
  *   - Timers in a min-heap: each opening's deadline, and each open SSH session's
  *     keepalive (once a second; libssh2 sends one when its interval is due).
- *   - The live count, kept as nodes end, not recounted. */
+ *   - The live and connecting counts, kept as nodes change, not recounted. */
 #ifndef DS_NODE_SET_H
 #define DS_NODE_SET_H
 
@@ -25,8 +25,10 @@ ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_node_wakes *wakes, ds_err
 void ds_node_set_free(ds_node_set *s);
 /* Readable when a node's descriptor is ready (poll it with POLLIN). */
 int ds_node_set_fd(const ds_node_set *s);
-/* Nodes not done yet. */
+/* Nodes not done yet; SSH sessions opening (start_queue.h): counts kept as nodes change
+ * (seen at their turns and wakes), not recounted. */
 int ds_node_set_live(const ds_node_set *s);
+int ds_node_set_connecting(const ds_node_set *s);
 /* How long the poll may wait for the nodes' sake: 0 when a node was woken, else until
  * the earliest timer, -1 when there is none. */
 int ds_node_set_timeout(ds_node_set *s, long long now_ms);
