@@ -38,5 +38,6 @@ for nodes in sorted({r["nodes"] for r in runs}):
     med = {b: statistics.median(v) for b, v in cpu.items()}
     print(json.dumps({"nodes": nodes, "main_cpu_ms_per_s_before": [round(1000 * x, 2) for x in cpu["before"]],
                       "main_cpu_ms_per_s_after": [round(1000 * x, 2) for x in cpu["after"]],
-                      "ratio_of_medians": round(med["before"] / med["after"], 2) if med["after"] else None}))
+                      "ratio_of_medians": round(med["before"] / med["after"], 2) if med["after"] else None,
+                      "lines_per_s": [r.get("chatter_lines_per_s") for r in runs if r["nodes"] == nodes]}))
 PY

@@ -24,7 +24,8 @@
 # With IDLE_S set, the ranks stay IDLE_S + 4 seconds past their barriers, rank 0 printing
 # a line every CHATTER_MS (default 1; 0: silent), and it adds idle_s and
 # idle_main_cpu_s: the controller's main thread's CPU time over IDLE_S seconds of that
-# steady state (from 2 s after rank 0's first output), and chatter_ms. SIM_RANK names
+# steady state (from 2 s after rank 0's first output), chatter_ms, and chatter_lines_per_s
+# (the lines rank 0 printed per second: about the loop's passes). SIM_RANK names
 # the light rank to run (default: the build's), so two builds run the same ranks.
 # Usage: bench/scale/run.sh NODES RANKS [BUILD_DIR]   (env SIM_BARRIERS: barriers per rank)
 set -euo pipefail
@@ -72,9 +73,10 @@ if [[ $rc != 0 ]]; then
     exit 1
 fi
 past=$(sed -n 's/^past //p' "$work/logs/$name/latest/attempt-0/rank-0.out")
+lines=$(grep -c '^line ' "$work/logs/$name/latest/attempt-0/rank-0.out" || true)
 served=$(grep -o 'store served [^"]*' "$work/logs/$name/latest/launcher.log")
 relays=$(sed -n 's/.*relays: [0-9]* nodes through \([0-9]*\) relays.*/\1/p' "$work/logs/$name/latest/launcher.log")
-python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" "${relays:-0}" <<'PY'
+python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" "${relays:-0}" "$lines" <<'PY'
 import json, os, re, sys
 s = json.load(open(sys.argv[1]))
 nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:8])
@@ -82,7 +84,8 @@ served = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", sys.argv[8].split(":"
 served["total"] = int(re.search(r"served (\d+) requests", sys.argv[8]).group(1))
 relays = int(sys.argv[9])
 idle = {"idle_s": s["idle_window_s"], "idle_main_cpu_s": s["idle_main_cpu_s"],
-        "chatter_ms": int(os.environ.get("SIM_CHATTER_MS", "0"))} if "idle_window_s" in s else {}
+        "chatter_ms": int(os.environ.get("SIM_CHATTER_MS", "0")),
+        "chatter_lines_per_s": round(int(sys.argv[10]) / int(os.environ["SIM_IDLE_S"]))} if "idle_window_s" in s else {}
 extra = {"relays": relays, "controller_cpu_relay_s": s["cpu_relay_thread_s"], "relays_cpu_s": s["relays_cpu_s"],
          "relay_cpu_max_s": s["relay_cpu_max_s"]} if relays else {}
 print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks, **extra,
