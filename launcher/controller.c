@@ -239,16 +239,21 @@ static void handle_store_events(ds_job *job) {
     }
 }
 
-/* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. */
-static void check_heartbeats(ds_job *job) {
+/* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. A
+ * running node is looked at when its last heartbeat would be too old (its alarm in the
+ * node set, first set when it began running), not at every tick. */
+static void check_heartbeats(ds_job *job, ds_node_set *set) {
     if (job->stopping || job->spec->heartbeat_timeout_ms <= 0) return;
-    int64_t now = ds_now_ms();
-    for (int i = 0; i < job->plan->nnodes; i++) {
+    int64_t now = ds_now_ms(), timeout = job->spec->heartbeat_timeout_ms;
+    for (int i; (i = ds_node_set_alarm_due(set, now)) >= 0;) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
         int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
         /* (a heartbeat from before this attempt began was the previous agent's) */
-        if (last < job->t0_ms || now - last <= job->spec->heartbeat_timeout_ms) continue;
+        if (last < job->t0_ms || now - last <= timeout) {
+            ds_node_set_alarm(set, i, last < job->t0_ms ? now + timeout : last + timeout + 1);
+            continue;
+        }
         char why[128];
         snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(now - last) / 1000);
         ds_job_node_failed(job, n, why);
@@ -291,8 +296,9 @@ static int turn_nodes(ds_job *job, ds_node_set *set, int polled_ready, ds_err *e
         int ready, i = ds_node_set_nth(set, t, &ready);
         ds_node *n = &job->nodes[i];
         if (ds_node_turn(n, ready, polled)) {
-            int was_connecting = n->state == DS_NODE_CONNECTING;
+            int was_connecting = n->state == DS_NODE_CONNECTING, was_running = n->state == DS_NODE_RUNNING;
             ds_node_io(n, &h);
+            if (!was_running && n->state == DS_NODE_RUNNING) ds_node_set_alarm(set, i, polled); /* check_heartbeats */
             if (was_connecting && n->state == DS_NODE_STARTED)
                 ds_event(job->ev, "node %d (%s): SSH session open, agent starting", i, n->plan->host);
             if (n->state == DS_NODE_DONE) ds_job_on_node_done(job, n);
@@ -338,7 +344,7 @@ static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
         handle_store_events(job);
         long long now = ds_now_ms();
         if (now >= next_tick) {
-            check_heartbeats(job);
+            check_heartbeats(job, set);
             ds_job_check_drain(job);
             ds_job_check_progress(job);
             /* often enough that a lost node is seen soon after heartbeat_timeout */

@@ -23,13 +23,18 @@ typedef struct reg {
     uint32_t events;
 } reg;
 
-enum { T_DEADLINE, T_KEEPALIVE };
+enum { T_DEADLINE, T_KEEPALIVE, T_ALARM };
 enum { SEEN_DONE = 1, SEEN_CONNECTING = 2 };
 
 typedef struct timer {
     long long at;
     int node, kind;
 } timer;
+
+typedef struct heap { /* a min-heap of timers by time */
+    timer *t;
+    int n, cap;
+} heap;
 
 struct ds_node_set {
     int ep;
@@ -45,9 +50,8 @@ struct ds_node_set {
     int *turn, nturn;   /* this pass's nodes */
     unsigned char *seen; /* by node: SEEN_* as last counted */
     int live, connecting;
-    long long *deadline, *keepalive; /* by node: its timers in the heap (0: none) */
-    timer *heap;
-    int nheap, capheap;
+    long long *deadline, *keepalive, *alarm; /* by node: its timers in the heaps (0: none) */
+    heap timers, alarms; /* (alarms are the loop's: not in the timeout) */
     struct epoll_event evs[256];
 };
 
@@ -76,7 +80,9 @@ ds_node_set *ds_node_set_new(ds_node *nodes, int n, ds_node_wakes *wakes, ds_err
     s->seen = calloc(m, sizeof *s->seen);
     s->deadline = calloc(m, sizeof *s->deadline);
     s->keepalive = calloc(m, sizeof *s->keepalive);
-    if (s->ep < 0 || !s->regs || !s->ready || !s->gathered || !s->turn || !s->seen || !s->deadline || !s->keepalive) {
+    s->alarm = calloc(m, sizeof *s->alarm);
+    if (s->ep < 0 || !s->regs || !s->ready || !s->gathered || !s->turn || !s->seen || !s->deadline || !s->keepalive ||
+        !s->alarm) {
         ds_err_errno(err, s->ep < 0 ? errno : ENOMEM, "the controller's epoll set");
         ds_node_set_free(s);
         return NULL;
@@ -99,7 +105,9 @@ void ds_node_set_free(ds_node_set *s) {
     free(s->seen);
     free(s->deadline);
     free(s->keepalive);
-    free(s->heap);
+    free(s->alarm);
+    free(s->timers.t);
+    free(s->alarms.t);
     free(s);
 }
 
@@ -164,43 +172,61 @@ static int sync_node(ds_node_set *s, int i, ds_err *err) {
 
 /* ---- timers ---- */
 
-static int push(ds_node_set *s, long long at, int node, int kind) {
-    if (s->nheap == s->capheap) {
-        int cap = s->capheap ? 2 * s->capheap : 64;
-        timer *h = realloc(s->heap, (size_t)cap * sizeof *h);
-        if (!h) return -1;
-        s->heap = h;
-        s->capheap = cap;
+static int push(heap *h, long long at, int node, int kind) {
+    if (h->n == h->cap) {
+        int cap = h->cap ? 2 * h->cap : 64;
+        timer *t = realloc(h->t, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        h->t = t;
+        h->cap = cap;
     }
-    int k = s->nheap++;
-    for (; k > 0 && s->heap[(k - 1) / 2].at > at; k = (k - 1) / 2) s->heap[k] = s->heap[(k - 1) / 2];
-    s->heap[k] = (timer){.at = at, .node = node, .kind = kind};
+    int k = h->n++;
+    for (; k > 0 && h->t[(k - 1) / 2].at > at; k = (k - 1) / 2) h->t[k] = h->t[(k - 1) / 2];
+    h->t[k] = (timer){.at = at, .node = node, .kind = kind};
     return 0;
 }
 
-static timer pop(ds_node_set *s) {
-    timer top = s->heap[0], last = s->heap[--s->nheap];
+static timer pop(heap *h) {
+    timer top = h->t[0], last = h->t[--h->n];
     int k = 0;
     for (;;) {
         int c = 2 * k + 1;
-        if (c >= s->nheap) break;
-        if (c + 1 < s->nheap && s->heap[c + 1].at < s->heap[c].at) c++;
-        if (s->heap[c].at >= last.at) break;
-        s->heap[k] = s->heap[c];
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->t[c + 1].at < h->t[c].at) c++;
+        if (h->t[c].at >= last.at) break;
+        h->t[k] = h->t[c];
         k = c;
     }
-    if (s->nheap) s->heap[k] = last;
+    if (h->n) h->t[k] = last;
     return top;
 }
 
 static int current(const ds_node_set *s, timer t) {
-    return (t.kind == T_DEADLINE ? s->deadline : s->keepalive)[t.node] == t.at;
+    const long long *at = t.kind == T_DEADLINE ? s->deadline : t.kind == T_KEEPALIVE ? s->keepalive : s->alarm;
+    return at[t.node] == t.at;
 }
 
-/* The earliest timer still current, stale ones dropped; NULL when none. */
-static const timer *earliest(ds_node_set *s) {
-    while (s->nheap && !current(s, s->heap[0])) pop(s);
-    return s->nheap ? &s->heap[0] : NULL;
+/* h's earliest timer still current, stale ones dropped; NULL when none. */
+static const timer *earliest(ds_node_set *s, heap *h) {
+    while (h->n && !current(s, h->t[0])) pop(h);
+    return h->n ? &h->t[0] : NULL;
+}
+
+/* Sets node i's timer of kind to at (its slot: *slot); 0 cancels. */
+static void set_timer(heap *h, long long *slot, int i, long long at, int kind) {
+    *slot = at && push(h, at, i, kind) != 0 ? 0 : at; /* (out of memory: no timer rather than a stale one) */
+}
+
+void ds_node_set_alarm(ds_node_set *s, int i, long long at_ms) {
+    set_timer(&s->alarms, &s->alarm[i], i, at_ms, T_ALARM);
+}
+
+int ds_node_set_alarm_due(ds_node_set *s, long long now_ms) {
+    const timer *t = earliest(s, &s->alarms);
+    if (!t || t->at > now_ms) return -1;
+    int i = pop(&s->alarms).node;
+    s->alarm[i] = 0;
+    return i;
 }
 
 /* ---- passes ---- */
@@ -210,7 +236,7 @@ int ds_node_set_connecting(const ds_node_set *s) { return s->connecting; }
 
 int ds_node_set_timeout(ds_node_set *s, long long now_ms) {
     if (s->wakes->head) return 0;
-    const timer *t = earliest(s);
+    const timer *t = earliest(s, &s->timers);
     if (!t) return -1;
     return t->at <= now_ms ? 0 : t->at - now_ms > INT_MAX ? INT_MAX : (int)(t->at - now_ms);
 }
@@ -238,11 +264,10 @@ int ds_node_set_gather(ds_node_set *s, int polled, long long now_ms) {
         if (got < cap) break;
     }
     const timer *t;
-    while ((t = earliest(s)) && t->at <= now_ms) {
-        timer due = pop(s);
+    while ((t = earliest(s, &s->timers)) && t->at <= now_ms) {
+        timer due = pop(&s->timers);
         if (due.kind == T_KEEPALIVE) { /* (it wakes the node: libssh2 may read meanwhile) */
-            s->keepalive[due.node] = now_ms + KEEPALIVE_MS;
-            if (push(s, s->keepalive[due.node], due.node, T_KEEPALIVE) != 0) s->keepalive[due.node] = 0;
+            set_timer(&s->timers, &s->keepalive[due.node], due.node, now_ms + KEEPALIVE_MS, T_KEEPALIVE);
             ds_node_keepalive(&s->nodes[due.node]);
         }
         gather(s, due.node); /* a deadline stays set: the opening fails at its turn */
@@ -269,9 +294,9 @@ int ds_node_set_update(ds_node_set *s, int i, long long now_ms, ds_err *err) {
     count(s, i);
     long long d = ds_node_deadline_ms(n);
     if (d < 0) s->deadline[i] = 0;
-    else if (d != s->deadline[i] && push(s, d, i, T_DEADLINE) == 0) s->deadline[i] = d;
+    else if (d != s->deadline[i]) set_timer(&s->timers, &s->deadline[i], i, d, T_DEADLINE);
     int open_ssh = n->ssh && (n->state == DS_NODE_STARTED || n->state == DS_NODE_RUNNING);
     if (!open_ssh) s->keepalive[i] = 0;
-    else if (!s->keepalive[i] && push(s, now_ms + KEEPALIVE_MS, i, T_KEEPALIVE) == 0) s->keepalive[i] = now_ms + KEEPALIVE_MS;
+    else if (!s->keepalive[i]) set_timer(&s->timers, &s->keepalive[i], i, now_ms + KEEPALIVE_MS, T_KEEPALIVE);
     return 0;
 }

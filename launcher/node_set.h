@@ -9,7 +9,8 @@
  *   - The nodes' wakes list (node.h): work no descriptor announces (a stop, a kill to
  *     send, data libssh2 holds, a reaped agent, a start, an end).
  *   - Timers in a min-heap: each opening's deadline, and each open SSH session's
- *     keepalive (once a second; libssh2 sends one when its interval is due).
+ *     keepalive (once a second; libssh2 sends one when its interval is due); and the
+ *     loop's alarms for its own checks (when a node's heartbeat would be too old).
  *   - The live and connecting counts, kept as nodes change, not recounted. */
 #ifndef DS_NODE_SET_H
 #define DS_NODE_SET_H
@@ -37,6 +38,12 @@ int ds_node_set_timeout(ds_node_set *s, long long now_ms);
 int ds_node_set_gather(ds_node_set *s, int polled, long long now_ms);
 /* The k-th node gathered (its index); *ready: one of its descriptors was. */
 int ds_node_set_nth(const ds_node_set *s, int k, int *ready);
+/* Alarms are the loop's own, for checks it makes of a node on its tick (the heartbeat
+ * check): node i's alarm at at_ms (0: none; a new one replaces the old). They do not
+ * shorten the poll's timeout. ds_node_set_alarm_due takes the next node whose alarm is
+ * due at now_ms, -1 when none. */
+void ds_node_set_alarm(ds_node_set *s, int i, long long at_ms);
+int ds_node_set_alarm_due(ds_node_set *s, long long now_ms);
 /* After node i's turn: its registration as it asks now, its timers, the live count. -1
  * with err when epoll refuses. */
 int ds_node_set_update(ds_node_set *s, int i, long long now_ms, ds_err *err);

@@ -1,7 +1,7 @@
 /* node_set: a pass of the controller's loop gathers only the nodes with something to do
  * (a ready descriptor, a wake, a timer due), never the idle ones; the live count follows
- * nodes as they end, by their turn or by a wake; an opening's deadline brings its turn
- * with no descriptor ready. Nodes over pipes (as an srun or relayed node is). */
+ * nodes as they end, by their turn or by a wake; the loop's alarms come in time order; an
+ * opening's deadline brings its turn with no descriptor ready. Nodes over pipes (as an srun or relayed node is). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,6 +123,24 @@ static void test_the_live_count_follows_nodes_as_they_end(void **state) {
     assert_int_equal(ds_node_set_live(fx->set), N - 2); /* counted once */
 }
 
+/* The loop's alarms (its heartbeat check): taken in time order, a new one replacing the
+ * node's old one, never shortening the poll. */
+static void test_alarms_come_in_time_order(void **state) {
+    fixture *fx = *state;
+    pass(fx, 0);
+    long long now = ds_now_ms();
+    ds_node_set_alarm(fx->set, 3, now + 50);
+    ds_node_set_alarm(fx->set, 4, now + 10);
+    ds_node_set_alarm(fx->set, 3, now + 5);
+    ds_node_set_alarm(fx->set, 7, now + 30);
+    ds_node_set_alarm(fx->set, 7, 0);
+    assert_int_equal(ds_node_set_timeout(fx->set, now), -1);
+    assert_int_equal(ds_node_set_alarm_due(fx->set, now), -1);
+    assert_int_equal(ds_node_set_alarm_due(fx->set, now + 20), 3);
+    assert_int_equal(ds_node_set_alarm_due(fx->set, now + 20), 4);
+    assert_int_equal(ds_node_set_alarm_due(fx->set, now + 100), -1); /* 3's first and 7's: replaced */
+}
+
 /* An SSH opening to a port that accepts and never says a word: no descriptor becomes
  * ready, the deadline brings the node's turn and its failure. */
 static void test_a_deadline_brings_the_turn(void **state) {
@@ -139,8 +157,8 @@ static void test_a_deadline_brings_the_turn(void **state) {
     ds_node *n = &fx->nodes[N - 1];
     ds_ssh_opts o = {.name = strdup("silent"), .host = strdup("127.0.0.1"), .port = ntohs(a.sin_port),
                      .user = strdup("nobody"), .check = DS_HOSTKEY_NO, .timeout_ms = 300};
+    long long t0 = ds_now_ms(); /* (before the start, which sets the deadline) */
     assert_int_equal(ds_node_start_ssh(n, &o, "true", &err), 0);
-    long long t0 = ds_now_ms();
     int turns = 0;
     for (int k = 0; k < 50 && n->state != DS_NODE_DONE; k++) {
         int wait = ds_node_set_timeout(fx->set, ds_now_ms());
@@ -162,6 +180,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_pass_gathers_only_nodes_with_something_to_do, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_stop_wakes_its_node_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_live_count_follows_nodes_as_they_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alarms_come_in_time_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_deadline_brings_the_turn, setup, teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
