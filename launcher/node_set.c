@@ -4,8 +4,9 @@
  * also kept by descriptor number (who registered it last): a node takes one of its own
  * out only while the number is still its own. Timers sit in a heap and are checked when
  * they come out: a node's deadline or keepalive that changed since leaves a stale entry
- * behind, which is dropped then. */
+ * behind, which is dropped then (timer_heap.h). */
 #include "node_set.h"
+#include "timer_heap.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -26,15 +27,6 @@ typedef struct reg {
 enum { T_DEADLINE, T_KEEPALIVE, T_ALARM };
 enum { SEEN_DONE = 1, SEEN_CONNECTING = 2 };
 
-typedef struct timer {
-    long long at;
-    int node, kind;
-} timer;
-
-typedef struct heap { /* a min-heap of timers by time */
-    timer *t;
-    int n, cap;
-} heap;
 
 struct ds_node_set {
     int ep;
@@ -51,7 +43,7 @@ struct ds_node_set {
     unsigned char *seen; /* by node: SEEN_* as last counted */
     int live, connecting;
     long long *deadline, *keepalive, *alarm; /* by node: its timers in the heaps (0: none) */
-    heap timers, alarms; /* (alarms are the loop's: not in the timeout) */
+    ds_timer_heap timers, alarms; /* (alarms are the loop's: not in the timeout) */
     struct epoll_event evs[256];
 };
 
@@ -106,8 +98,8 @@ void ds_node_set_free(ds_node_set *s) {
     free(s->deadline);
     free(s->keepalive);
     free(s->alarm);
-    free(s->timers.t);
-    free(s->alarms.t);
+    ds_timer_heap_free(&s->timers);
+    ds_timer_heap_free(&s->alarms);
     free(s);
 }
 
@@ -172,49 +164,22 @@ static int sync_node(ds_node_set *s, int i, ds_err *err) {
 
 /* ---- timers ---- */
 
-static int push(heap *h, long long at, int node, int kind) {
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 64;
-        timer *t = realloc(h->t, (size_t)cap * sizeof *t);
-        if (!t) return -1;
-        h->t = t;
-        h->cap = cap;
-    }
-    int k = h->n++;
-    for (; k > 0 && h->t[(k - 1) / 2].at > at; k = (k - 1) / 2) h->t[k] = h->t[(k - 1) / 2];
-    h->t[k] = (timer){.at = at, .node = node, .kind = kind};
-    return 0;
-}
-
-static timer pop(heap *h) {
-    timer top = h->t[0], last = h->t[--h->n];
-    int k = 0;
-    for (;;) {
-        int c = 2 * k + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && h->t[c + 1].at < h->t[c].at) c++;
-        if (h->t[c].at >= last.at) break;
-        h->t[k] = h->t[c];
-        k = c;
-    }
-    if (h->n) h->t[k] = last;
-    return top;
-}
-
-static int current(const ds_node_set *s, timer t) {
+static int current(const ds_node_set *s, ds_timer t) {
     const long long *at = t.kind == T_DEADLINE ? s->deadline : t.kind == T_KEEPALIVE ? s->keepalive : s->alarm;
     return at[t.node] == t.at;
 }
 
 /* h's earliest timer still current, stale ones dropped; NULL when none. */
-static const timer *earliest(ds_node_set *s, heap *h) {
-    while (h->n && !current(s, h->t[0])) pop(h);
-    return h->n ? &h->t[0] : NULL;
+static const ds_timer *earliest(const ds_node_set *s, ds_timer_heap *h) {
+    const ds_timer *t;
+    while ((t = ds_timer_heap_top(h)) && !current(s, *t)) ds_timer_heap_pop(h);
+    return t;
 }
 
 /* Sets node i's timer of kind to at (its slot: *slot); 0 cancels. */
-static void set_timer(heap *h, long long *slot, int i, long long at, int kind) {
-    *slot = at && push(h, at, i, kind) != 0 ? 0 : at; /* (out of memory: no timer rather than a stale one) */
+static void set_timer(ds_timer_heap *h, long long *slot, int i, long long at, int kind) {
+    /* (out of memory: no timer rather than a stale one) */
+    *slot = at && ds_timer_heap_push(h, (ds_timer){.at = at, .node = i, .kind = kind}) != 0 ? 0 : at;
 }
 
 void ds_node_set_alarm(ds_node_set *s, int i, long long at_ms) {
@@ -222,9 +187,9 @@ void ds_node_set_alarm(ds_node_set *s, int i, long long at_ms) {
 }
 
 int ds_node_set_alarm_due(ds_node_set *s, long long now_ms) {
-    const timer *t = earliest(s, &s->alarms);
+    const ds_timer *t = earliest(s, &s->alarms);
     if (!t || t->at > now_ms) return -1;
-    int i = pop(&s->alarms).node;
+    int i = ds_timer_heap_pop(&s->alarms).node;
     s->alarm[i] = 0;
     return i;
 }
@@ -236,7 +201,7 @@ int ds_node_set_connecting(const ds_node_set *s) { return s->connecting; }
 
 int ds_node_set_timeout(ds_node_set *s, long long now_ms) {
     if (s->wakes->head) return 0;
-    const timer *t = earliest(s, &s->timers);
+    const ds_timer *t = earliest(s, &s->timers);
     if (!t) return -1;
     return t->at <= now_ms ? 0 : t->at - now_ms > INT_MAX ? INT_MAX : (int)(t->at - now_ms);
 }
@@ -263,9 +228,9 @@ int ds_node_set_gather(ds_node_set *s, int polled, long long now_ms) {
         }
         if (got < cap) break;
     }
-    const timer *t;
+    const ds_timer *t;
     while ((t = earliest(s, &s->timers)) && t->at <= now_ms) {
-        timer due = pop(&s->timers);
+        ds_timer due = ds_timer_heap_pop(&s->timers);
         if (due.kind == T_KEEPALIVE) { /* (it wakes the node: libssh2 may read meanwhile) */
             set_timer(&s->timers, &s->keepalive[due.node], due.node, now_ms + KEEPALIVE_MS, T_KEEPALIVE);
             ds_node_keepalive(&s->nodes[due.node]);
