@@ -127,6 +127,7 @@ static int queue_plan(ds_job *job, ds_node *n, ds_err *err) {
         ds_plan_env_free(env);
     }
     bad |= ds_frame_append(b, DS_FRAME_GO, 0, NULL, 0);
+    ds_node_wake(n); /* (its start wakes it too; bytes queued are work either way) */
     return bad ? ds_err_set(err, "out of memory (or an [env] value over 1 MiB)") : 0;
 }
 
@@ -170,13 +171,18 @@ static int start_node(ds_job *job, ds_node *n, ds_ssh_config **ssh_config, ds_er
 }
 
 /* Nodes waiting for a handshake slot start as slots free up (start_queue.h). */
-static void start_queued(ds_job *job, ds_ssh_config **ssh_config) {
+static void start_queued(ds_job *job, const ds_node_set *set, ds_ssh_config **ssh_config) {
+    int in_flight = ds_node_set_connecting(set);
     ds_node *n;
-    while ((n = ds_start_next(job))) {
+    while ((n = ds_start_next(job, in_flight))) {
         ds_err err = {{0}};
-        if (start_node(job, n, ssh_config, &err) == 0) continue;
+        if (start_node(job, n, ssh_config, &err) == 0) {
+            in_flight += n->state == DS_NODE_CONNECTING; /* (the set counts it at its first turn) */
+            continue;
+        }
         ds_job_node_failed(job, n, err.msg);
         n->state = DS_NODE_DONE;
+        ds_node_wake(n); /* the loop counts it done */
         ds_job_stop(job, "node %d (%s): %s", n->plan->node_rank, n->plan->host, err.msg);
     }
 }
@@ -233,16 +239,21 @@ static void handle_store_events(ds_job *job) {
     }
 }
 
-/* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. */
-static void check_heartbeats(ds_job *job) {
+/* A node whose agent stopped heartbeating is lost even if its SSH link looks alive. A
+ * running node is looked at when its last heartbeat would be too old (its alarm in the
+ * node set, first set when it began running), not at every tick. */
+static void check_heartbeats(ds_job *job, ds_node_set *set) {
     if (job->stopping || job->spec->heartbeat_timeout_ms <= 0) return;
-    int64_t now = ds_now_ms();
-    for (int i = 0; i < job->plan->nnodes; i++) {
+    int64_t now = ds_now_ms(), timeout = job->spec->heartbeat_timeout_ms;
+    for (int i; (i = ds_node_set_alarm_due(set, now)) >= 0;) {
         ds_node *n = &job->nodes[i];
         if (n->state != DS_NODE_RUNNING) continue;
         int64_t last = ds_store_server_last_heartbeat_ms(job->store, n->plan->node_rank);
         /* (a heartbeat from before this attempt began was the previous agent's) */
-        if (last < job->t0_ms || now - last <= job->spec->heartbeat_timeout_ms) continue;
+        if (last < job->t0_ms || now - last <= timeout) {
+            ds_node_set_alarm(set, i, last < job->t0_ms ? now + timeout : last + timeout + 1);
+            continue;
+        }
         char why[128];
         snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(now - last) / 1000);
         ds_job_node_failed(job, n, why);
@@ -253,88 +264,96 @@ static void check_heartbeats(ds_job *job) {
     }
 }
 
-static int poll_timeout(ds_job *job) {
+/* How long the poll may wait: until a node needs a turn no descriptor will announce
+ * (node_set.h), a stop's next step, or a second at most (the tick's checks). */
+static int poll_timeout(const ds_job *job, ds_node_set *set) {
     long long now = ds_now_ms(), wake = now + 1000;
-    for (int i = 0; i < job->plan->nnodes; i++) {
-        const ds_node *n = &job->nodes[i];
-        long long d = ds_node_deadline_ms(n);
-        if (d >= 0 && d < wake) wake = d;
-        /* libssh2 can keep bytes it read in its own buffers, where poll cannot see them:
-         * such a node is pending (ds_node_turn) and the next pass comes at once. */
-        if (n->pending && n->state != DS_NODE_DONE) wake = now;
-    }
+    int nodes = ds_node_set_timeout(set, now);
+    if (nodes >= 0 && now + nodes < wake) wake = now + nodes;
     if (job->stopping && !job->drop_at_ms && job->kill_at_ms < wake) wake = job->kill_at_ms;
     if (job->drop_at_ms && job->drop_at_ms < wake) wake = job->drop_at_ms;
     return wake > now ? (int)(wake - now) : 0;
 }
 
+/* The attempt is over for the nodes: abandons every one still there (their agents stop
+ * their nodes when they see their stdin close). */
+static void abandon_all(ds_job *job, const char *why, int tell) {
+    for (int i = 0; i < job->plan->nnodes; i++) {
+        ds_node *n = &job->nodes[i];
+        if (n->state == DS_NODE_DONE) continue;
+        ds_node_abandon(n, why);
+        if (tell) ds_job_on_node_done(job, n);
+    }
+}
+
+/* One turn for each node with something to do this pass (node_set.h): -1 with err when
+ * the epoll set refuses a registration. */
+static int turn_nodes(ds_job *job, ds_node_set *set, int polled_ready, ds_err *err) {
+    ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
+    long long polled = ds_now_ms();
+    int k = ds_node_set_gather(set, polled_ready, polled);
+    for (int t = 0; t < k; t++) {
+        int ready, i = ds_node_set_nth(set, t, &ready);
+        ds_node *n = &job->nodes[i];
+        if (ds_node_turn(n, ready, polled)) {
+            int was_connecting = n->state == DS_NODE_CONNECTING, was_running = n->state == DS_NODE_RUNNING;
+            ds_node_io(n, &h);
+            if (!was_running && n->state == DS_NODE_RUNNING) ds_node_set_alarm(set, i, polled); /* check_heartbeats */
+            if (was_connecting && n->state == DS_NODE_STARTED)
+                ds_event(job->ev, "node %d (%s): SSH session open, agent starting", i, n->plan->host);
+            if (n->state == DS_NODE_DONE) ds_job_on_node_done(job, n);
+        }
+        if (ds_node_set_update(set, i, polled, err) != 0) return -1;
+    }
+    return 0;
+}
+
 static void run_loop(ds_job *job, int sigfd, ds_ssh_config **ssh_config) {
-    int nn = job->plan->nnodes;
     ds_err err = {{0}};
-    ds_node_set *set = ds_node_set_new(job->nodes, nn, &err);
+    ds_node_set *set = ds_node_set_new(job->nodes, job->plan->nnodes, &job->wakes, &err);
     if (!set) {
         ds_job_stop(job, "%s", err.msg);
-        for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], err.msg);
+        abandon_all(job, err.msg, 0);
         return;
     }
-    ds_node_handler h = {.ctx = job, .frame = ds_job_on_frame, .agent_line = ds_job_on_agent_line};
     long long next_tick = 0;
+    int all_exited = 0;
     for (;;) {
-        start_queued(job, ssh_config);
-        int live = 0;
-        for (int i = 0; i < nn; i++) live += job->nodes[i].state != DS_NODE_DONE;
-        if (!live) break;
+        start_queued(job, set, ssh_config);
+        if (!ds_node_set_live(set)) break;
         if (job->stopping && !job->drop_at_ms && ds_now_ms() >= job->kill_at_ms) {
             job->drop_at_ms = ds_now_ms() + DS_DROP_AFTER_MS;
-            for (int i = 0; i < nn; i++)
+            for (int i = 0; i < job->plan->nnodes; i++)
                 if (job->nodes[i].state != DS_NODE_DONE) ds_job_kill_node(job, &job->nodes[i]);
         }
         if (job->drop_at_ms && ds_now_ms() >= job->drop_at_ms) {
-            for (int i = 0; i < nn; i++) {
-                ds_node *n = &job->nodes[i];
-                if (n->state == DS_NODE_DONE) continue;
-                ds_node_abandon(n, "did not stop, even when killed; dropped");
-                ds_job_on_node_done(job, n);
-            }
-            break;
-        }
-        if (ds_node_set_sync(set, &err) != 0) {
-            ds_job_stop(job, "%s", err.msg);
-            for (int i = 0; i < nn; i++) ds_node_abandon(&job->nodes[i], err.msg);
+            abandon_all(job, "did not stop, even when killed; dropped", 1);
             break;
         }
         /* The nodes' descriptors are in the epoll set (node_set.h): three to poll. */
         struct pollfd pf[3] = {{.fd = sigfd, .events = POLLIN},
                                {.fd = ds_store_server_event_fd(job->store), .events = POLLIN},
                                {.fd = ds_node_set_fd(set), .events = POLLIN}};
-        if (poll(pf, 3, poll_timeout(job)) < 0 && errno != EINTR) break;
+        if (poll(pf, 3, poll_timeout(job, set)) < 0 && errno != EINTR) break;
         handle_signals(job, sigfd);
-        if (pf[2].revents) ds_node_set_collect(set);
-        /* Only nodes with something to do (ready, or data libssh2 holds: ds_node_turn). */
-        long long polled = ds_now_ms();
-        for (int i = 0; i < nn; i++) {
-            ds_node *n = &job->nodes[i];
-            if (!ds_node_turn(n, pf[2].revents && ds_node_set_ready(set, i), polled)) continue;
-            int was_connecting = n->state == DS_NODE_CONNECTING;
-            ds_node_io(n, &h);
-            if (was_connecting && n->state == DS_NODE_STARTED)
-                ds_event(job->ev, "node %d (%s): SSH session open, agent starting", i, n->plan->host);
-            if (n->state == DS_NODE_DONE) ds_job_on_node_done(job, n);
+        if (turn_nodes(job, set, pf[2].revents != 0, &err) != 0) {
+            ds_job_stop(job, "%s", err.msg);
+            abandon_all(job, err.msg, 0);
+            break;
         }
         handle_store_events(job);
         long long now = ds_now_ms();
         if (now >= next_tick) {
-            check_heartbeats(job);
+            check_heartbeats(job, set);
             ds_job_check_drain(job);
             ds_job_check_progress(job);
-            for (int i = 0; i < nn; i++) ds_node_keepalive(&job->nodes[i]);
             /* often enough that a lost node is seen soon after heartbeat_timeout */
             int tick = job->spec->heartbeat_timeout_ms / 4, progress = ds_rank_progress_interval_ms(job->spec);
             if (progress && progress < tick) tick = progress;
             next_tick = now + (tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
         }
-        if (job->nexited == job->plan->world_size)
-            for (int i = 0; i < nn; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */
+        if (job->nexited == job->plan->world_size && !all_exited++)
+            for (int i = 0; i < job->plan->nnodes; i++) ds_node_stop(&job->nodes[i]); /* agents are leaving anyway */
     }
     ds_node_set_free(set);
 }
@@ -386,6 +405,7 @@ static int fetch_files(ds_job *job, ds_restart *rs) {
  * others queued for run_loop (start_queue.h); a node that cannot start stops the job. */
 static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
     ds_err err = {{0}};
+    int in_flight = 0;
     for (int i = 0; i < job->plan->nnodes; i++) {
         ds_node *n = &job->nodes[i];
         if (job->stopping) {
@@ -394,11 +414,13 @@ static void start_nodes(ds_job *job, ds_ssh_config **ssh_config) {
         }
         err.msg[0] = 0;
         if (queue_plan(job, n, &err) != 0 ||
-            (ds_start_admit(job, n) && start_node(job, n, ssh_config, &err) != 0)) {
+            (ds_start_admit(job, n, in_flight) && start_node(job, n, ssh_config, &err) != 0)) {
             ds_job_node_failed(job, n, err.msg);
             n->state = DS_NODE_DONE;
+            ds_node_wake(n);
             ds_job_stop(job, "node %d (%s): %s", i, n->plan->host, err.msg);
         }
+        in_flight += n->state == DS_NODE_CONNECTING;
     }
     ds_srun_launch(job); /* [launch] method = srun: one step for the attached nodes */
     ds_relay_launch(job); /* past [launch] relay_threshold: the relays of the attached nodes */

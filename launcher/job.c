@@ -34,7 +34,7 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
     ds_job_end_attempt(job);
     job->plan = plan;
     job->attempt = attempt;
-    job->nstarted = job->nexited = job->nfailed_ranks = job->nqueued = 0;
+    job->nstarted = job->nexited = job->nfailed_ranks = job->nqueued = job->queue_at = 0;
     job->t0_ms = ds_now_ms();
     job->all_started_ms = 0;
     job->stopping = 0;
@@ -43,6 +43,7 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
     memset(&job->root, 0, sizeof job->root);
     memset(&job->hang, 0, sizeof job->hang);
     job->resumed_step = -1;
+    job->wakes.head = NULL; /* (the last attempt's nodes are gone) */
     job->nodes = calloc((size_t)plan->nnodes, sizeof *job->nodes);
     job->ranks = calloc((size_t)plan->world_size, sizeof *job->ranks);
     if (!job->nodes || !job->ranks || asprintf(&job->attempt_dir, "%s/attempt-%d", job->run_dir, attempt) < 0) {
@@ -53,6 +54,7 @@ int ds_job_begin_attempt(ds_job *job, int attempt, const ds_plan *plan, ds_err *
         ds_node *n = &job->nodes[i];
         n->plan = &plan->nodes[i];
         n->local.in_fd = n->local.out_fd = n->local.err_fd = -1;
+        n->wakes = &job->wakes;
     }
     job->logs = ds_logs_open(job->attempt_dir, plan, job->spec->tee, job->spec->log_mode, err); /* creates the dir */
     return job->logs ? 0 : -1;

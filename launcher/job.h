@@ -76,9 +76,11 @@ typedef struct ds_job {
     ds_logs *logs;
     ds_monitor *monitor;   /* metrics, reports, the progress line (monitor_job.c) */
     ds_node *nodes;
+    ds_node_wakes wakes;   /* the nodes given work no descriptor announces (node.h) */
     ds_rank_status *ranks;
     int nstarted, nexited, nfailed_ranks;
     int nqueued;           /* nodes waiting for a handshake slot (start_queue.h) */
+    int queue_at;          /* ... none of them before this node */
     long long t0_ms, all_started_ms;
     int stopping;
     long long stop_wall_ms; /* wall clock when stopping began: what ends later was stopped */

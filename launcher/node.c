@@ -11,10 +11,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+void ds_node_wake(ds_node *n) {
+    if (!n->wakes || n->woken) return;
+    n->woken = 1;
+    n->wake_next = n->wakes->head;
+    n->wakes->head = n;
+}
+
+/* libssh2 may hold data for it: the next pass turns it whether or not poll says so. */
+static void set_pending(ds_node *n) {
+    n->pending = 1;
+    ds_node_wake(n);
+}
+
 int ds_node_start_local(ds_node *n, char *const argv[], ds_err *err) {
     n->via_ssh = 0;
     if (ds_local_start(&n->local, argv, err) != 0) return -1;
     n->state = DS_NODE_STARTED;
+    ds_node_wake(n); /* its descriptors to register, its plan to send */
     return 0;
 }
 
@@ -25,6 +39,7 @@ int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *e
     n->ssh = ds_ssh_start(o, command, err);
     if (!n->ssh) return -1;
     n->state = DS_NODE_CONNECTING;
+    ds_node_wake(n);
     return 0;
 }
 
@@ -40,6 +55,7 @@ int ds_node_start_piped(ds_node *n, int far[3], ds_err *err) {
     n->local = (ds_local){.pid = 0, .in_fd = p[0][1], .out_fd = p[1][0], .err_fd = p[2][0]};
     n->reaped = 1;
     n->state = DS_NODE_STARTED;
+    ds_node_wake(n);
     far[0] = p[0][0];
     far[1] = p[1][1];
     far[2] = p[2][1];
@@ -112,7 +128,7 @@ static void t_close_stream(ds_node *n, int stream) {
 static void flush_out(ds_node *n) {
     while (ds_buf_unread(&n->to_agent) && !n->stdin_closed) {
         ssize_t w = t_write(n, ds_buf_head(&n->to_agent), ds_buf_unread(&n->to_agent));
-        if (n->via_ssh) n->pending = 1; /* writing can make libssh2 read (window adjusts, data) */
+        if (n->via_ssh) set_pending(n); /* writing can make libssh2 read (window adjusts, data) */
         if (w == 0) return;
         if (w < 0) {
             /* The agent is gone; reading its end will tell why. */
@@ -221,12 +237,12 @@ void ds_node_io(ds_node *n, const ds_node_handler *h) {
         int moved = read_stream(n, 1, h);
         moved |= read_stream(n, 2, h);
         if (!moved || !n->via_ssh) break;
-        if (rounds == 15) n->pending = 1; /* more may be there: next pass */
+        if (rounds == 15) set_pending(n); /* more may be there: next pass */
     }
     flush_out(n);
     /* libssh2 said "again" to an EOF or a kill: poll may never say when (it is not
      * waiting on the socket for it), so the next pass tries at once. */
-    if (n->via_ssh && ((n->close_stdin && !n->stdin_closed) || (n->kill_cmd && !n->kill_sent))) n->pending = 1;
+    if (n->via_ssh && ((n->close_stdin && !n->stdin_closed) || (n->kill_cmd && !n->kill_sent))) set_pending(n);
     check_done(n);
 }
 
@@ -245,7 +261,9 @@ int ds_node_turn(const ds_node *n, int ready, long long now_ms) {
 void ds_node_reap(ds_node *n) {
     if (n->via_ssh || n->reaped || n->local.pid <= 0) return;
     int st;
-    if (waitpid(n->local.pid, &st, WNOHANG) == n->local.pid) n->reaped = 1;
+    if (waitpid(n->local.pid, &st, WNOHANG) != n->local.pid) return;
+    n->reaped = 1;
+    ds_node_wake(n);
 }
 
 void ds_node_stop(ds_node *n) {
@@ -254,7 +272,9 @@ void ds_node_stop(ds_node *n) {
         return;
     }
     n->close_stdin = 1;
-    if (n->state != DS_NODE_DONE) flush_out(n);
+    if (n->state == DS_NODE_DONE) return;
+    flush_out(n);
+    ds_node_wake(n); /* what flush_out could not send or close waits for its turns */
 }
 
 void ds_node_kill_hard(ds_node *n, const char *remote_cmd) {
@@ -265,6 +285,7 @@ void ds_node_kill_hard(ds_node *n, const char *remote_cmd) {
     }
     if (n->state == DS_NODE_CONNECTING || n->kill_cmd) return;
     n->kill_cmd = strdup(remote_cmd);
+    ds_node_wake(n);
 }
 
 void ds_node_abandon(ds_node *n, const char *why) {
@@ -286,6 +307,7 @@ void ds_node_abandon(ds_node *n, const char *why) {
         }
     n->out_eof = n->err_eof = 1;
     n->state = DS_NODE_DONE;
+    ds_node_wake(n); /* its registrations go, its loop counts it done */
 }
 
 long long ds_node_deadline_ms(const ds_node *n) {
@@ -295,11 +317,12 @@ long long ds_node_deadline_ms(const ds_node *n) {
 void ds_node_keepalive(ds_node *n) {
     if (n->ssh && n->state != DS_NODE_CONNECTING && n->state != DS_NODE_DONE) {
         ds_ssh_keepalive(n->ssh);
-        n->pending = 1; /* libssh2 may have read what came meanwhile */
+        set_pending(n); /* libssh2 may have read what came meanwhile */
     }
 }
 
 void ds_node_free(ds_node *n) {
+    n->wakes = NULL; /* (its loop is over) */
     ds_node_abandon(n, NULL);
     free(n->kill_cmd);
     n->kill_cmd = NULL;

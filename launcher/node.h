@@ -21,6 +21,16 @@ typedef enum {
     DS_NODE_DONE,       /* agent gone (or never started); see failed/error */
 } ds_node_state;
 
+struct ds_node;
+
+/* The nodes given work that none of their descriptors will announce: a stop or a kill to
+ * send, data libssh2 holds (pending), a reaped agent, a start, an end. A loop that turns
+ * only the nodes whose descriptors are ready (node_set.h) turns these too; a node is on
+ * the list at most once (ds_node_wake). */
+typedef struct ds_node_wakes {
+    struct ds_node *head;
+} ds_node_wakes;
+
 typedef struct ds_node {
     const ds_plan_node *plan;
     ds_node_state state;
@@ -43,6 +53,9 @@ typedef struct ds_node {
     char *kill_cmd;      /* SSH: the command ds_node_kill_hard runs on a second channel */
     int kill_sent;
     int pending;         /* SSH: libssh2 may hold data poll cannot see; look again next pass */
+    ds_node_wakes *wakes; /* where ds_node_wake puts it (NULL: its loop looks at every node) */
+    struct ds_node *wake_next;
+    int woken;           /* on wakes' list */
     char last_agent_line[512]; /* the agent's (or its shell's) last stderr line */
     char error[1024];
 } ds_node;
@@ -61,6 +74,11 @@ int ds_node_start_ssh(ds_node *n, ds_ssh_opts *o, const char *command, ds_err *e
  * gets the other ends, as the agent would see them: stdin's read end, stdout's and
  * stderr's write ends. */
 int ds_node_start_piped(ds_node *n, int far[3], ds_err *err);
+
+/* Puts the node on its wakes list (once) for the loop's next pass. node.c does it for
+ * every change it makes outside a turn (and for pending); whoever else gives a node work
+ * its descriptors will not announce (queues bytes, marks it done) calls it too. */
+void ds_node_wake(ds_node *n);
 
 /* Adds the node's descriptors to pf (at most 3); returns how many. */
 int ds_node_pollfds(ds_node *n, struct pollfd *pf);

@@ -21,6 +21,12 @@
 # controller's thread that serves them), relays_cpu_s (the relays' own CPU time, all of
 # them) and relay_cpu_max_s (the busiest one's), sampled every 50 ms. Without it the
 # nodes start directly (relay_threshold = 0).
+# With IDLE_S set, the ranks stay IDLE_S + 4 seconds past their barriers, rank 0 printing
+# a line every CHATTER_MS (default 1; 0: silent), and it adds idle_s and
+# idle_main_cpu_s: the controller's main thread's CPU time over IDLE_S seconds of that
+# steady state (from 2 s after rank 0's first output), chatter_ms, and chatter_lines_per_s
+# (the lines rank 0 printed per second: about the loop's passes). SIM_RANK names
+# the light rank to run (default: the build's), so two builds run the same ranks.
 # Usage: bench/scale/run.sh NODES RANKS [BUILD_DIR]   (env SIM_BARRIERS: barriers per rank)
 set -euo pipefail
 nodes=${1:?usage: run.sh NODES RANKS [BUILD_DIR]}
@@ -30,7 +36,7 @@ root=$(cd "$here/../.." && pwd)
 build=$(cd "${3:-$root/build}" && pwd)
 dslaunch=$build/launcher/dslaunch
 dsrun=$build/runtime/dsrun
-sim=$build/tests/integration/scale/sim_rank
+sim=${SIM_RANK:-$build/tests/integration/scale/sim_rank}
 for f in "$dslaunch" "$dsrun" "$sim"; do [[ -x $f ]] || { echo "run.sh: build $f first" >&2; exit 1; }; done
 
 work=$(mktemp -d /tmp/ds-bench-scale.XXXXXX)
@@ -52,6 +58,9 @@ relay_fanout = ${RELAY_FANOUT:-0}
 tee = none
 INI
 
+if [[ -n ${IDLE_S:-} ]]; then
+    export SIM_IDLE_S=$((IDLE_S + 4)) SIM_CHATTER_MS=${CHATTER_MS:-1} SAMPLE_IDLE_FROM=2 SAMPLE_IDLE_FOR=$IDLE_S
+fi
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(cut -d' ' -f1 /proc/uptime)
 DS_TEST_WORKER_EXE=$sim SAMPLE_JOB=$name python3 "$here/sample.py" "$work/sample.json" "$work/out" "$work/err" \
@@ -64,15 +73,19 @@ if [[ $rc != 0 ]]; then
     exit 1
 fi
 past=$(sed -n 's/^past //p' "$work/logs/$name/latest/attempt-0/rank-0.out")
+lines=$(grep -c '^line ' "$work/logs/$name/latest/attempt-0/rank-0.out" || true)
 served=$(grep -o 'store served [^"]*' "$work/logs/$name/latest/launcher.log")
 relays=$(sed -n 's/.*relays: [0-9]* nodes through \([0-9]*\) relays.*/\1/p' "$work/logs/$name/latest/launcher.log")
-python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" "${relays:-0}" <<'PY'
-import json, re, sys
+python3 - "$work/sample.json" "$nodes" "$ranks" "$t0" "$t1" "$past" "$load" "$served" "${relays:-0}" "$lines" <<'PY'
+import json, os, re, sys
 s = json.load(open(sys.argv[1]))
 nodes, ranks, t0, t1, past, load = int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:8])
 served = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", sys.argv[8].split(":", 1)[1])}
 served["total"] = int(re.search(r"served (\d+) requests", sys.argv[8]).group(1))
 relays = int(sys.argv[9])
+idle = {"idle_s": s["idle_window_s"], "idle_main_cpu_s": s["idle_main_cpu_s"],
+        "chatter_ms": int(os.environ.get("SIM_CHATTER_MS", "0")),
+        "chatter_lines_per_s": round(int(sys.argv[10]) / int(os.environ["SIM_IDLE_S"]))} if "idle_window_s" in s else {}
 extra = {"relays": relays, "controller_cpu_relay_s": s["cpu_relay_thread_s"], "relays_cpu_s": s["relays_cpu_s"],
          "relay_cpu_max_s": s["relay_cpu_max_s"]} if relays else {}
 print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks, **extra,
@@ -82,5 +95,5 @@ print(json.dumps({"bench": "scale", "nodes": nodes, "ranks_per_node": ranks, **e
                   "store_connections_peak": s["store_connections_peak"], "fds_peak": s["fds_peak"],
                   "controller_children_peak": s["children_peak"], "controller_rss_mb": s["rss_mb"],
                   "store_requests": served["total"] - served["heartbeat"],
-                  "store_barrier_requests": served.get("barrier", 0), "load": load}))
+                  "store_barrier_requests": served.get("barrier", 0), **idle, "load": load}))
 PY

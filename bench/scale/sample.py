@@ -8,7 +8,10 @@ or relays), and the CPU time of the job's relays (`dslaunch --relay --job NAME-.
 NAME from $SAMPLE_JOB, wherever they were started from); writes the peaks, the CPU
 time when the file WATCH first appeared (rank 0's log: its first output comes after the
 first barrier), the exact CPU time of the whole process (read from the zombie) and its
-exit status as JSON."""
+exit status as JSON. With SAMPLE_IDLE_FROM and SAMPLE_IDLE_FOR (seconds) it also
+measures the main thread's CPU time (from schedstat: nanoseconds, not clock ticks) in
+the window that starts SAMPLE_IDLE_FROM seconds after WATCH appeared and lasts
+SAMPLE_IDLE_FOR: the controller's cost in a steady state (bench/scale/run.sh IDLE_S)."""
 import json, os, subprocess, sys, time
 
 out = sys.argv[1]
@@ -22,6 +25,10 @@ cpu = {"main": 0.0, "store": 0.0, "relay": 0.0, "other": 0.0}
 relay_cpu = {}  # relay pid -> its CPU time (all threads), as last sampled
 rss_kb = 0
 store_port = None
+idle_from = float(os.environ.get("SAMPLE_IDLE_FROM", "0"))
+idle_for = float(os.environ.get("SAMPLE_IDLE_FOR", "0"))
+watch_t = None
+idle = []  # (time, main thread's CPU s) at the window's start and end
 relay_mark = b"--relay\0--job\0" + os.environ.get("SAMPLE_JOB", "?").encode() + b"-"
 
 
@@ -81,6 +88,12 @@ while status is None:
             cpu[k] = max(cpu[k], c[k])
         if at_watch is None and os.path.exists(watch):
             at_watch = c["main"] + c["store"] + c["other"]
+            watch_t = time.monotonic()
+        if idle_for and watch_t is not None and len(idle) < 2:
+            t = time.monotonic()
+            if t >= watch_t + idle_from + len(idle) * idle_for:
+                with open(f"/proc/{pid}/task/{pid}/schedstat") as fh:
+                    idle.append((t, int(fh.read().split()[0]) / 1e9))
         peak["fds"] = max(peak["fds"], len(os.listdir(f"/proc/{pid}/fd")))
         kids = 0
         for p in os.listdir("/proc"):
@@ -127,4 +140,6 @@ json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_total_s": round(total
            "relays_cpu_s": round(sum(relay_cpu.values()), 3),
            "relay_cpu_max_s": round(max(relay_cpu.values(), default=0.0), 3),
            "fds_peak": peak["fds"], "store_connections_peak": peak["conns"], "children_peak": peak["children"],
-           "rss_mb": round(rss_kb / 1024, 1)}, open(out, "w"))
+           "rss_mb": round(rss_kb / 1024, 1),
+           **({"idle_window_s": round(idle[1][0] - idle[0][0], 3), "idle_main_cpu_s": round(idle[1][1] - idle[0][1], 4)}
+              if len(idle) == 2 else {})}, open(out, "w"))

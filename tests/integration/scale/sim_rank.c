@@ -7,7 +7,10 @@
  * names waits so instead of coming to the first barrier (the others time out after
  * DS_RDZV_TIMEOUT_MS and say who is missing). With SIM_RENDEZVOUS=1 each rank first
  * meets the others as a communicator does: sets its own key, waits for everyone's (one
- * WAIT of world keys, at most 1024). No Lua, no engine, no
+ * WAIT of world keys, at most 1024). With SIM_IDLE_S each rank stays that many seconds
+ * past its barriers before it exits (a job in its steady state: bench/scale), and with
+ * SIM_CHATTER_MS rank 0 prints a line that often meanwhile (one node with something to
+ * say per pass of the controller's loop, the others idle). No Lua, no engine, no
  * communicator: thousands of these fit on one machine.
  *   The agent starts it in place of `dsrun worker` when DS_TEST_WORKER_EXE names it. */
 #include <stdio.h>
@@ -37,6 +40,22 @@ static int rendezvous(ds_store_client *c, int rank, int world, int timeout_ms, d
     free(keys);
     free(ptrs);
     return rc;
+}
+
+/* SIM_IDLE_S: stays idle_s seconds; rank 0 prints a line every chatter_ms (0: silent). */
+static void stay(int idle_s, int chatter_ms) {
+    struct timespec end, now;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += idle_s;
+    long long lines = 0;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long left_ms = (end.tv_sec - now.tv_sec) * 1000LL + (end.tv_nsec - now.tv_nsec) / 1000000;
+        if (left_ms <= 0) break;
+        long long ms = chatter_ms > 0 && chatter_ms < left_ms ? chatter_ms : left_ms;
+        if (chatter_ms > 0) printf("line %lld\n", ++lines);
+        nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000}, NULL);
+    }
 }
 
 static double uptime_s(void) {
@@ -88,6 +107,7 @@ int main(void) {
         ds_store_close(c);
         return 1;
     }
+    if (env_int("SIM_IDLE_S", 0) > 0) stay(env_int("SIM_IDLE_S", 0), rank == 0 ? env_int("SIM_CHATTER_MS", 0) : 0);
     ds_store_close(c);
     return 0;
 }
