@@ -50,7 +50,8 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return 0;
 }
 
-static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward, NULL};
+static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
+                                        NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -107,6 +108,7 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return rc;
 }
 
-static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward, NULL};
+static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
+                                        NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

@@ -119,7 +119,8 @@ static void images(sim *S, const mp_node *n, const mp_shape *in, int grads) {
                                      (size_t)n->out_dim);
     } else {
         for (int p = 0; p < n->nparam; p++)
-            if (S->st[n->powner[p]].c.precision != DS_F32) need += n->pnumel[p] * (grads ? 2 : 1) * 4;
+            if (S->st[n->powner[p]].c.precision != DS_F32)
+                need += n->pnumel[p] * (grads ? 2 : 1) * 4;
     }
     if (need <= S->images_bytes) return;
     drop(S, &S->images);

@@ -249,16 +249,6 @@ static void test_optim(size_t n) {
     dfree(P, n * 4), dfree(Gd, n * 4), dfree(M, n * 4), dfree(Vd, n * 4), dfree(S, sizeof(double));
 }
 
-/* the 16-bit values at d widened, within one unit in the last place of want's */
-static void close_half(const char *what, ds_half h, void *d, const uint16_t *want, size_t n) {
-    uint16_t *got = gh_alloc(n * 2);
-    gh_dev_down(&G, got, d, n * 2);
-    float *a = gh_alloc(n * 4), *b = gh_alloc(n * 4);
-    ds_half_to_f32(h, a, got, n);
-    ds_half_to_f32(h, b, want, n);
-    gh_close(&G, what, a, b, n, 1e-30f, h == DS_HALF_BF16 ? 1.0f / 128 : 1.0f / 1024);
-    free(got), free(a), free(b);
-}
 
 /* the 16-bit values at d and want, widened, within atol + one unit in the last place */
 static void close_half_abs(const char *what, ds_half h, void *d, const uint16_t *want, size_t n,
@@ -272,6 +262,11 @@ static void close_half_abs(const char *what, ds_half h, void *d, const uint16_t 
     free(got), free(a), free(b);
 }
 
+/* the 16-bit values at d widened, within one unit in the last place of want's */
+static void close_half(const char *what, ds_half h, void *d, const uint16_t *want, size_t n) {
+    close_half_abs(what, h, d, want, n, 1e-30f);
+}
+
 /* matmul16 on cuBLASLt against the CPU's (kernels/cpu/matmul.c): each with its own
  * workspace (ds_matmul16_workspace of its form), the gradients accumulated onto the same
  * random start */
@@ -282,7 +277,8 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
     size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
     float *x = rnd(nx, -1, 1), *dy = rnd(ny, -1, 1), *dx = rnd(nx, -1, 1), *y = gh_alloc(ny * 4);
     float *wf = rnd(nw, -1, 1), *bf = rnd(OC, -1, 1), *dwf = rnd(nw, -1, 1), *dbf = rnd(OC, -1, 1);
-    uint16_t *w = gh_alloc(nw * 2), *b = gh_alloc(OC * 2), *dw = gh_alloc(nw * 2), *db = gh_alloc(OC * 2);
+    uint16_t *w = gh_alloc(nw * 2), *b = gh_alloc(OC * 2);
+    uint16_t *dw = gh_alloc(nw * 2), *db = gh_alloc(OC * 2);
     ds_half_from_f32(h, w, wf, nw), ds_half_from_f32(h, b, bf, OC);
     ds_half_from_f32(h, dw, dwf, nw), ds_half_from_f32(h, db, dbf, OC);
     void *X = up(x, nx * 4), *DY = up(dy, ny * 4), *DX = up(dx, nx * 4), *Y = zeros(ny * 4);

@@ -70,7 +70,8 @@ static void check_forward(ds_half h, const shape *s, int with_bias) {
     assert_int_equal(tu_mismatch("out", out, want, (size_t)N * OC, ATOL, RTOL), 0);
     /* the input really is rounded: the fp32 input's product is further away than that */
     size_t far = 0;
-    for (size_t i = 0; i < (size_t)N * OC; i++) far += fabs(out[i] - unrounded[i]) > ATOL + RTOL * fabs(unrounded[i]);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        far += fabs(out[i] - unrounded[i]) > ATOL + RTOL * fabs(unrounded[i]);
     assert_true(far > 0);
     free(inp), free(out), free(w), free(b), free(want), free(unrounded), free(ws);
 }
@@ -94,7 +95,8 @@ static void check_backward(ds_half h, const shape *s, int wanted) {
     int want_dinp = wanted & 1, want_dw = wanted & 2, want_db = wanted & 4;
     float *inp = tu_randf((size_t)N * C, -1, 1), *dout = tu_randf((size_t)N * OC, -1, 1);
     float *dinp = tu_randf((size_t)N * C, -1, 1);
-    uint16_t *w = rand16(h, (size_t)OC * C), *dw = rand16(h, (size_t)OC * C), *db = rand16(h, (size_t)OC);
+    uint16_t *w = rand16(h, (size_t)OC * C), *dw = rand16(h, (size_t)OC * C);
+    uint16_t *db = rand16(h, (size_t)OC);
     uint16_t *dw0 = malloc((size_t)OC * C * 2), *db0 = malloc((size_t)OC * 2);
     memcpy(dw0, dw, (size_t)OC * C * 2);
     memcpy(db0, db, (size_t)OC * 2);
@@ -109,7 +111,8 @@ static void check_backward(ds_half h, const shape *s, int wanted) {
         for (int n = 0; n < N; n++) wdb[o] += round16(h, dout[n * OC + o]);
         for (int c = 0; c < C; c++) {
             double acc = widen(h, dw0[o * C + c]);
-            for (int n = 0; n < N; n++) acc += round16(h, dout[n * OC + o]) * round16(h, inp[n * C + c]);
+            for (int n = 0; n < N; n++)
+                acc += round16(h, dout[n * OC + o]) * round16(h, inp[n * C + c]);
             wdw[o * C + c] = acc;
         }
     }
