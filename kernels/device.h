@@ -94,6 +94,10 @@ ds_device *ds_device_get(void);
 int ds_device_open(const char *kind, int index, ds_err *err);
 /* 1 when d's memory is host memory (cpu): the engine may then skip staging copies. */
 static inline int ds_device_is_host(const ds_device *d) { return d->kind == DS_DEV_CPU; }
+/* what the device's matmul16 entries take (kernel_table.h); sim runs the CPU kernels */
+static inline ds_gemm16_form ds_device_gemm16(const ds_device *d) {
+    return d->kind == DS_DEV_CUDA ? DS_GEMM16_HALF : DS_GEMM16_F32;
+}
 
 /* The backends' constructors (kernels/cpu, kernels/sim, kernels/cuda). */
 ds_device *ds_device_cpu(void);

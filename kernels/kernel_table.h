@@ -13,12 +13,48 @@
 
 #include "kernels.h" /* ds_rng_key, ds_half */
 
+/* How a device's 16-bit GEMM takes its operands, which fixes the workspace the matmul16
+ * entries need: fp32 ones (the CPU's sgemm, also the simulator's: an fp32 image of the
+ * weight, fp32 copies of the input and output gradient rounded to 16 bits, the weight
+ * gradient in fp32 before its one rounding) or 16-bit ones (cuBLASLt: the input and the
+ * output gradient rounded to 16 bits, the bias widened to fp32 for the epilogue). */
+typedef enum ds_gemm16_form { DS_GEMM16_F32, DS_GEMM16_HALF } ds_gemm16_form;
+
+/* a workspace part's bytes, rounded up so every part starts 256-byte aligned (cuBLASLt's
+ * preferred alignment) when the workspace does */
+static inline size_t ds_ws_part(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* The bytes of workspace matmul16_forward (backward = 0) or _backward (1) needs for N
+ * rows, C inputs and OC outputs, whatever pointers are NULL: the planner
+ * (runtime/memplan) and the caller use the same number. */
+static inline size_t ds_matmul16_workspace(ds_gemm16_form f, int backward, size_t N, size_t C,
+                                           size_t OC) {
+    if (f == DS_GEMM16_HALF)
+        return backward ? ds_ws_part(2 * N * OC) + ds_ws_part(2 * N * C)
+                        : ds_ws_part(2 * N * C) + ds_ws_part(4 * OC);
+    /* backward: the weight's image becomes the weight gradient once dinp is done */
+    return ds_ws_part(4 * OC * C) + ds_ws_part(4 * N * C) + ds_ws_part(4 * OC) +
+           (backward ? ds_ws_part(4 * N * OC) : 0);
+}
+
 typedef struct ds_kernel_table {
     /* dense */
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC);
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
+    /* dense with a 16-bit weight and bias (h; bias may be NULL), fp32 activations, fp32
+     * accumulation: out = round16(inp) @ W^T + b; backward: dinp += round16(dout) @ W, and
+     * dweight, dbias get round16(them + the fp32 result of round16(dout)^T @ round16(inp)
+     * and of round16(dout)'s column sums): one rounding per element and call, as the
+     * 16-bit gradients of an fp32 image would. Any of dinp, dweight, dbias may be NULL
+     * (inp is read only for dweight, weight only for dinp). ws: the device's
+     * ds_matmul16_workspace bytes, clobbered. */
+    void (*matmul16_forward)(ds_half h, float *out, const float *inp, const uint16_t *weight,
+                             const uint16_t *bias, int N, int C, int OC, void *ws);
+    void (*matmul16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                              const float *dout, const float *inp, const uint16_t *weight,
+                              int N, int C, int OC, void *ws);
     /* elementwise */
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n);

@@ -142,6 +142,9 @@ void ds_half_from_f32(ds_half h, uint16_t *dst, const float *src, size_t n);
 void ds_half_to_f32(ds_half h, float *dst, const uint16_t *src, size_t n);
 /* acc[i] = round16(acc[i] + x[i]): an fp32 gradient added into a 16-bit gradient buffer. */
 void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n);
+/* dst[i] = src[i] rounded to 16 bits and back (dst may be src): a 16-bit GEMM's operand
+ * as fp32. */
+void ds_half_round_f32(ds_half h, float *dst, const float *src, size_t n);
 /* out[i] = round16(a[i] + b[i]) (out may alias a or b): one step of a 16-bit reduction. */
 void ds_half_add(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 /* x[i] = round16(x[i] * k) */
@@ -156,6 +159,15 @@ void ds_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float gr
 void ds_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
                         float *master, float *buf, size_t n, float lr, float momentum,
                         float weight_decay);
+
+/* Dense with a 16-bit weight and bias (kernel_table.h's matmul16 pair, semantics there):
+ * the inputs rounded to 16 bits, then the fp32 GEMMs above. ws: the bytes
+ * ds_matmul16_workspace(DS_GEMM16_F32, ...) gives (kernel_table.h). */
+void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+                         const uint16_t *bias, int N, int C, int OC, void *ws);
+void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                          const float *dout, const float *inp, const uint16_t *weight, int N,
+                          int C, int OC, void *ws);
 
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);

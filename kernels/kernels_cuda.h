@@ -90,6 +90,16 @@ int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, ui
                                  const uint16_t *weight, const uint16_t *pre_gelu, int N, int C,
                                  int OC);
 
+/* fp32 activations with a 16-bit weight and bias: kernel_table.h's matmul16 pair (its
+ * semantics), inp and dout rounded to 16 bits into ws (ds_matmul16_workspace's
+ * DS_GEMM16_HALF bytes), then the GEMMs above with fp32 results for the activations. */
+int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
+                             const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
+                             void *ws);
+int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
+                              uint16_t *dbias, const float *dout, const float *inp,
+                              const uint16_t *weight, int N, int C, int OC, void *ws);
+
 /* ---- elementwise ------------------------------------------------------------------- */
 int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
 int ds_cuda_accumulate(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n);

@@ -22,6 +22,20 @@ void ds_half_to_f32(ds_half h, float *dst, const uint16_t *src, size_t n) {
     for (size_t c = 0; c < n; c += CHUNK) ds_half_widen(h, dst + c, src + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
+static void round_range(ds_half h, float *dst, const float *src, size_t n) {
+    uint16_t b[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t m = n - i < BLOCK ? n - i : BLOCK;
+        ds_half_narrow(h, b, src + i, m);
+        ds_half_widen(h, dst + i, b, m);
+    }
+}
+
+void ds_half_round_f32(ds_half h, float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
+    for (size_t c = 0; c < n; c += CHUNK) round_range(h, dst + c, src + c, n - c < CHUNK ? n - c : CHUNK);
+}
+
 static void acc_range(ds_half h, uint16_t *acc, const float *x, size_t n) {
     float a[BLOCK];
     for (size_t i = 0; i < n; i += BLOCK) {

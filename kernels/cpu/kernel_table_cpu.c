@@ -30,6 +30,8 @@ static void half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) {
 const ds_kernel_table ds_cpu_kernels = {
     .matmul_forward = ds_matmul_forward,
     .matmul_backward = ds_matmul_backward,
+    .matmul16_forward = ds_matmul16_forward,
+    .matmul16_backward = ds_matmul16_backward,
     .add_forward = ds_add_forward,
     .accumulate = ds_accumulate,
     .scale = ds_scale,

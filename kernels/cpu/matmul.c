@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernel_table.h" /* ds_matmul16_workspace's layout */
 #include "kernels.h"
 #include "simd.h"
 
@@ -89,4 +90,46 @@ void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     if (dinp) sgemm_parallel(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
     if (dweight) sgemm_parallel(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+/* ---- 16-bit weights (kernel_table.h's matmul16 pair) ----------------------------------
+ * The reference of what a tensor-core GEMM computes: operands rounded to 16 bits, exact
+ * products summed in fp32. Here the rounded operands are fp32 copies in the workspace
+ * and OpenBLAS sums them, so the bits are sgemm's on the rounded values. */
+
+void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+                         const uint16_t *bias, int N, int C, int OC, void *ws) {
+    size_t wn = (size_t)OC * C, xn = (size_t)N * C;
+    float *w = ws;
+    float *x = (float *)((char *)w + ds_ws_part(wn * 4));
+    float *b = bias ? (float *)((char *)x + ds_ws_part(xn * 4)) : NULL;
+    ds_half_to_f32(h, w, weight, wn);
+    ds_half_round_f32(h, x, inp, xn);
+    if (b) ds_half_to_f32(h, b, bias, (size_t)OC);
+    ds_matmul_forward(out, x, w, b, N, C, OC);
+}
+
+void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                          const float *dout, const float *inp, const uint16_t *weight, int N,
+                          int C, int OC, void *ws) {
+    size_t wn = (size_t)OC * C, xn = (size_t)N * C;
+    float *w = ws; /* the weight's image, then the weight gradient */
+    float *x = (float *)((char *)w + ds_ws_part(wn * 4));
+    float *db = (float *)((char *)x + ds_ws_part(xn * 4));
+    float *d = (float *)((char *)db + ds_ws_part((size_t)OC * 4));
+    ds_half_round_f32(h, d, dout, (size_t)N * OC);
+    if (dinp) {
+        ds_half_to_f32(h, w, weight, wn);
+        sgemm_parallel(0, 0, N, C, OC, d, OC, w, C, 1.0f, dinp, C);
+    }
+    if (dweight) {
+        ds_half_round_f32(h, x, inp, xn);
+        sgemm_parallel(1, 0, OC, C, N, d, OC, x, C, 0.0f, w, C);
+        ds_half_acc_f32(h, dweight, w, wn);
+    }
+    if (dbias) {
+        memset(db, 0, (size_t)OC * sizeof *db);
+        bias_backward(db, d, N, OC);
+        ds_half_acc_f32(h, dbias, db, (size_t)OC);
+    }
 }

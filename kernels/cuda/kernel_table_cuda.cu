@@ -23,6 +23,17 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
     RUN("matmul_backward",
         ds_cuda_matmul_backward(ctx_of(), dinp, dweight, dbias, dout, inp, weight, N, C, OC));
 }
+static void matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+                             const uint16_t *bias, int N, int C, int OC, void *ws) {
+    RUN("matmul16_forward",
+        ds_cuda_matmul16_forward(ctx_of(), h, out, inp, weight, bias, N, C, OC, ws));
+}
+static void matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                              const float *dout, const float *inp, const uint16_t *weight, int N,
+                              int C, int OC, void *ws) {
+    RUN("matmul16_backward", ds_cuda_matmul16_backward(ctx_of(), h, dinp, dweight, dbias, dout,
+                                                       inp, weight, N, C, OC, ws));
+}
 static void add_forward(float *out, const float *a, const float *b, size_t n) {
     RUN("add_forward", ds_cuda_add_forward(ctx_of(), out, a, b, n));
 }
@@ -177,6 +188,8 @@ static void sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float 
 extern "C" const ds_kernel_table ds_cuda_kernels = {
     matmul_forward,
     matmul_backward,
+    matmul16_forward,
+    matmul16_backward,
     add_forward,
     accumulate,
     scale,
@@ -212,5 +225,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 34 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 36 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

@@ -11,7 +11,7 @@
 #include "half_math.cuh"
 
 struct lt_key {
-    int m, n, k, ta, tb, type, epilogue, beta1, align;
+    int m, n, k, ta, tb, type, d_f32, epilogue, beta1, align;
 };
 
 struct lt_plan {
@@ -46,6 +46,7 @@ struct lt_call {
     const void *bias;
     const void *aux;
     int64_t aux_ld;
+    int d_f32; // D (and the bias) in fp32: a 16-bit product feeding fp32 activations
 };
 
 #define LT_CHECK(ctx, call)                                                                \
@@ -61,7 +62,8 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
     if (!ctx->lt) DS_CU_BLAS(ctx, cublasLtCreate(&ctx->lt));
     cudaDataType_t t = h == DS_HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const void *ptrs[4] = {c->A, c->B, c->D, c->aux};
-    lt_key key = {c->m, c->n, c->k, (int)c->ta, (int)c->tb, (int)t, (int)c->epilogue,
+    cudaDataType_t dt = c->d_f32 ? CUDA_R_32F : t;
+    lt_key key = {c->m, c->n, c->k, (int)c->ta, (int)c->tb, (int)t, c->d_f32, (int)c->epilogue,
                   c->beta != 0.0f, align_of(ptrs, 4)};
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -87,7 +89,7 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
                                              c->ta == CUBLAS_OP_N ? c->k : c->m, c->lda));
     LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&lb, t, c->tb == CUBLAS_OP_N ? c->k : c->n,
                                              c->tb == CUBLAS_OP_N ? c->n : c->k, c->ldb));
-    LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&ld, t, c->m, c->n, c->ldd));
+    LT_CHECK(ctx, cublasLtMatrixLayoutCreate(&ld, dt, c->m, c->n, c->ldd));
     {
         cublasLtMatmulAlgo_t algo;
         int found = 0;
@@ -136,7 +138,7 @@ extern "C" int ds_cuda_matmul_forward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t
     DS_CU_ARG(ctx, out && inp && weight && N > 0 && C > 0 && OC > 0);
     DS_CU_ARG(ctx, !pre_gelu || OC % 8 == 0);
     lt_call c = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, inp, out, C, C, OC, 0.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, bias, pre_gelu, OC};
+                 CUBLASLT_EPILOGUE_DEFAULT, bias, pre_gelu, OC, 0};
     if (pre_gelu) c.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     else if (bias) c.epilogue = CUBLASLT_EPILOGUE_BIAS;
     return lt_matmul(ctx, h, &c);
@@ -169,12 +171,12 @@ extern "C" int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_
     if (dinp) { // dinp[N,C] (+)= dout[N,OC] @ W[OC,C]
         lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, dout, dinp, C, OC, C,
                      pre_gelu ? 0.0f : 1.0f, pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
-                     NULL, pre_gelu, C};
+                     NULL, pre_gelu, C, 0};
         if (lt_matmul(ctx, h, &c) != 0) return -1;
     }
     if (dweight) { // dW[OC,C] += dout^T @ inp
         lt_call c = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, dout, dweight, C, OC, C, 1.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0};
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0};
         if (lt_matmul(ctx, h, &c) != 0) return -1;
     }
     if (!dbias) return 0;
@@ -189,4 +191,43 @@ extern "C" int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_
     add_sums_k<<<(OC + 255) / 256, 256, 0, ctx->stream>>>(h, dbias, sums, OC);
     DS_CU_LAUNCHED(ctx, "matmul dbias (16-bit)");
     return 0;
+}
+
+// ---- fp32 activations, 16-bit weights (kernel_table.h's matmul16 pair) -----------------
+// The activations are rounded to 16 bits into the workspace (ds_matmul16_workspace's
+// DS_GEMM16_HALF layout), the GEMMs take them with the 16-bit weight as it is; results
+// for activations are fp32 (D in fp32, bias widened to fp32 for the epilogue), the
+// weight gradient is the 16-bit GEMM above with beta = 1 (one rounding).
+
+extern "C" int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
+                                        const uint16_t *weight, const uint16_t *bias, int N,
+                                        int C, int OC, void *ws) {
+    DS_CU_ARG(ctx, out && inp && weight && ws && N > 0 && C > 0 && OC > 0);
+    uint16_t *x = (uint16_t *)ws;
+    float *b = bias ? (float *)((char *)ws + ds_ws_part((size_t)N * C * 2)) : NULL;
+    if (ds_cuda_half_from_f32(ctx, h, x, inp, (size_t)N * C) != 0) return -1;
+    if (b && ds_cuda_half_to_f32(ctx, h, b, bias, (size_t)OC) != 0) return -1;
+    lt_call c = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, x, out, C, C, OC, 0.0f,
+                 b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, b, NULL, 0, 1};
+    return lt_matmul(ctx, h, &c);
+}
+
+extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
+                                         uint16_t *dweight, uint16_t *dbias, const float *dout,
+                                         const float *inp, const uint16_t *weight, int N, int C,
+                                         int OC, void *ws) {
+    DS_CU_ARG(ctx, dout && ws && N > 0 && C > 0 && OC > 0);
+    DS_CU_ARG(ctx, !dinp || weight);
+    DS_CU_ARG(ctx, !dweight || inp);
+    uint16_t *d = (uint16_t *)ws;
+    uint16_t *x = (uint16_t *)((char *)ws + ds_ws_part((size_t)N * OC * 2));
+    if (ds_cuda_half_from_f32(ctx, h, d, dout, (size_t)N * OC) != 0) return -1;
+    if (dinp) { // dinp[N,C] += dout16[N,OC] @ W[OC,C], in fp32
+        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, d, dinp, C, OC, C, 1.0f,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
+        if (lt_matmul(ctx, h, &c) != 0) return -1;
+    }
+    if (dweight && ds_cuda_half_from_f32(ctx, h, x, inp, (size_t)N * C) != 0) return -1;
+    return ds_cuda_matmul_backward_half(ctx, h, NULL, dweight, dbias, d, dweight ? x : NULL,
+                                        NULL, NULL, N, C, OC);
 }

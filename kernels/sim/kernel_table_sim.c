@@ -118,6 +118,38 @@ static void sim_matmul_backward(float *dinp, float *dweight, float *dbias, const
     submit(&L, "matmul_backward", args, NARGS(args));
 }
 
+/* the workspace is the CPU's (sim runs its kernels): checked to its full extent */
+#define WS16(bwd) ds_matmul16_workspace(DS_GEMM16_F32, (bwd), (size_t)N, (size_t)C, (size_t)OC)
+
+static void k_matmul16_forward(const launch *L) {
+    CPU.matmul16_forward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->i[0], L->i[1], L->i[2],
+                         L->p[4]);
+}
+static void sim_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+                                 const uint16_t *bias, int N, int C, int OC, void *ws) {
+    launch L = {.call = k_matmul16_forward, .i = {N, C, OC}, .h = h};
+    sim_arg args[] = {ARG(out, F32(MUL(N, OC))),    ARG(inp, F32(MUL(N, C))),
+                      ARG(weight, U16(MUL(OC, C))), OPT(bias, U16(OC)),
+                      ARG(ws, WS16(0))};
+    submit(&L, "matmul16_forward", args, NARGS(args));
+}
+
+static void k_matmul16_backward(const launch *L) {
+    CPU.matmul16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
+                          L->i[1], L->i[2], L->p[6]);
+}
+static void sim_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                                  const float *dout, const float *inp, const uint16_t *weight,
+                                  int N, int C, int OC, void *ws) {
+    launch L = {.call = k_matmul16_backward, .i = {N, C, OC}, .h = h};
+    /* inp is read only for dweight, weight only for dinp */
+    sim_arg args[] = {OPT(dinp, F32(MUL(N, C))),   OPT(dweight, U16(MUL(OC, C))),
+                      OPT(dbias, U16(OC)),         ARG(dout, F32(MUL(N, OC))),
+                      OPT(inp, F32(MUL(N, C))),    OPT(weight, U16(MUL(OC, C))),
+                      ARG(ws, WS16(1))};
+    submit(&L, "matmul16_backward", args, NARGS(args));
+}
+
 /* ---- elementwise ------------------------------------------------------------------ */
 
 static void k_add_forward(const launch *L) { CPU.add_forward(L->p[0], L->p[1], L->p[2], L->n); }
@@ -472,6 +504,8 @@ static void sim_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, fl
 const ds_kernel_table ds_sim_kernels = {
     .matmul_forward = sim_matmul_forward,
     .matmul_backward = sim_matmul_backward,
+    .matmul16_forward = sim_matmul16_forward,
+    .matmul16_backward = sim_matmul16_backward,
     .add_forward = sim_add_forward,
     .accumulate = sim_accumulate,
     .scale = sim_scale,

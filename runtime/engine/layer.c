@@ -91,35 +91,40 @@ static int with_path(const ds_layer *l, ds_err *err) {
 }
 
 /* ---- 16-bit parameters: fp32 images for the duration of one call ------------------- */
-/* The CPU kernels compute in fp32. A layer whose parameters live in a 16-bit stage gets
- * fp32 images of them made just before its forward or backward and dropped just after;
- * its gradient image is added into the 16-bit gradients with one rounding per element
- * and call. Layers run one at a time, so the images of all layers share one workspace
- * buffer, grown to the largest layer's need and kept until ds_layer_images_free: a fresh
- * allocation per call would page-fault its way through GPT-2's 154 MB token embedding
- * several times a step. */
+/* Most layers' kernels compute in fp32. A layer whose parameters live in a 16-bit stage
+ * gets fp32 images of them made just before its forward or backward and dropped just
+ * after; its gradient image is added into the 16-bit gradients with one rounding per
+ * element and call. A layer that takes its 16-bit parameters natively (Linear: the
+ * matmul16 kernels) gets no images but the same workspace for its kernels. Layers run
+ * one at a time, so all of them share one workspace buffer, grown to the largest
+ * layer's need and kept until ds_layer_images_free: a fresh allocation per call would
+ * page-fault its way through GPT-2's 154 MB token embedding several times a step. */
 
 static struct {
-    float *buf;
-    size_t cap; /* floats */
+    void *buf;
+    size_t cap; /* bytes */
 } g_images;
 
 void ds_layer_images_free(void) {
-    ds_free(g_images.buf, g_images.cap * sizeof(float), DS_MEM_WORKSPACE);
+    ds_free(g_images.buf, g_images.cap, DS_MEM_WORKSPACE);
     g_images.buf = NULL;
     g_images.cap = 0;
 }
 
-static int reserve_images(size_t floats, ds_err *err) {
-    if (floats <= g_images.cap) return 0;
+void *ds_layer_workspace(size_t bytes, ds_err *err) {
+    if (bytes <= g_images.cap) return g_images.buf;
     ds_layer_images_free();
-    if (!(g_images.buf = ds_alloc(floats * sizeof(float), DS_MEM_WORKSPACE, err)))
-        return ds_err_prefix(err, "%zu MB of fp32 parameter images", floats * 4 >> 20);
-    g_images.cap = floats;
-    return 0;
+    if (!(g_images.buf = ds_alloc(bytes, DS_MEM_WORKSPACE, err)))
+        return ds_err_prefix(err, "%zu MB of layer workspace (16-bit parameters)", bytes >> 20),
+               NULL;
+    g_images.cap = bytes;
+    return g_images.buf;
 }
 
+static int takes_half(const ds_layer *l) { return l->ops->native_half && l->ops->native_half(l); }
+
 static void drop_images(ds_layer *l, int fold_grads) {
+    if (takes_half(l)) return;
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
         if (p->dtype == DS_F32) continue;
@@ -129,6 +134,7 @@ static void drop_images(ds_layer *l, int fold_grads) {
 }
 
 static int make_images(ds_layer *l, int grads, ds_err *err) {
+    if (takes_half(l)) return 0;
     size_t need = 0;
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
@@ -138,8 +144,8 @@ static int make_images(ds_layer *l, int grads, ds_err *err) {
         need += p->numel * (grads ? 2 : 1);
     }
     if (need == 0) return 0;
-    if (reserve_images(need, err) != 0) return -1;
-    float *at = g_images.buf;
+    float *at = ds_layer_workspace(need * sizeof(float), err);
+    if (!at) return -1;
     for (int i = 0; i < l->nparam; i++) {
         ds_param *p = l->param[i];
         if (p->dtype == DS_F32) continue;

@@ -40,7 +40,8 @@ typedef struct ds_param {
     size_t offset; /* elements from the start of the owner's flat buffers */
     /* fp32 stages: slices of the flat buffers. 16-bit stages: fp32 images that exist only
      * while a layer using the parameter runs (ds_layer_forward / _backward make them from
-     * half / half_grad and fold the image's gradient back); NULL otherwise. */
+     * half / half_grad and fold the image's gradient back), none for a layer that takes
+     * its 16-bit parameters natively (ops->native_half); NULL otherwise. */
     float *data, *grad;
     ds_dtype dtype;               /* of the owner's flat buffers: fp32, bf16 or fp16 */
     uint16_t *half, *half_grad;   /* 16-bit stages: slices of the flat buffers */
@@ -57,6 +58,9 @@ typedef struct ds_layer_ops {
      * d(input) into din (may be NULL: not wanted) and the parameter gradients. */
     int (*backward)(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                     ds_tensor *din, ds_err *err);
+    /* 1: this layer computes on its 16-bit parameters itself (half, half_grad), so
+     * ds_layer_forward / _backward make no fp32 images for it. NULL: never. */
+    int (*native_half)(const ds_layer *l);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -120,9 +124,12 @@ int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err);
 void ds_layer_free(ds_layer *l); /* the whole subtree; not tied params */
 /* Frees every activation buffer of the subtree (checkpointing, or end of training). */
 void ds_layer_release(ds_layer *l);
-/* Frees the workspace that holds the fp32 images of 16-bit parameters while a layer runs
- * (it comes back with the next such layer). */
+/* Frees the workspace that holds the fp32 images of 16-bit parameters while a layer runs,
+ * or a native 16-bit layer's kernel workspace (it comes back with the next such layer). */
 void ds_layer_images_free(void);
+/* That workspace, at least `bytes` long, for the layer running now (valid until the next
+ * call): native 16-bit layers hand it to their kernels. */
+void *ds_layer_workspace(size_t bytes, ds_err *err);
 /* Runs forward / backward through the ops with the layer's path added to errors. */
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,

@@ -64,7 +64,7 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward};
+static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward, NULL};
 
 ds_layer *ds_attention_new(int heads, float p, ds_err *err) {
     if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;

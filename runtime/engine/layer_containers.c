@@ -50,7 +50,8 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return 0;
 }
 
-static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward};
+static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
+                                        NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -72,7 +73,7 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return ds_layer_backward(l->child[0], r, in, dout, din, err);
 }
 
-static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward};
+static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -107,6 +108,7 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return rc;
 }
 
-static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward};
+static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
+                                        NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

@@ -17,6 +17,6 @@ static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, cons
     return 0;
 }
 
-static const ds_layer_ops GELU = {"GELU", gelu_forward, gelu_backward};
+static const ds_layer_ops GELU = {"GELU", gelu_forward, gelu_backward, NULL};
 
 ds_layer *ds_gelu_new(ds_err *err) { return ds_layer_alloc(&GELU, err); }

@@ -27,7 +27,7 @@ static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward};
+static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward, NULL};
 
 ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err) {
     if (dim < 1) return ds_err_set(err, "LayerNorm: d=%d (must be >= 1)", dim), NULL;

@@ -30,7 +30,7 @@ static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward};
+static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward, NULL};
 
 ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err) {
     if (context < 1 || dim < 1)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "kernel_table.h" /* ds_gemm16_form */
 #include "stage.h"
 
 /* The lines of a prediction, each counted in one category. */
@@ -34,7 +35,8 @@ typedef enum ds_mp_line {
     DS_MP_ACT_GRADS,     /* activations: gradients at layer boundaries, stage inputs, logits */
     DS_MP_RECOMPUTE,     /* activations: a checkpointed span's working set */
     DS_MP_SCRATCH,       /* workspace: attention's backward scratch */
-    DS_MP_IMAGES,        /* workspace: fp32 images of a layer's 16-bit parameters */
+    DS_MP_IMAGES,        /* workspace: fp32 images of a layer's 16-bit parameters, or a
+                            16-bit Linear's kernel workspace (the same buffer) */
     DS_MP_INIT,          /* workspace: fp32 staging of a parameter while stages are built */
     DS_MP_BUCKETS,       /* comm: ZeRO-2/3 reduce-scatter buckets */
     DS_MP_RING,          /* comm: Gloo's reduce-scatter receive ring */
@@ -70,6 +72,7 @@ typedef struct ds_mp_job {
     int prefetch;                  /* ZeRO-3 gathers the next stage ahead */
     int host_device;               /* 1: the rank computes on the host (no staging copies) */
     int gloo;                      /* 1: collectives over Gloo (a ring buffer at world > 1) */
+    ds_gemm16_form gemm16;         /* the device's 16-bit Linear workspace (kernel_table.h) */
     /* The node's speeds, for the step time (0: no time predicted). */
     double gemm_flops;             /* per rank, FLOP/s of the rank's GEMM */
     double link_bytes_s;           /* per rank, bytes/s its collectives move */

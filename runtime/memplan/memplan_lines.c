@@ -35,9 +35,9 @@ static const struct {
                        "4 x B.H.T (B.H.T^2 with attention dropout) per attention layer outside "
                        "checkpointed spans (kept), "
                        "and the one of the span being recomputed"},
-    [DS_MP_IMAGES] = {"fp32 parameter images", DS_MEM_WORKSPACE,
-                      "4 x 2 x the largest layer's 16-bit parameters (weights and gradients "
-                      "in backward)"},
+    [DS_MP_IMAGES] = {"16-bit layer workspace", DS_MEM_WORKSPACE,
+                      "the largest layer's: 4 x its 16-bit parameters, twice in backward "
+                      "(fp32 images), or a Linear's GEMM workspace (docs/memory.md)"},
     [DS_MP_INIT] = {"initialisation staging", DS_MEM_WORKSPACE,
                     "4 x the largest parameter, while stages are built"},
     [DS_MP_BUCKETS] = {"ZeRO-2/3 buckets", DS_MEM_COMM,

@@ -33,7 +33,7 @@ typedef struct sim {
     size_t total, total_peak;
     char where[96], peak_at[96];
     mp_slot bucket[2], ring, images, losses, targets_staged, x, y;
-    size_t images_floats;
+    size_t images_bytes;
     int count_flops, in_backward;
     double fwd_flops, recompute_flops;
 } sim;
@@ -102,15 +102,30 @@ static mp_shape with_last(const mp_shape *in, int64_t last) {
     return o;
 }
 
-/* layer.c's make_images: one workspace buffer grown to the largest layer's need. */
-static void images(sim *S, const mp_node *n, int grads) {
+/* layer_linear.c's native_half: weight and bias in one 16-bit format. */
+static int linear_native_half(const sim *S, const mp_node *n) {
+    int t = S->st[n->powner[0]].c.precision;
+    return n->kind == MP_LINEAR && t != DS_F32 &&
+           (n->nparam < 2 || S->st[n->powner[1]].c.precision == t);
+}
+
+/* layer.c's make_images and ds_layer_workspace: one workspace buffer grown to the
+ * largest layer's need, fp32 images or a native 16-bit Linear's kernel workspace. */
+static void images(sim *S, const mp_node *n, const mp_shape *in, int grads) {
     size_t need = 0;
-    for (int p = 0; p < n->nparam; p++)
-        if (S->st[n->powner[p]].c.precision != DS_F32) need += n->pnumel[p] * (grads ? 2 : 1);
-    if (need <= S->images_floats) return;
+    if (n->nparam && linear_native_half(S, n)) {
+        size_t rows = (size_t)(numel_of(in) / in->d[in->ndim - 1]);
+        need = ds_matmul16_workspace(S->job->gemm16, grads, rows, (size_t)n->in_dim,
+                                     (size_t)n->out_dim);
+    } else {
+        for (int p = 0; p < n->nparam; p++)
+            if (S->st[n->powner[p]].c.precision != DS_F32)
+                need += n->pnumel[p] * (grads ? 2 : 1) * 4;
+    }
+    if (need <= S->images_bytes) return;
     drop(S, &S->images);
-    take(S, &S->images, need * 4, DS_MP_IMAGES);
-    S->images_floats = need;
+    take(S, &S->images, need, DS_MP_IMAGES);
+    S->images_bytes = need;
 }
 
 static void release(sim *S, mp_node *n) {
@@ -182,7 +197,7 @@ static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept,
 /* ds_layer_forward and the containers' forward (layer_containers.c). */
 static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err) {
     if (!in->ndim) return ds_err_set(err, "%s: input without a shape", n->path);
-    images(S, n, 0);
+    images(S, n, in, 0);
     ds_mp_line kept = inside ? DS_MP_RECOMPUTE : DS_MP_ACT_KEPT;
     switch (n->kind) {
     case MP_SEQUENTIAL: {
@@ -211,7 +226,7 @@ static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *e
 
 /* ds_layer_backward and the containers' backward; din: a gradient for the input is wanted. */
 static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside, ds_err *err) {
-    images(S, n, 1);
+    images(S, n, in, 1);
     switch (n->kind) {
     case MP_ATTENTION: {
         int64_t B = in->d[0], T = in->d[1];

@@ -7,7 +7,11 @@
  *                attention: 2e-5 + 2e-4|x| in backward, lse 1e-5); sums into
  *                a double 1e-12 relative
  *   16-bit copy  one unit in the last place of the 16-bit type (the fp32 master it is
- *                rounded from may differ in its last bit) */
+ *                rounded from may differ in its last bit)
+ *   16-bit GEMMs (matmul16) the same operands rounded to 16 bits on both sides, so the
+ *                fp32 sums' tolerance for fp32 results; 16-bit gradients that plus one
+ *                unit in the 16-bit type's last place (the rounding of two sums that
+ *                differ in their last bits) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,15 +249,59 @@ static void test_optim(size_t n) {
     dfree(P, n * 4), dfree(Gd, n * 4), dfree(M, n * 4), dfree(Vd, n * 4), dfree(S, sizeof(double));
 }
 
-/* the 16-bit values at d widened, within one unit in the last place of want's */
-static void close_half(const char *what, ds_half h, void *d, const uint16_t *want, size_t n) {
+
+/* the 16-bit values at d and want, widened, within atol + one unit in the last place */
+static void close_half_abs(const char *what, ds_half h, void *d, const uint16_t *want, size_t n,
+                           float atol) {
     uint16_t *got = gh_alloc(n * 2);
     gh_dev_down(&G, got, d, n * 2);
     float *a = gh_alloc(n * 4), *b = gh_alloc(n * 4);
     ds_half_to_f32(h, a, got, n);
     ds_half_to_f32(h, b, want, n);
-    gh_close(&G, what, a, b, n, 1e-30f, h == DS_HALF_BF16 ? 1.0f / 128 : 1.0f / 1024);
+    gh_close(&G, what, a, b, n, atol, h == DS_HALF_BF16 ? 1.0f / 128 : 1.0f / 1024);
     free(got), free(a), free(b);
+}
+
+/* the 16-bit values at d widened, within one unit in the last place of want's */
+static void close_half(const char *what, ds_half h, void *d, const uint16_t *want, size_t n) {
+    close_half_abs(what, h, d, want, n, 1e-30f);
+}
+
+/* matmul16 on cuBLASLt against the CPU's (kernels/cpu/matmul.c): each with its own
+ * workspace (ds_matmul16_workspace of its form), the gradients accumulated onto the same
+ * random start */
+static void test_dense16(ds_half h, int N, int C, int OC) {
+    char what[96];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s %dx%dx%d", s, hn, N, C, OC), what)
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = rnd(nx, -1, 1), *dy = rnd(ny, -1, 1), *dx = rnd(nx, -1, 1), *y = gh_alloc(ny * 4);
+    float *wf = rnd(nw, -1, 1), *bf = rnd(OC, -1, 1), *dwf = rnd(nw, -1, 1), *dbf = rnd(OC, -1, 1);
+    uint16_t *w = gh_alloc(nw * 2), *b = gh_alloc(OC * 2);
+    uint16_t *dw = gh_alloc(nw * 2), *db = gh_alloc(OC * 2);
+    ds_half_from_f32(h, w, wf, nw), ds_half_from_f32(h, b, bf, OC);
+    ds_half_from_f32(h, dw, dwf, nw), ds_half_from_f32(h, db, dbf, OC);
+    void *X = up(x, nx * 4), *DY = up(dy, ny * 4), *DX = up(dx, nx * 4), *Y = zeros(ny * 4);
+    void *W = up(w, nw * 2), *Bi = up(b, OC * 2), *DW = up(dw, nw * 2), *DB = up(db, OC * 2);
+    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC);
+    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC);
+    void *ws = gh_alloc(hws), *WS = zeros(dws);
+    CPU->matmul16_forward(h, y, x, w, b, N, C, OC, ws);
+    DEV->matmul16_forward(h, Y, X, W, Bi, N, C, OC, WS);
+    close_f(NAME("matmul16_forward"), Y, y, ny, 2e-4f, 1e-4f);
+    CPU->matmul16_forward(h, y, x, w, NULL, N, C, OC, ws); /* out is written, not added to */
+    DEV->matmul16_forward(h, Y, X, W, NULL, N, C, OC, WS);
+    close_f(NAME("matmul16_forward (no bias)"), Y, y, ny, 2e-4f, 1e-4f);
+    CPU->matmul16_backward(h, dx, dw, db, dy, x, w, N, C, OC, ws);
+    DEV->matmul16_backward(h, DX, DW, DB, DY, X, W, N, C, OC, WS);
+    close_f(NAME("matmul16_backward dinp"), DX, dx, nx, 2e-4f, 1e-4f);
+    close_half_abs(NAME("matmul16_backward dweight"), h, DW, dw, nw, 8e-4f);
+    close_half_abs(NAME("matmul16_backward dbias"), h, DB, db, OC, 1e-4f);
+#undef NAME
+    free(x), free(dy), free(dx), free(y), free(wf), free(bf), free(dwf), free(dbf);
+    free(w), free(b), free(dw), free(db), free(ws);
+    dfree(X, nx * 4), dfree(DY, ny * 4), dfree(DX, nx * 4), dfree(Y, ny * 4), dfree(W, nw * 2);
+    dfree(Bi, OC * 2), dfree(DW, nw * 2), dfree(DB, OC * 2), dfree(WS, dws);
 }
 
 static void test_half(ds_half h, size_t n) {
@@ -314,6 +362,10 @@ int main(void) {
     DEV = G.dev->k;
     test_dense(64, 48, 40);
     test_dense(1000, 768, 3072);
+    test_dense16(DS_HALF_BF16, 64, 48, 40);
+    test_dense16(DS_HALF_BF16, 1000, 768, 3072);
+    test_dense16(DS_HALF_F16, 1000, 768, 3072);
+    test_dense16(DS_HALF_BF16, 64, 768, 50257); /* GPT-2's head */
     test_embedding(1024, 768, 1000);
     test_attention(2, 64, 128, 4, 0.0f);
     test_attention(2, 64, 128, 4, 0.1f);

@@ -65,6 +65,15 @@ static void c_matmul_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->matmul_backward(b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC);
 }
+/* matmul16's workspace in floats (ds_matmul16_workspace for DS_GEMM16_F32: every part a
+ * multiple of 256 bytes at these shapes), checked in test_every_entry_covered */
+#define WS16(bwd) (MOC * MC + MN * MC + MOC + ((bwd) ? MN * MOC : 0))
+static void c_matmul16_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_forward(h, b[0], b[1], b[2], b[3], MN, MC, MOC, b[4]);
+}
+static void c_matmul16_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC, b[6]);
+}
 static void c_add_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->add_forward(b[0], b[1], b[2], EN);
@@ -197,6 +206,16 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
 
 #define SLOT(entry) offsetof(ds_kernel_table, entry)
 #define HALF_CASES(h)                                                                          \
+    {"matmul16_forward", SLOT(matmul16_forward), h, c_matmul16_forward,                        \
+     {B_F32(MN * MOC), B_F32(MN * MC), B_U16(MOC * MC), B_U16(MOC), B_F32(WS16(0))}},           \
+    {"matmul16_forward (no bias)", SLOT(matmul16_forward), h, c_matmul16_forward,              \
+     {B_F32(MN * MOC), B_F32(MN * MC), B_U16(MOC * MC), B_NONE, B_F32(WS16(0))}},               \
+    {"matmul16_backward", SLOT(matmul16_backward), h, c_matmul16_backward,                     \
+     {B_F32(MN * MC), B_U16(MOC * MC), B_U16(MOC), B_F32(MN * MOC), B_F32(MN * MC),             \
+      B_U16(MOC * MC), B_F32(WS16(1))}},                                                        \
+    {"matmul16_backward (dinp only)", SLOT(matmul16_backward), h, c_matmul16_backward,         \
+     {B_F32(MN * MC), B_NONE, B_NONE, B_F32(MN * MOC), B_NONE, B_U16(MOC * MC),                 \
+      B_F32(WS16(1))}},                                                                         \
     {"half_from_f32", SLOT(half_from_f32), h, c_half_from_f32, {B_U16(EN), B_F32(EN)}},        \
     {"half_to_f32", SLOT(half_to_f32), h, c_half_to_f32, {B_F32(EN), B_U16(EN)}},              \
     {"half_acc_f32", SLOT(half_acc_f32), h, c_half_acc_f32, {B_U16(EN), B_F32(EN)}},           \
@@ -333,6 +352,8 @@ static void run_case(ds_device *d, const kcase *c) {
 /* Every entry of the table has a case, and the simulator fills every entry. */
 static void test_every_entry_covered(void **state) {
     (void)state;
+    for (int bwd = 0; bwd < 2; bwd++)
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC), 4 * WS16(bwd));
     int covered[NSLOTS] = {0};
     for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
     ds_device *d = open_sim("256MiB", NULL);

@@ -1,0 +1,175 @@
+/* The CPU's matmul16 pair (kernel_table.h) against a triple loop in double on the same
+ * operands rounded to 16 bits: bf16 and fp16, with and without bias, the gradients
+ * accumulated (+= on fp32 dinp, one rounding on the 16-bit dweight and dbias), any
+ * gradient left out, and a workspace full of NaNs (it is written before it is read). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "kernel_math.h"
+#include "kernel_table.h"
+#include "kernels.h"
+#include "kernels_testutil.h"
+
+typedef struct shape {
+    int N, C, OC;
+} shape;
+
+/* small and odd; then past the GEMM's threshold for splitting over threads */
+static const shape SHAPES[] = {{7, 13, 5}, {64, 256, 128}};
+
+static double widen(ds_half h, uint16_t x) {
+    return h == DS_HALF_BF16 ? ds_km_bf16_to_f32(x) : ds_km_f16_to_f32(x);
+}
+static uint16_t narrow(ds_half h, float x) {
+    return h == DS_HALF_BF16 ? ds_km_f32_to_bf16(x) : ds_km_f32_to_f16(x);
+}
+static double round16(ds_half h, float x) { return widen(h, narrow(h, x)); }
+
+static uint16_t *rand16(ds_half h, size_t n) {
+    uint16_t *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) y[i] = narrow(h, (float)(2 * tu_uniform() - 1));
+    return y;
+}
+
+static void *nan_workspace(ds_half h, int backward, const shape *s) {
+    (void)h;
+    size_t bytes = ds_matmul16_workspace(DS_GEMM16_F32, backward, (size_t)s->N, (size_t)s->C,
+                                         (size_t)s->OC);
+    float *ws = malloc(bytes);
+    for (size_t i = 0; i < bytes / sizeof *ws; i++) ws[i] = NAN;
+    return ws;
+}
+
+/* fp32 sums of up to 256 products of values below 1: well inside 1e-4 */
+#define ATOL 1e-4
+#define RTOL 1e-5
+
+static void check_forward(ds_half h, const shape *s, int with_bias) {
+    int N = s->N, C = s->C, OC = s->OC;
+    float *inp = tu_randf((size_t)N * C, -1, 1), *out = tu_randf((size_t)N * OC, -1, 1);
+    uint16_t *w = rand16(h, (size_t)OC * C), *b = with_bias ? rand16(h, (size_t)OC) : NULL;
+    double *want = malloc((size_t)N * OC * sizeof *want);
+    double *unrounded = malloc((size_t)N * OC * sizeof *unrounded);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = b ? widen(h, b[o]) : 0, raw = acc;
+            for (int c = 0; c < C; c++) {
+                acc += round16(h, inp[n * C + c]) * widen(h, w[o * C + c]);
+                raw += inp[n * C + c] * widen(h, w[o * C + c]);
+            }
+            want[n * OC + o] = acc;
+            unrounded[n * OC + o] = raw;
+        }
+    void *ws = nan_workspace(h, 0, s);
+    ds_matmul16_forward(h, out, inp, w, b, N, C, OC, ws);
+    assert_int_equal(tu_mismatch("out", out, want, (size_t)N * OC, ATOL, RTOL), 0);
+    /* the input really is rounded: the fp32 input's product is further away than that */
+    size_t far = 0;
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        far += fabs(out[i] - unrounded[i]) > ATOL + RTOL * fabs(unrounded[i]);
+    assert_true(far > 0);
+    free(inp), free(out), free(w), free(b), free(want), free(unrounded), free(ws);
+}
+
+/* |got - want| within one 16-bit rounding of want (and the fp32 sum's error) */
+static void check_half(const char *what, ds_half h, const uint16_t *got, const double *want,
+                       size_t n) {
+    double ulp = h == DS_HALF_BF16 ? 0x1p-8 : 0x1p-11;
+    for (size_t i = 0; i < n; i++) {
+        double g = widen(h, got[i]), err = fabs(g - want[i]);
+        if (!(err <= ATOL + ulp * fabs(want[i]))) {
+            fprintf(stderr, "%s[%zu]: got %.9g want %.9g\n", what, i, g, want[i]);
+            fail();
+        }
+    }
+}
+
+/* wanted: bit 0 dinp, bit 1 dweight, bit 2 dbias */
+static void check_backward(ds_half h, const shape *s, int wanted) {
+    int N = s->N, C = s->C, OC = s->OC;
+    int want_dinp = wanted & 1, want_dw = wanted & 2, want_db = wanted & 4;
+    float *inp = tu_randf((size_t)N * C, -1, 1), *dout = tu_randf((size_t)N * OC, -1, 1);
+    float *dinp = tu_randf((size_t)N * C, -1, 1);
+    uint16_t *w = rand16(h, (size_t)OC * C), *dw = rand16(h, (size_t)OC * C);
+    uint16_t *db = rand16(h, (size_t)OC);
+    uint16_t *dw0 = malloc((size_t)OC * C * 2), *db0 = malloc((size_t)OC * 2);
+    memcpy(dw0, dw, (size_t)OC * C * 2);
+    memcpy(db0, db, (size_t)OC * 2);
+    double *wdinp = tu_to_double(dinp, (size_t)N * C);
+    double *wdw = calloc((size_t)OC * C, sizeof *wdw), *wdb = calloc((size_t)OC, sizeof *wdb);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int o = 0; o < OC; o++)
+                wdinp[n * C + c] += round16(h, dout[n * OC + o]) * widen(h, w[o * C + c]);
+    for (int o = 0; o < OC; o++) {
+        wdb[o] = widen(h, db0[o]);
+        for (int n = 0; n < N; n++) wdb[o] += round16(h, dout[n * OC + o]);
+        for (int c = 0; c < C; c++) {
+            double acc = widen(h, dw0[o * C + c]);
+            for (int n = 0; n < N; n++)
+                acc += round16(h, dout[n * OC + o]) * round16(h, inp[n * C + c]);
+            wdw[o * C + c] = acc;
+        }
+    }
+    float *dinp0 = tu_copyf(dinp, (size_t)N * C);
+    void *ws = nan_workspace(h, 1, s);
+    ds_matmul16_backward(h, want_dinp ? dinp : NULL, want_dw ? dw : NULL, want_db ? db : NULL,
+                         dout, want_dw ? inp : NULL, want_dinp ? w : NULL, N, C, OC, ws);
+    if (want_dinp) assert_int_equal(tu_mismatch("dinp", dinp, wdinp, (size_t)N * C, ATOL, RTOL), 0);
+    else assert_memory_equal(dinp, dinp0, (size_t)N * C * sizeof *dinp);
+    if (want_dw) check_half("dweight", h, dw, wdw, (size_t)OC * C);
+    else assert_memory_equal(dw, dw0, (size_t)OC * C * 2);
+    if (want_db) check_half("dbias", h, db, wdb, (size_t)OC);
+    else assert_memory_equal(db, db0, (size_t)OC * 2);
+    free(inp), free(dout), free(dinp), free(dinp0), free(w), free(dw), free(db), free(dw0),
+        free(db0), free(wdinp), free(wdw), free(wdb), free(ws);
+}
+
+static void each_case(ds_half h) {
+    tu_seed(h == DS_HALF_BF16 ? 16 : 17);
+    for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
+        check_forward(h, &SHAPES[k], 1);
+        check_forward(h, &SHAPES[k], 0);
+        for (int wanted = 1; wanted < 8; wanted++) check_backward(h, &SHAPES[k], wanted);
+    }
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    each_case(DS_HALF_BF16);
+}
+
+static void test_fp16(void **state) {
+    (void)state;
+    each_case(DS_HALF_F16);
+}
+
+/* One rounding per call: a gradient smaller than half a bf16 ulp of the accumulated
+ * value, summed over rows in fp32, lands once; added row by row in 16 bits it would be
+ * lost every time. */
+static void test_one_rounding_per_call(void **state) {
+    (void)state;
+    enum { N = 64, C = 1, OC = 1 };
+    float inp[N], dout[N];
+    for (int n = 0; n < N; n++) inp[n] = 1.0f, dout[n] = 1.0f / 512; /* bf16 exact */
+    uint16_t dw = narrow(DS_HALF_BF16, 1.0f), db = dw;
+    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC));
+    ds_matmul16_backward(DS_HALF_BF16, NULL, &dw, &db, dout, inp, NULL, N, C, OC, ws);
+    assert_true(widen(DS_HALF_BF16, dw) == 1.125); /* 1 + 64/512 */
+    assert_true(widen(DS_HALF_BF16, db) == 1.125);
+    free(ws);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_fp16),
+        cmocka_unit_test(test_one_rounding_per_call),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
