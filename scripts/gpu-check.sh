@@ -7,8 +7,10 @@
 #   scripts/gpu-check.sh bundle [DIR]       build here (no GPU needed) and put the test and
 #                                           benchmark programs, plus the non-CUDA shared
 #                                           libraries they load (OpenBLAS, libgomp), in DIR
-#                                           (default build-gpu-bundle, about 45 MB)
-#   scripts/gpu-check.sh run DIR            run a bundle on a GPU machine that has the CUDA 13
+#                                           (default build-gpu-bundle, about 65 MB) and in
+#                                           DIR.tar.gz (about 23 MB: carry this one)
+#   scripts/gpu-check.sh run DIR            run a bundle (DIR or DIR.tar.gz) on a GPU
+#                                           machine that has the CUDA 13
 #                                           runtime and cuBLAS but not this project's deps;
 #                                           if the bundled programs do not load there (other
 #                                           system libraries) or GPU_CHECK_REBUILD=1, they
@@ -151,6 +153,18 @@ show_device() {
     fi
 }
 
+# DIR.tar.gz (what `bundle` writes beside DIR, to be carried) is unpacked where it lies;
+# prints the directory to use.
+unpack() {
+    case $1 in
+    *.tar.gz)
+        [ -f "$1" ] || { echo "no bundle $1" >&2; return 1; }
+        tar -xzf "$1" -C "$(dirname "$1")" || return 1
+        echo "${1%.tar.gz}" ;;
+    *) echo "$1" ;;
+    esac
+}
+
 mode=${1:-here}
 case $mode in
 bundle)
@@ -174,13 +188,17 @@ bundle)
     cp "${inc:-/usr/include}"/{cblas.h,openblas_config.h} "$dir/include/"
     du -sh "$dir"
     ls "$dir/bin" "$dir/lib" "$dir/include"
+    # The device tool carries at most 64 MiB and the directory is more (each test program
+    # holds the kernels for two GPU generations, OpenBLAS alone is 36 MB): carry this.
+    tar -czf "$dir.tar.gz" "$dir" && du -sh "$dir.tar.gz"
     ;;
 rebuild) # rebuild DIR: the bundle's test programs from the sources, here (tests/gpu/run.sh)
     rebuild_here "$(cd "${2:?usage: gpu-check.sh rebuild DIR}" && pwd)"
     exit $?
     ;;
 run)
-    dir=$(cd "${2:?usage: gpu-check.sh run DIR}" && pwd) || exit 1
+    dir=$(unpack "${2:?usage: gpu-check.sh run DIR}") || exit 1
+    dir=$(cd "$dir" && pwd) || exit 1
     show_device
     # where the CUDA 13 runtime and cuBLAS live on this machine (toolkit or pip wheels)
     libpath="$dir/lib"

@@ -11,8 +11,8 @@
 #      run on device = cpu within tolerance, in fp32 and bf16 ("engine path not
 #      available" when dsrun cannot train on cuda);
 #   4. the benchmark (bench/gpu/bench_gpt.sh) in the time left.
-# DIR: a bundle made here by `scripts/gpu-check.sh bundle` (DIR/bin, DIR/lib), or a
-# build tree; default: build-gpu-bundle if it exists, else build-gpu (built now with
+# DIR: a bundle made here by `scripts/gpu-check.sh bundle` (DIR/bin, DIR/lib, or the
+# DIR.tar.gz it writes beside, unpacked first), or a build tree; default: build-gpu-bundle if it exists, else build-gpu (built now with
 # CMake when missing). With OUT set (the device tool's result folder) the log and the
 # results go there; else to DIR. Exit: 0 all passed, 1 something failed, 2 no GPU.
 set -uo pipefail
@@ -21,6 +21,9 @@ ROOT=$PWD
 START=$(date +%s)
 BUDGET=${GPU_RUN_BUDGET_S:-460} # seconds for everything; the benchmark gets what is left
 DIR=${1:-}
+case $DIR in # the bundle as carried (scripts/gpu-check.sh bundle writes it beside DIR)
+*.tar.gz) tar -xzf "$DIR" -C "$(dirname "$DIR")" || exit 1; DIR=${DIR%.tar.gz} ;;
+esac
 [ -z "$DIR" ] && { [ -d build-gpu-bundle/bin ] && DIR=build-gpu-bundle || DIR=build-gpu; }
 RES_DIR=${OUT:-$DIR}
 mkdir -p "$RES_DIR"
