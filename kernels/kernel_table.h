@@ -72,6 +72,21 @@ typedef struct ds_kernel_table {
     void (*matmul16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                               const float *dout, const float *inp, const uint16_t *weight,
                               int N, int C, int OC, void *ws);
+    /* elementwise */
+    void (*add_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*accumulate)(float *dst, const float *src, size_t n);
+    void (*scale)(float *x, float s, size_t n);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* normalisation */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    /* embedding */
+    void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C);
+    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
     /* embeddings and LayerNorm with 16-bit parameters (h), fp32 activations: the
      * parameters widened where they are read (exact, so forward has the bits of the fp32
      * entries on fp32 copies); each parameter gradient summed in fp32 from zero, then
@@ -97,21 +112,6 @@ typedef struct ds_kernel_table {
     void (*layernorm16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                                  const float *dout, const float *inp, const uint16_t *weight,
                                  const float *mean, const float *rstd, int N, int C, void *ws);
-    /* elementwise */
-    void (*add_forward)(float *out, const float *a, const float *b, size_t n);
-    void (*accumulate)(float *dst, const float *src, size_t n);
-    void (*scale)(float *x, float s, size_t n);
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
-    /* normalisation */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps);
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
-    /* embedding */
-    void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C);
-    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
     /* attention */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
