@@ -37,6 +37,23 @@ static inline size_t ds_matmul16_workspace(ds_gemm16_form f, int backward, size_
            (backward ? ds_ws_part(4 * N * OC) : 0);
 }
 
+/* The bytes of workspace embedding16_backward needs for N positions of C columns: the
+ * positions sorted by id (8 bytes each) and one row's fp32 sum, whatever the vocabulary
+ * (the cuda entry sorts in its context's scratch, as embedding_backward, and leaves ws
+ * alone). embedding16_forward and the posemb16 pair need none. */
+static inline size_t ds_embedding16_workspace(size_t N, size_t C) {
+    return ds_ws_part(8 * N) + ds_ws_part(4 * C);
+}
+
+/* The bytes of workspace layernorm16_forward (backward = 0) or _backward (1) needs for
+ * C columns: C floats each for the weight and the bias widened (forward: the cpu's
+ * kernels run on them; cuda reads the 16-bit ones), for the widened weight, dweight
+ * and dbias (backward: the parameter gradients summed in fp32 before their one
+ * rounding, on every device). */
+static inline size_t ds_layernorm16_workspace(int backward, size_t C) {
+    return (backward ? 3 : 2) * ds_ws_part(4 * C);
+}
+
 typedef struct ds_kernel_table {
     /* dense */
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
@@ -70,6 +87,31 @@ typedef struct ds_kernel_table {
     /* embedding */
     void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C);
     void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
+    /* embeddings and LayerNorm with 16-bit parameters (h), fp32 activations: the
+     * parameters widened where they are read (exact, so forward has the bits of the fp32
+     * entries on fp32 copies); each parameter gradient summed in fp32 from zero, then
+     * added into the 16-bit gradient with one rounding per element and call, as the
+     * 16-bit gradients of fp32 images were. embedding16_backward: for each id in ids,
+     * the rows of dout with that id summed in order n = 0..N-1, then added to dtable's
+     * row (rows of ids not in ids untouched). posemb16: out[b,t,:] = inp[b,t,:] +
+     * table[t,:]; backward: dtable[t,:] gets the sum over b = 0..B-1 of dout[b,t,:] (no
+     * dinp: the caller adds dout). layernorm16: as layernorm_*, statistics in fp32;
+     * weight and bias not NULL; dinp, dweight, dbias may be NULL. ws: the
+     * ds_embedding16_workspace / ds_layernorm16_workspace bytes, clobbered. */
+    void (*embedding16_forward)(ds_half h, float *out, const int32_t *ids,
+                                const uint16_t *table, int N, int C);
+    void (*embedding16_backward)(ds_half h, uint16_t *dtable, const float *dout,
+                                 const int32_t *ids, int N, int C, void *ws);
+    void (*posemb16_forward)(ds_half h, float *out, const float *inp, const uint16_t *table,
+                             int B, int T, int C);
+    void (*posemb16_backward)(ds_half h, uint16_t *dtable, const float *dout, int B, int T,
+                              int C);
+    void (*layernorm16_forward)(ds_half h, float *out, float *mean, float *rstd,
+                                const float *inp, const uint16_t *weight, const uint16_t *bias,
+                                int N, int C, float eps, void *ws);
+    void (*layernorm16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                                 const float *dout, const float *inp, const uint16_t *weight,
+                                 const float *mean, const float *rstd, int N, int C, void *ws);
     /* attention */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);

@@ -169,6 +169,22 @@ void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *d
                           const float *dout, const float *inp, const uint16_t *weight, int N,
                           int C, int OC, void *ws);
 
+/* Embeddings and LayerNorm with 16-bit parameters (kernel_table.h's *16 entries,
+ * semantics and workspaces there). */
+void ds_embedding16_forward(ds_half h, float *out, const int32_t *ids, const uint16_t *table,
+                            int N, int C);
+void ds_embedding16_backward(ds_half h, uint16_t *dtable, const float *dout, const int32_t *ids,
+                             int N, int C, void *ws);
+void ds_posemb16_forward(ds_half h, float *out, const float *inp, const uint16_t *table, int B,
+                         int T, int C);
+void ds_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B, int T, int C);
+void ds_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd, const float *inp,
+                            const uint16_t *weight, const uint16_t *bias, int N, int C,
+                            float eps, void *ws);
+void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                             const float *dout, const float *inp, const uint16_t *weight,
+                             const float *mean, const float *rstd, int N, int C, void *ws);
+
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);
 int ds_kernels_threads(void);

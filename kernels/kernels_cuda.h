@@ -124,6 +124,25 @@ int ds_cuda_embedding_forward(ds_cuda_ctx *ctx, float *out, const int32_t *ids,
 int ds_cuda_embedding_backward(ds_cuda_ctx *ctx, float *dtable, const float *dout,
                                const int32_t *ids, int N, int C);
 
+/* ---- embeddings and LayerNorm with 16-bit parameters (kernel_table.h's *16 entries,
+ * their semantics; the embedding's sort in the context's scratch, LayerNorm's parameter
+ * gradients in ws, ds_layernorm16_workspace(1, C) bytes) ------------------------------ */
+int ds_cuda_embedding16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const int32_t *ids,
+                                const uint16_t *table, int N, int C);
+int ds_cuda_embedding16_backward(ds_cuda_ctx *ctx, ds_half h, uint16_t *dtable,
+                                 const float *dout, const int32_t *ids, int N, int C);
+int ds_cuda_posemb16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
+                             const uint16_t *table, int B, int T, int C);
+int ds_cuda_posemb16_backward(ds_cuda_ctx *ctx, ds_half h, uint16_t *dtable,
+                              const float *dout, int B, int T, int C);
+int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, float *mean,
+                                float *rstd, const float *inp, const uint16_t *weight,
+                                const uint16_t *bias, int N, int C, float eps);
+int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
+                                 uint16_t *dbias, const float *dout, const float *inp,
+                                 const uint16_t *weight, const float *mean, const float *rstd,
+                                 int N, int C, void *ws);
+
 /* ---- attention --------------------------------------------------------------------- */
 int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv,
                               int B, int T, int C, int NH);

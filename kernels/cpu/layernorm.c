@@ -3,7 +3,9 @@
  * each column sums its rows in order (same bits for any thread count). Row sums use
  * DS_LANES partial sums (vectorisable, fixed order). */
 #include <math.h>
+#include <string.h>
 
+#include "kernel_table.h" /* ds_layernorm16_workspace's layout */
 #include "kernels.h"
 #include "simd.h"
 
@@ -106,4 +108,31 @@ void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
             dparams_cols(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
                          c0 + 128 < C ? c0 + 128 : C);
     }
+}
+
+/* ---- 16-bit weight and bias (kernel_table.h's layernorm16 pair) -----------------------
+ * C floats each in the workspace: the kernels above run on the widened parameters and
+ * sum the parameter gradients in fp32, which are then added with one rounding. */
+
+void ds_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd, const float *inp,
+                            const uint16_t *weight, const uint16_t *bias, int N, int C,
+                            float eps, void *ws) {
+    float *w = ws, *b = (float *)((char *)ws + ds_ws_part((size_t)C * 4));
+    ds_half_to_f32(h, w, weight, (size_t)C);
+    ds_half_to_f32(h, b, bias, (size_t)C);
+    ds_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+}
+
+void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                             const float *dout, const float *inp, const uint16_t *weight,
+                             const float *mean, const float *rstd, int N, int C, void *ws) {
+    size_t part = ds_ws_part((size_t)C * 4);
+    float *w = ws, *dw = (float *)((char *)ws + part), *db = (float *)((char *)ws + 2 * part);
+    ds_half_to_f32(h, w, weight, (size_t)C);
+    memset(dw, 0, (size_t)C * sizeof *dw);
+    memset(db, 0, (size_t)C * sizeof *db);
+    ds_layernorm_backward(dinp, dweight ? dw : NULL, dbias ? db : NULL, dout, inp, w, mean, rstd,
+                          N, C);
+    if (dweight) ds_half_acc_f32(h, dweight, dw, (size_t)C);
+    if (dbias) ds_half_acc_f32(h, dbias, db, (size_t)C);
 }

@@ -64,6 +64,38 @@ static void embedding_forward(float *out, const int32_t *ids, const float *table
 static void embedding_backward(float *dtable, const float *dout, const int32_t *ids, int N, int C) {
     RUN("embedding_backward", ds_cuda_embedding_backward(ctx_of(), dtable, dout, ids, N, C));
 }
+static void embedding16_forward(ds_half h, float *out, const int32_t *ids,
+                               const uint16_t *table, int N, int C) {
+    RUN("embedding16_forward", ds_cuda_embedding16_forward(ctx_of(), h, out, ids, table, N, C));
+}
+static void embedding16_backward(ds_half h, uint16_t *dtable, const float *dout,
+                                const int32_t *ids, int N, int C, void *ws) {
+    (void)ws; /* the sort runs in the context's scratch, as embedding_backward's */
+    RUN("embedding16_backward",
+        ds_cuda_embedding16_backward(ctx_of(), h, dtable, dout, ids, N, C));
+}
+static void posemb16_forward(ds_half h, float *out, const float *inp, const uint16_t *table,
+                             int B, int T, int C) {
+    RUN("posemb16_forward", ds_cuda_posemb16_forward(ctx_of(), h, out, inp, table, B, T, C));
+}
+static void posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B, int T,
+                              int C) {
+    RUN("posemb16_backward", ds_cuda_posemb16_backward(ctx_of(), h, dtable, dout, B, T, C));
+}
+static void layernorm16_forward(ds_half h, float *out, float *mean, float *rstd,
+                                const float *inp, const uint16_t *weight, const uint16_t *bias,
+                                int N, int C, float eps, void *ws) {
+    (void)ws; /* the 16-bit weight and bias are read as they are */
+    RUN("layernorm16_forward", ds_cuda_layernorm16_forward(ctx_of(), h, out, mean, rstd, inp,
+                                                           weight, bias, N, C, eps));
+}
+static void layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                                 const float *dout, const float *inp, const uint16_t *weight,
+                                 const float *mean, const float *rstd, int N, int C, void *ws) {
+    RUN("layernorm16_backward",
+        ds_cuda_layernorm16_backward(ctx_of(), h, dinp, dweight, dbias, dout, inp, weight, mean,
+                                     rstd, N, C, ws));
+}
 
 // ---- attention -------------------------------------------------------------------------
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
@@ -199,6 +231,12 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     layernorm_backward,
     embedding_forward,
     embedding_backward,
+    embedding16_forward,
+    embedding16_backward,
+    posemb16_forward,
+    posemb16_backward,
+    layernorm16_forward,
+    layernorm16_backward,
     attention_forward,
     attention_backward,
     attention_forward_dropout,
@@ -225,5 +263,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 36 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 42 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

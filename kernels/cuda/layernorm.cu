@@ -1,13 +1,29 @@
 // LayerNorm: one warp per row (lanes stride the columns, then a fixed butterfly), two
 // passes for the variance as on the CPU. dweight/dbias are column sums over rows: the
-// deterministic two-phase ds_cu_colsum2.
+// deterministic two-phase ds_cu_colsum2. The kernels read the weight and bias through a
+// loader, so a 16-bit stage's LayerNorm reads its bf16/fp16 parameters as they are.
 #include "cuda_common.cuh"
+#include "half_math.cuh"
+#include "kernel_table.h" // ds_layernorm16_workspace's layout
+
+// an fp32 parameter (NULL: the default) or a 16-bit one, widened where it is read
+struct ln_f32 {
+    const float *p;
+    __device__ float operator()(int i, float dflt) const { return p ? p[i] : dflt; }
+};
+struct ln_half {
+    const uint16_t *p;
+    ds_half h;
+    __device__ float operator()(int i, float dflt) const {
+        return p ? ds_cu_widen(h, p[i]) : dflt;
+    }
+};
 
 #define ROWS_PER_BLOCK 8
 
+template <typename W>
 __global__ static void forward_k(float *out, float *mean, float *rstd, const float *inp,
-                                 const float *weight, const float *bias, int N, int C,
-                                 float eps) {
+                                 W weight, W bias, int N, int C, float eps) {
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (n >= N) return; // whole warps leave together: the shuffles below stay full
@@ -21,7 +37,7 @@ __global__ static void forward_k(float *out, float *mean, float *rstd, const flo
     float r = 1.0f / __fsqrt_rn(v + eps);
     float *y = out + (size_t)n * C;
     for (int i = lane; i < C; i += 32)
-        y[i] = ds_km_layernorm1(x[i], m, r, weight ? weight[i] : 1.0f, bias ? bias[i] : 0.0f);
+        y[i] = ds_km_layernorm1(x[i], m, r, weight(i, 1.0f), bias(i, 0.0f));
     if (lane == 0) {
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = r;
@@ -33,15 +49,28 @@ extern "C" int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *me
                                          const float *bias, int N, int C, float eps) {
     DS_CU_ARG(ctx, out && inp && N > 0 && C > 0);
     int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp, weight,
-                                                               bias, N, C, eps);
+    forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp,
+                                                               ln_f32{weight}, ln_f32{bias}, N,
+                                                               C, eps);
     DS_CU_LAUNCHED(ctx, "layernorm forward");
     return 0;
 }
 
-__global__ static void dinp_k(float *dinp, const float *dout, const float *inp,
-                              const float *weight, const float *mean, const float *rstd, int N,
-                              int C) {
+extern "C" int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, float *mean,
+                                           float *rstd, const float *inp,
+                                           const uint16_t *weight, const uint16_t *bias, int N,
+                                           int C, float eps) {
+    DS_CU_ARG(ctx, out && inp && weight && bias && N > 0 && C > 0);
+    int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
+        out, mean, rstd, inp, ln_half{weight, h}, ln_half{bias, h}, N, C, eps);
+    DS_CU_LAUNCHED(ctx, "layernorm16 forward");
+    return 0;
+}
+
+template <typename W>
+__global__ static void dinp_k(float *dinp, const float *dout, const float *inp, W weight,
+                              const float *mean, const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -49,14 +78,14 @@ __global__ static void dinp_k(float *dinp, const float *dout, const float *inp,
     float m = mean[n], s = rstd[n];
     float a1 = 0.0f, a2 = 0.0f;
     for (int i = lane; i < C; i += 32) {
-        float dn = (weight ? weight[i] : 1.0f) * dy[i];
+        float dn = weight(i, 1.0f) * dy[i];
         a1 += dn;
         a2 += dn * (x[i] - m) * s;
     }
     float dnorm_mean = ds_cu_warp_sum(a1) / C, dnorm_norm_mean = ds_cu_warp_sum(a2) / C;
     float *dx = dinp + (size_t)n * C;
     for (int i = lane; i < C; i += 32)
-        dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight ? weight[i] : 1.0f, m, s, dnorm_mean,
+        dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight(i, 1.0f), m, s, dnorm_mean,
                                      dnorm_norm_mean);
 }
 
@@ -76,11 +105,37 @@ extern "C" int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, float *
     DS_CU_ARG(ctx, dout && inp && mean && rstd && N > 0 && C > 0);
     if (dinp) {
         int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-        dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
-                                                                rstd, N, C);
+        dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, ln_f32{weight},
+                                                                mean, rstd, N, C);
         DS_CU_LAUNCHED(ctx, "layernorm backward");
     }
     if (dweight || dbias)
         return ds_cu_colsum2(ctx, dweight, dbias, N, C, ln_param_grads{dout, inp, mean, rstd, C});
+    return 0;
+}
+
+// dweight and dbias summed in fp32 in ws (the layout of ds_layernorm16_workspace: the
+// widened weight's part is not used here), then added with one rounding.
+extern "C" int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
+                                            uint16_t *dweight, uint16_t *dbias,
+                                            const float *dout, const float *inp,
+                                            const uint16_t *weight, const float *mean,
+                                            const float *rstd, int N, int C, void *ws) {
+    DS_CU_ARG(ctx, dout && inp && weight && mean && rstd && ws && N > 0 && C > 0);
+    if (dinp) {
+        int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+        dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
+            dinp, dout, inp, ln_half{weight, h}, mean, rstd, N, C);
+        DS_CU_LAUNCHED(ctx, "layernorm16 backward");
+    }
+    if (!dweight && !dbias) return 0;
+    size_t part = ds_ws_part((size_t)C * 4);
+    float *dw = (float *)((char *)ws + part), *db = (float *)((char *)ws + 2 * part);
+    DS_CU_CHECK(ctx, cudaMemsetAsync(dw, 0, 2 * part, ctx->stream));
+    if (ds_cu_colsum2(ctx, dweight ? dw : NULL, dbias ? db : NULL, N, C,
+                      ln_param_grads{dout, inp, mean, rstd, C}) != 0)
+        return -1;
+    if (dweight && ds_cuda_half_acc_f32(ctx, h, dweight, dw, (size_t)C) != 0) return -1;
+    if (dbias && ds_cuda_half_acc_f32(ctx, h, dbias, db, (size_t)C) != 0) return -1;
     return 0;
 }

@@ -39,7 +39,7 @@ typedef struct launch {
     sim_work w;
     void (*call)(const struct launch *L);
     int threads;
-    void *p[8];
+    void *p[9];
     size_t n;
     int i[5];
     float f[7];
@@ -148,6 +148,82 @@ static void sim_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uin
                       OPT(inp, F32(MUL(N, C))),    OPT(weight, U16(MUL(OC, C))),
                       ARG(ws, WS16(1))};
     submit(&L, "matmul16_backward", args, NARGS(args));
+}
+
+/* ---- embeddings and LayerNorm with 16-bit parameters ------------------------------ */
+
+static void k_embedding16_forward(const launch *L) {
+    CPU.embedding16_forward(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1]);
+}
+static void sim_embedding16_forward(ds_half h, float *out, const int32_t *ids,
+                                    const uint16_t *table, int N, int C) {
+    launch L = {.call = k_embedding16_forward, .i = {N, C}, .h = h};
+    sim_arg args[] = {ARG(out, F32(MUL(N, C))), ARG(ids, I32(N)), ARG(table, EXTENT_UNKNOWN)};
+    submit(&L, "embedding16_forward", args, NARGS(args));
+}
+
+static void k_embedding16_backward(const launch *L) {
+    CPU.embedding16_backward(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->p[3]);
+}
+static void sim_embedding16_backward(ds_half h, uint16_t *dtable, const float *dout,
+                                     const int32_t *ids, int N, int C, void *ws) {
+    launch L = {.call = k_embedding16_backward, .i = {N, C}, .h = h};
+    sim_arg args[] = {ARG(dtable, EXTENT_UNKNOWN), ARG(dout, F32(MUL(N, C))), ARG(ids, I32(N)),
+                      ARG(ws, ds_embedding16_workspace((size_t)N, (size_t)C))};
+    submit(&L, "embedding16_backward", args, NARGS(args));
+}
+
+static void k_posemb16_forward(const launch *L) {
+    CPU.posemb16_forward(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2]);
+}
+static void sim_posemb16_forward(ds_half h, float *out, const float *inp, const uint16_t *table,
+                                 int B, int T, int C) {
+    launch L = {.call = k_posemb16_forward, .i = {B, T, C}, .h = h};
+    sim_arg args[] = {ARG(out, F32(MUL(B, T) * C)), ARG(inp, F32(MUL(B, T) * C)),
+                      ARG(table, U16(MUL(T, C)))};
+    submit(&L, "posemb16_forward", args, NARGS(args));
+}
+
+static void k_posemb16_backward(const launch *L) {
+    CPU.posemb16_backward(L->h, L->p[0], L->p[1], L->i[0], L->i[1], L->i[2]);
+}
+static void sim_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B, int T,
+                                  int C) {
+    launch L = {.call = k_posemb16_backward, .i = {B, T, C}, .h = h};
+    sim_arg args[] = {ARG(dtable, U16(MUL(T, C))), ARG(dout, F32(MUL(B, T) * C))};
+    submit(&L, "posemb16_backward", args, NARGS(args));
+}
+
+static void k_layernorm16_forward(const launch *L) {
+    CPU.layernorm16_forward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
+                            L->i[1], L->f[0], L->p[6]);
+}
+static void sim_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd,
+                                    const float *inp, const uint16_t *weight,
+                                    const uint16_t *bias, int N, int C, float eps, void *ws) {
+    launch L = {.call = k_layernorm16_forward, .i = {N, C}, .f = {eps}, .h = h};
+    sim_arg args[] = {ARG(out, F32(MUL(N, C))),  OPT(mean, F32(N)),
+                      OPT(rstd, F32(N)),         ARG(inp, F32(MUL(N, C))),
+                      ARG(weight, U16(C)),       ARG(bias, U16(C)),
+                      ARG(ws, ds_layernorm16_workspace(0, (size_t)C))};
+    submit(&L, "layernorm16_forward", args, NARGS(args));
+}
+
+static void k_layernorm16_backward(const launch *L) {
+    CPU.layernorm16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->p[6],
+                             L->p[7], L->i[0], L->i[1], L->p[8]);
+}
+static void sim_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+                                     const float *dout, const float *inp,
+                                     const uint16_t *weight, const float *mean,
+                                     const float *rstd, int N, int C, void *ws) {
+    launch L = {.call = k_layernorm16_backward, .i = {N, C}, .h = h};
+    sim_arg args[] = {OPT(dinp, F32(MUL(N, C))), OPT(dweight, U16(C)),
+                      OPT(dbias, U16(C)),         ARG(dout, F32(MUL(N, C))),
+                      ARG(inp, F32(MUL(N, C))),   ARG(weight, U16(C)),
+                      ARG(mean, F32(N)),          ARG(rstd, F32(N)),
+                      ARG(ws, ds_layernorm16_workspace(1, (size_t)C))};
+    submit(&L, "layernorm16_backward", args, NARGS(args));
 }
 
 /* ---- elementwise ------------------------------------------------------------------ */
@@ -515,6 +591,12 @@ const ds_kernel_table ds_sim_kernels = {
     .layernorm_backward = sim_layernorm_backward,
     .embedding_forward = sim_embedding_forward,
     .embedding_backward = sim_embedding_backward,
+    .embedding16_forward = sim_embedding16_forward,
+    .embedding16_backward = sim_embedding16_backward,
+    .posemb16_forward = sim_posemb16_forward,
+    .posemb16_backward = sim_posemb16_backward,
+    .layernorm16_forward = sim_layernorm16_forward,
+    .layernorm16_backward = sim_layernorm16_backward,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_forward_dropout = sim_attention_forward_dropout,

@@ -90,15 +90,17 @@ static int with_path(const ds_layer *l, ds_err *err) {
     return -1;
 }
 
-/* ---- 16-bit parameters: fp32 images for the duration of one call ------------------- */
-/* Most layers' kernels compute in fp32. A layer whose parameters live in a 16-bit stage
- * gets fp32 images of them made just before its forward or backward and dropped just
- * after; its gradient image is added into the 16-bit gradients with one rounding per
- * element and call. A layer that takes its 16-bit parameters natively (Linear: the
- * matmul16 kernels) gets no images but the same workspace for its kernels. Layers run
- * one at a time, so all of them share one workspace buffer, grown to the largest
- * layer's need and kept until ds_layer_images_free: a fresh allocation per call would
- * page-fault its way through GPT-2's 154 MB token embedding several times a step. */
+/* ---- 16-bit parameters: the layer workspace, and fp32 images where still needed ------ */
+/* A layer whose parameters live in a 16-bit stage takes them natively (ops->native_half:
+ * Linear's matmul16, the embeddings' and LayerNorm's *16 kernels), handing its kernels
+ * the layer workspace. The one exception is a layer whose parameters mix formats (a
+ * Linear whose weight is tied to a stage of another precision than its bias's): it gets
+ * fp32 images of its 16-bit parameters made just before its forward or backward and
+ * dropped just after, their gradient image added into the 16-bit gradients with one
+ * rounding per element and call. Layers run one at a time, so all of them share one
+ * workspace buffer, grown to the largest layer's need and kept until
+ * ds_layer_images_free: a fresh allocation per call would page-fault its way through
+ * it several times a step. */
 
 static struct {
     void *buf;
@@ -123,6 +125,22 @@ void *ds_layer_workspace(size_t bytes, ds_err *err) {
 
 static int takes_half(const ds_layer *l) { return l->ops->native_half && l->ops->native_half(l); }
 
+int ds_layer_params_half(const ds_layer *l) {
+    ds_dtype t = l->param[0]->dtype;
+    for (int i = 1; i < l->nparam; i++)
+        if (l->param[i]->dtype != t) return 0;
+    return t != DS_F32;
+}
+
+int ds_layer_check_half(const ds_layer *l, int grads, ds_err *err) {
+    for (int i = 0; i < l->nparam; i++) {
+        const ds_param *p = l->param[i];
+        if (p->dtype != DS_F32 && (!p->half || (grads && !p->half_grad)))
+            return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)", p->name);
+    }
+    return 0;
+}
+
 static void drop_images(ds_layer *l, int fold_grads) {
     if (takes_half(l)) return;
     for (int i = 0; i < l->nparam; i++) {
@@ -135,14 +153,10 @@ static void drop_images(ds_layer *l, int fold_grads) {
 
 static int make_images(ds_layer *l, int grads, ds_err *err) {
     if (takes_half(l)) return 0;
+    if (ds_layer_check_half(l, grads, err) != 0) return -1;
     size_t need = 0;
-    for (int i = 0; i < l->nparam; i++) {
-        ds_param *p = l->param[i];
-        if (p->dtype == DS_F32) continue;
-        if (!p->half || (grads && !p->half_grad))
-            return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)", p->name);
-        need += p->numel * (grads ? 2 : 1);
-    }
+    for (int i = 0; i < l->nparam; i++)
+        if (l->param[i]->dtype != DS_F32) need += l->param[i]->numel * (grads ? 2 : 1);
     if (need == 0) return 0;
     float *at = ds_layer_workspace(need * sizeof(float), err);
     if (!at) return -1;

@@ -124,12 +124,18 @@ int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err);
 void ds_layer_free(ds_layer *l); /* the whole subtree; not tied params */
 /* Frees every activation buffer of the subtree (checkpointing, or end of training). */
 void ds_layer_release(ds_layer *l);
-/* Frees the workspace that holds the fp32 images of 16-bit parameters while a layer runs,
- * or a native 16-bit layer's kernel workspace (it comes back with the next such layer). */
+/* Frees the layer workspace: a native 16-bit layer's kernel workspace, or the fp32 images
+ * of a layer whose parameters mix formats (it comes back with the next such layer). */
 void ds_layer_images_free(void);
 /* That workspace, at least `bytes` long, for the layer running now (valid until the next
  * call): native 16-bit layers hand it to their kernels. */
 void *ds_layer_workspace(size_t bytes, ds_err *err);
+/* 1: all of l's parameters share one 16-bit format (the native_half of the layers whose
+ * 16-bit kernels take every parameter in one format). */
+int ds_layer_params_half(const ds_layer *l);
+/* 0, or -1 with err naming a 16-bit parameter (or, with grads, its gradient) that ZeRO
+ * has released: what a native 16-bit layer checks before its kernels read them. */
+int ds_layer_check_half(const ds_layer *l, int grads, ds_err *err);
 /* Runs forward / backward through the ops with the layer's path added to errors. */
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,

@@ -21,19 +21,37 @@ static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     int64_t shape[DS_MAX_DIMS];
     for (int i = 0; i < in->ndim; i++) shape[i] = in->shape[i];
     shape[in->ndim] = l->out_dim;
+    const ds_param *w = l->param[0];
+    if (ds_layer_params_half(l) && ds_layer_check_half(l, 0, err) != 0) return -1;
     if (ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
-    DS_K->embedding_forward(l->out->data, ids, l->param[0]->data, (int)in->numel, l->out_dim);
+    if (ds_layer_params_half(l))
+        DS_K->embedding16_forward(ds_half_of(w->dtype), l->out->data, ids, w->half,
+                                  (int)in->numel, l->out_dim);
+    else
+        DS_K->embedding_forward(l->out->data, ids, w->data, (int)in->numel, l->out_dim);
     return 0;
 }
 
 static int embedding_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
-    (void)r; (void)din; (void)err;
-    DS_K->embedding_backward(l->param[0]->grad, dout->data, in->data, (int)in->numel, l->out_dim);
+    (void)r; (void)din;
+    const ds_param *w = l->param[0];
+    int N = (int)in->numel;
+    if (!ds_layer_params_half(l)) {
+        DS_K->embedding_backward(w->grad, dout->data, in->data, N, l->out_dim);
+        return 0;
+    }
+    /* the positions grouped by id in the workspace: no fp32 copy of the table */
+    if (ds_layer_check_half(l, 1, err) != 0) return -1;
+    void *ws = ds_layer_workspace(ds_embedding16_workspace((size_t)N, (size_t)l->out_dim), err);
+    if (!ws) return -1;
+    DS_K->embedding16_backward(ds_half_of(w->dtype), w->half_grad, dout->data, in->data, N,
+                               l->out_dim, ws);
     return 0;
 }
 
-static const ds_layer_ops EMBEDDING = {"Embedding", embedding_forward, embedding_backward, NULL};
+static const ds_layer_ops EMBEDDING = {"Embedding", embedding_forward, embedding_backward,
+                                       ds_layer_params_half};
 
 ds_layer *ds_embedding_new(int vocab, int dim, float init_std, ds_err *err) {
     if (vocab < 1 || dim < 1)

@@ -4,16 +4,31 @@
 
 enum { MEAN, RSTD };
 
+/* a 16-bit stage's LayerNorm: its parameters (and in backward their gradients) resident,
+ * the kernels' workspace (kernel_table.h) */
+static void *workspace16(const ds_layer *l, int backward, ds_err *err) {
+    if (ds_layer_check_half(l, backward, err) != 0) return NULL;
+    return ds_layer_workspace(ds_layernorm16_workspace(backward, (size_t)l->in_dim), err);
+}
+
 static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
     (void)r;
     if (ds_check_f32_last(l, in, l->in_dim, err) != 0) return -1;
     int64_t rows = ds_rows(in);
-    if (ds_out_like(l, in, l->in_dim, err) != 0 ||
+    const ds_param *w = l->param[0], *b = l->param[1];
+    int half = ds_layer_params_half(l);
+    void *ws = half ? workspace16(l, 0, err) : NULL; /* before out: the planner's order */
+    if ((half && !ws) || ds_out_like(l, in, l->in_dim, err) != 0 ||
         ds_tensor_ensure(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
         ds_tensor_ensure(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
         return -1;
-    DS_K->layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
-                         l->param[0]->data, l->param[1]->data, (int)rows, l->in_dim, l->eps);
+    if (half)
+        DS_K->layernorm16_forward(ds_half_of(w->dtype), l->out->data, l->buf[MEAN]->data,
+                                  l->buf[RSTD]->data, in->data, w->half, b->half, (int)rows,
+                                  l->in_dim, l->eps, ws);
+    else
+        DS_K->layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
+                                w->data, b->data, (int)rows, l->in_dim, l->eps);
     return 0;
 }
 
@@ -21,13 +36,23 @@ static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     (void)r;
     if (!din) return ds_err_set(err, "LayerNorm needs its input gradient buffer");
+    const ds_param *w = l->param[0], *b = l->param[1];
+    if (ds_layer_params_half(l)) {
+        void *ws = workspace16(l, 1, err);
+        if (!ws) return -1;
+        DS_K->layernorm16_backward(ds_half_of(w->dtype), din->data, w->half_grad, b->half_grad,
+                                   dout->data, in->data, w->half, l->buf[MEAN]->data,
+                                   l->buf[RSTD]->data, (int)ds_rows(in), l->in_dim, ws);
+        return 0;
+    }
     DS_K->layernorm_backward(din->data, l->param[0]->grad, l->param[1]->grad, dout->data, in->data,
                           l->param[0]->data, l->buf[MEAN]->data, l->buf[RSTD]->data,
                           (int)ds_rows(in), l->in_dim);
     return 0;
 }
 
-static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward, NULL};
+static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward,
+                                       ds_layer_params_half};
 
 ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err) {
     if (dim < 1) return ds_err_set(err, "LayerNorm: d=%d (must be >= 1)", dim), NULL;

@@ -13,6 +13,13 @@ static int posemb_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
     if (T > l->in_dim)
         return ds_err_set(err, "sequence length %lld exceeds the context %d", (long long)T,
                           l->in_dim);
+    const ds_param *w = l->param[0];
+    if (ds_layer_params_half(l)) {
+        if (ds_layer_check_half(l, 0, err) != 0 || ds_out_like(l, in, C, err) != 0) return -1;
+        DS_K->posemb16_forward(ds_half_of(w->dtype), l->out->data, in->data, w->half, (int)B,
+                               (int)T, (int)C);
+        return 0;
+    }
     if (ds_out_like(l, in, C, err) != 0) return -1;
     for (int64_t b = 0; b < B; b++)
         DS_K->add_forward((float *)l->out->data + b * T * C, (const float *)in->data + b * T * C,
@@ -22,15 +29,23 @@ static int posemb_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
 
 static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                            const ds_tensor *dout, ds_tensor *din, ds_err *err) {
-    (void)r; (void)err;
+    (void)r;
     int64_t B = in->shape[0], T = in->shape[1], C = l->out_dim;
+    const ds_param *w = l->param[0];
+    if (ds_layer_params_half(l) && ds_layer_check_half(l, 1, err) != 0) return -1;
     if (din) DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
+    if (ds_layer_params_half(l)) {
+        DS_K->posemb16_backward(ds_half_of(w->dtype), w->half_grad, dout->data, (int)B, (int)T,
+                                (int)C);
+        return 0;
+    }
     for (int64_t b = 0; b < B; b++) /* batch order: fixed */
-        DS_K->accumulate(l->param[0]->grad, (const float *)dout->data + b * T * C, (size_t)(T * C));
+        DS_K->accumulate(w->grad, (const float *)dout->data + b * T * C, (size_t)(T * C));
     return 0;
 }
 
-static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward, NULL};
+static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward,
+                                    ds_layer_params_half};
 
 ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err) {
     if (context < 1 || dim < 1)

@@ -36,8 +36,9 @@ static const struct {
                        "checkpointed spans (kept), "
                        "and the one of the span being recomputed"},
     [DS_MP_IMAGES] = {"16-bit layer workspace", DS_MEM_WORKSPACE,
-                      "the largest layer's: 4 x its 16-bit parameters, twice in backward "
-                      "(fp32 images), or a Linear's GEMM workspace (docs/memory.md)"},
+                      "the largest layer's 16-bit kernel workspace: a Linear's GEMM "
+                      "workspace, an Embedding's 8 x B.T + 4 x d in backward, a LayerNorm's "
+                      "4 x d two or three times (docs/memory.md)"},
     [DS_MP_INIT] = {"initialisation staging", DS_MEM_WORKSPACE,
                     "4 x the largest parameter, while stages are built"},
     [DS_MP_BUCKETS] = {"ZeRO-2/3 buckets", DS_MEM_COMM,

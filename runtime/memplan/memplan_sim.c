@@ -102,21 +102,34 @@ static mp_shape with_last(const mp_shape *in, int64_t last) {
     return o;
 }
 
-/* layer_linear.c's native_half: weight and bias in one 16-bit format. */
-static int linear_native_half(const sim *S, const mp_node *n) {
+/* layer_linear.c's native_half (weight and bias in one 16-bit format) and
+ * ds_layer_params_half, the other layers' (their parameters in one 16-bit format). */
+static int native_half(const sim *S, const mp_node *n) {
     int t = S->st[n->powner[0]].c.precision;
-    return n->kind == MP_LINEAR && t != DS_F32 &&
-           (n->nparam < 2 || S->st[n->powner[1]].c.precision == t);
+    return t != DS_F32 && (n->nparam < 2 || S->st[n->powner[1]].c.precision == t);
+}
+
+/* the workspace a native 16-bit layer's kernels take (kernel_table.h) */
+static size_t workspace16(const sim *S, const mp_node *n, const mp_shape *in, int grads) {
+    size_t rows = (size_t)(numel_of(in) / in->d[in->ndim - 1]);
+    switch (n->kind) {
+    case MP_LINEAR:
+        return ds_matmul16_workspace(S->job->gemm16, grads, rows, (size_t)n->in_dim,
+                                     (size_t)n->out_dim);
+    case MP_EMBEDDING: /* ids [B,T]: one position per id */
+        return grads ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
+    case MP_LAYERNORM: return ds_layernorm16_workspace(grads, (size_t)n->in_dim);
+    default: return 0; /* PositionEmbedding */
+    }
 }
 
 /* layer.c's make_images and ds_layer_workspace: one workspace buffer grown to the
- * largest layer's need, fp32 images or a native 16-bit Linear's kernel workspace. */
+ * largest layer's need, a native 16-bit layer's kernel workspace or the fp32 images of a
+ * layer whose parameters mix formats. */
 static void images(sim *S, const mp_node *n, const mp_shape *in, int grads) {
     size_t need = 0;
-    if (n->nparam && linear_native_half(S, n)) {
-        size_t rows = (size_t)(numel_of(in) / in->d[in->ndim - 1]);
-        need = ds_matmul16_workspace(S->job->gemm16, grads, rows, (size_t)n->in_dim,
-                                     (size_t)n->out_dim);
+    if (n->nparam && native_half(S, n)) {
+        need = workspace16(S, n, in, grads);
     } else {
         for (int p = 0; p < n->nparam; p++)
             if (S->st[n->powner[p]].c.precision != DS_F32)

@@ -11,7 +11,9 @@
  *   16-bit GEMMs (matmul16) the same operands rounded to 16 bits on both sides, so the
  *                fp32 sums' tolerance for fp32 results; 16-bit gradients that plus one
  *                unit in the 16-bit type's last place (the rounding of two sums that
- *                differ in their last bits) */
+ *                differ in their last bits)
+ *   16-bit embeddings and LayerNorm (embedding16, posemb16, layernorm16) bit for bit
+ *                but LayerNorm's sums (its fp32 tolerances; dweight, dbias as matmul16's) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +306,66 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
     dfree(Bi, OC * 2), dfree(DW, nw * 2), dfree(DB, OC * 2), dfree(WS, dws);
 }
 
+/* the embeddings and LayerNorm with 16-bit parameters against the CPU's (their
+ * workspaces from kernel_table.h, one size for both); repeated ids and untouched rows
+ * (ids below vocab / 4 at every third position) */
+static void test_params16(ds_half h, int N, int C, int vocab, int B, int T) {
+    char what[96];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s", s, hn), what)
+    size_t nt = (size_t)vocab * C, no = (size_t)N * C, tc = (size_t)T * C, nb = B * tc;
+    float *tf = rnd(nt, -1, 1), *dtf = rnd(nt, -1, 1), *dy = rnd(no, -1, 1), *o = gh_alloc(no * 4);
+    uint16_t *t = gh_alloc(nt * 2), *dt = gh_alloc(nt * 2);
+    ds_half_from_f32(h, t, tf, nt), ds_half_from_f32(h, dt, dtf, nt);
+    int32_t *ids = gh_alloc((size_t)N * 4);
+    for (int n = 0; n < N; n++)
+        ids[n] = (int32_t)(gh_rand_u32(&G) % (uint32_t)(n % 3 ? vocab / 2 : vocab / 4));
+    void *Tb = up(t, nt * 2), *DT = up(dt, nt * 2), *DY = up(dy, no * 4), *O = zeros(no * 4);
+    void *IDS = up(ids, (size_t)N * 4);
+    size_t wsb = ds_embedding16_workspace((size_t)N, (size_t)C) + ds_layernorm16_workspace(1, (size_t)C);
+    void *ws = gh_alloc(wsb), *WS = zeros(wsb);
+    CPU->embedding16_forward(h, o, ids, t, N, C);
+    DEV->embedding16_forward(h, O, IDS, Tb, N, C);
+    same_f(NAME("embedding16_forward"), O, o, no * 4);
+    CPU->embedding16_backward(h, dt, dy, ids, N, C, ws);
+    DEV->embedding16_backward(h, DT, DY, IDS, N, C, WS);
+    same_f(NAME("embedding16_backward"), DT, dt, nt * 2);
+
+    float *x = rnd(nb, -1, 1), *px = gh_alloc(nb * 4), *pdy = rnd(nb, -1, 1);
+    void *X = up(x, nb * 4), *PX = zeros(nb * 4), *PDY = up(pdy, nb * 4);
+    CPU->posemb16_forward(h, px, x, t, B, T, C); /* the table's first T rows */
+    DEV->posemb16_forward(h, PX, X, Tb, B, T, C);
+    same_f(NAME("posemb16_forward"), PX, px, nb * 4);
+    CPU->posemb16_backward(h, dt, pdy, B, T, C);
+    DEV->posemb16_backward(h, DT, PDY, B, T, C);
+    same_f(NAME("posemb16_backward"), DT, dt, tc * 2);
+
+    /* LayerNorm over the B*T rows of x: weight and bias from the table's rows 0, 1, their
+     * gradients into rows 2, 3 */
+    int R = B * T;
+    float *mean = gh_alloc((size_t)R * 4), *rstd = gh_alloc((size_t)R * 4);
+    void *MEAN = zeros((size_t)R * 4), *RSTD = zeros((size_t)R * 4);
+    CPU->layernorm16_forward(h, px, mean, rstd, x, t, t + C, R, C, 1e-5f, ws);
+    DEV->layernorm16_forward(h, PX, MEAN, RSTD, X, Tb, (uint16_t *)Tb + C, R, C, 1e-5f, WS);
+    close_f(NAME("layernorm16_forward"), PX, px, nb, 1e-5f, 1e-5f);
+    close_f(NAME("layernorm16_forward rstd"), RSTD, rstd, R, 1e-6f, 1e-5f);
+    gh_dev_down(&G, mean, MEAN, (size_t)R * 4); /* backward from the device's statistics */
+    gh_dev_down(&G, rstd, RSTD, (size_t)R * 4);
+    gh_dev_down(&G, px, PX, nb * 4); /* and from the same dinp */
+    uint16_t *DTw = (uint16_t *)DT + 2 * C, *DTb = (uint16_t *)DT + 3 * C;
+    CPU->layernorm16_backward(h, px, dt + 2 * C, dt + 3 * C, pdy, x, t, mean, rstd, R, C, ws);
+    DEV->layernorm16_backward(h, PX, DTw, DTb, PDY, X, Tb, MEAN, RSTD, R, C, WS);
+    close_f(NAME("layernorm16_backward dinp"), PX, px, nb, 1e-5f, 1e-4f);
+    close_half_abs(NAME("layernorm16_backward dweight"), h, DTw, dt + 2 * C, C, 1e-4f);
+    close_half_abs(NAME("layernorm16_backward dbias"), h, DTb, dt + 3 * C, C, 1e-4f);
+#undef NAME
+    free(tf), free(dtf), free(dy), free(o), free(t), free(dt), free(ids), free(ws), free(x);
+    free(px), free(pdy), free(mean), free(rstd);
+    dfree(Tb, nt * 2), dfree(DT, nt * 2), dfree(DY, no * 4), dfree(O, no * 4);
+    dfree(IDS, (size_t)N * 4), dfree(WS, wsb), dfree(X, nb * 4), dfree(PDY, nb * 4);
+    dfree(PX, nb * 4), dfree(MEAN, (size_t)R * 4), dfree(RSTD, (size_t)R * 4);
+}
+
 static void test_half(ds_half h, size_t n) {
     char what[96];
     const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
@@ -367,6 +429,9 @@ int main(void) {
     test_dense16(DS_HALF_F16, 1000, 768, 3072);
     test_dense16(DS_HALF_BF16, 64, 768, 50257); /* GPT-2's head */
     test_embedding(1024, 768, 1000);
+    test_params16(DS_HALF_BF16, 1024, 768, 1000, 4, 256);
+    test_params16(DS_HALF_F16, 1024, 768, 1000, 4, 256);
+    test_params16(DS_HALF_BF16, 37, 50, 20, 3, 5); /* odd sizes */
     test_attention(2, 64, 128, 4, 0.0f);
     test_attention(2, 64, 128, 4, 0.1f);
     test_attention(1, 300, 96, 2, 0.2f);

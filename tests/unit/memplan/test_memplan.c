@@ -81,7 +81,7 @@ static void test_bf16_masters(void **state) {
     ds_mp_pred p = predict(s, 0, 0, DS_BF16, 1);
     assert_int_equal(p.cat_after[DS_MEM_PARAMS], s->numel * 2);
     assert_int_equal(p.cat_after[DS_MEM_OPTIMIZER], s->numel * 12); /* master + m + v */
-    assert_true(p.line_peak[DS_MP_IMAGES] > 0); /* fp32 images of 16-bit weights */
+    assert_true(p.line_peak[DS_MP_IMAGES] > 0); /* the 16-bit layers' kernel workspace */
     ds_stage_free(s);
 }
 

@@ -21,6 +21,7 @@ enum { MN = 64, MC = 256, MOC = 128 };       /* matmul */
 enum { EN = 300007 };                        /* elementwise, dropout, optimizer, sums */
 enum { LN = 130, LC = 2050 };                /* layernorm */
 enum { BN = 64, BC = 4100, BV = 50 };        /* embedding */
+enum { PB = 4, PT = 64, PC = 1200 };         /* position embedding */
 enum { AB = 2, AT = 64, AC = 64, ANH = 4 };  /* attention */
 enum { XN = 64, XV = 5000 };                 /* cross-entropy */
 #define ATT (AB * ANH * AT * AT)
@@ -46,7 +47,7 @@ typedef struct kcase {
     size_t slot; /* offsetof the entry in ds_kernel_table */
     ds_half h;
     call_fn call;
-    buf b[8];
+    buf b[9];
 } kcase;
 
 static const ds_rng_key KEY = {0x5EEDull << 20 | 77, 3, 7, 1, 12345};
@@ -109,6 +110,29 @@ static void c_embedding_forward(const ds_kernel_table *k, void **b, ds_half h) {
 static void c_embedding_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->embedding_backward(b[0], b[1], b[2], BN, BC);
+}
+/* the embedding16 and layernorm16 workspaces in floats (kernel_table.h: parts rounded to
+ * 256 bytes), checked in test_every_entry_covered */
+#define PART(bytes) ((((bytes) + 255) & ~255) / 4)
+#define WSE (PART(8 * BN) + PART(4 * BC))
+#define WSL(bwd) ((2 + (bwd)) * PART(4 * LC))
+static void c_embedding16_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->embedding16_forward(h, b[0], b[1], b[2], BN, BC);
+}
+static void c_embedding16_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->embedding16_backward(h, b[0], b[1], b[2], BN, BC, b[3]);
+}
+static void c_posemb16_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->posemb16_forward(h, b[0], b[1], b[2], PB, PT, PC);
+}
+static void c_posemb16_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->posemb16_backward(h, b[0], b[1], PB, PT, PC);
+}
+static void c_layernorm16_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->layernorm16_forward(h, b[0], b[1], b[2], b[3], b[4], b[5], LN, LC, 1e-5f, b[6]);
+}
+static void c_layernorm16_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->layernorm16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
 }
 static void c_attention_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -216,6 +240,23 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"matmul16_backward (dinp only)", SLOT(matmul16_backward), h, c_matmul16_backward,         \
      {B_F32(MN * MC), B_NONE, B_NONE, B_F32(MN * MOC), B_NONE, B_U16(MOC * MC),                 \
       B_F32(WS16(1))}},                                                                         \
+    {"embedding16_forward", SLOT(embedding16_forward), h, c_embedding16_forward,               \
+     {B_F32(BN * BC), {I32, BN, IDS, BV}, B_U16(BV * BC)}},                                    \
+    {"embedding16_backward", SLOT(embedding16_backward), h, c_embedding16_backward,            \
+     {B_U16(BV * BC), B_F32(BN * BC), {I32, BN, IDS, BV}, B_F32(WSE)}},                         \
+    {"posemb16_forward", SLOT(posemb16_forward), h, c_posemb16_forward,                        \
+     {B_F32(PB * PT * PC), B_F32(PB * PT * PC), B_U16(PT * PC)}},                              \
+    {"posemb16_backward", SLOT(posemb16_backward), h, c_posemb16_backward,                     \
+     {B_U16(PT * PC), B_F32(PB * PT * PC)}},                                                   \
+    {"layernorm16_forward", SLOT(layernorm16_forward), h, c_layernorm16_forward,               \
+     {B_F32(LN * LC), B_F32(LN), B_F32(LN), B_F32(LN * LC), B_U16(LC), B_U16(LC),              \
+      B_F32(WSL(0))}},                                                                          \
+    {"layernorm16_backward", SLOT(layernorm16_backward), h, c_layernorm16_backward,            \
+     {B_F32(LN * LC), B_U16(LC), B_U16(LC), B_F32(LN * LC), B_F32(LN * LC), B_U16(LC),         \
+      B_F32(LN), B_POS(LN), B_F32(WSL(1))}},                                                    \
+    {"layernorm16_backward (dinp only)", SLOT(layernorm16_backward), h, c_layernorm16_backward, \
+     {B_F32(LN * LC), B_NONE, B_NONE, B_F32(LN * LC), B_F32(LN * LC), B_U16(LC), B_F32(LN),    \
+      B_POS(LN), B_F32(WSL(1))}},                                                               \
     {"half_from_f32", SLOT(half_from_f32), h, c_half_from_f32, {B_U16(EN), B_F32(EN)}},        \
     {"half_to_f32", SLOT(half_to_f32), h, c_half_to_f32, {B_F32(EN), B_U16(EN)}},              \
     {"half_acc_f32", SLOT(half_acc_f32), h, c_half_acc_f32, {B_U16(EN), B_F32(EN)}},           \
@@ -321,9 +362,9 @@ static void *fill(const buf *b, ds_half h) {
 
 /* Runs one case on the host (ds_cpu_kernels) and on d; every buffer must match. */
 static void run_case(ds_device *d, const kcase *c) {
-    void *host[8] = {0}, *dev[8] = {0};
-    size_t bytes[8] = {0};
-    for (int i = 0; i < 8; i++) {
+    void *host[9] = {0}, *dev[9] = {0};
+    size_t bytes[9] = {0};
+    for (int i = 0; i < 9; i++) {
         if (c->b[i].t == NONE) continue;
         bytes[i] = c->b[i].n * elem_size(c->b[i].t);
         host[i] = fill(&c->b[i], c->h);
@@ -332,7 +373,7 @@ static void run_case(ds_device *d, const kcase *c) {
     }
     c->call(&ds_cpu_kernels, host, c->h);
     c->call(d->k, dev, c->h);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         if (!host[i]) continue;
         unsigned char *back = malloc(bytes[i]);
         dev_get(d, back, dev[i], bytes[i]);
@@ -353,7 +394,11 @@ static void run_case(ds_device *d, const kcase *c) {
 static void test_every_entry_covered(void **state) {
     (void)state;
     for (int bwd = 0; bwd < 2; bwd++)
+    {
         assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC), 4 * WS16(bwd));
+        assert_int_equal(ds_layernorm16_workspace(bwd, LC), 4 * WSL(bwd));
+    }
+    assert_int_equal(ds_embedding16_workspace(BN, BC), 4 * WSE);
     int covered[NSLOTS] = {0};
     for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
     ds_device *d = open_sim("256MiB", NULL);
