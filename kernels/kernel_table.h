@@ -24,17 +24,36 @@ typedef enum ds_gemm16_form { DS_GEMM16_F32, DS_GEMM16_HALF } ds_gemm16_form;
  * preferred alignment) when the workspace does */
 static inline size_t ds_ws_part(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
+/* The matmul16 entries work through the output columns in chunks of this many (the last
+ * one shorter), on every device and in the same order, so a Linear's workspace grows
+ * with min(OC, chunk), not OC: GPT's head (OC = V = 50,257) would otherwise need its
+ * whole [N, V] output gradient in 16 bits (cuda) or fp32 (cpu, sim) and, on cpu and sim,
+ * the fp32 images of its whole [V, C] weight and gradient. A constant (not a byte
+ * budget) so the arithmetic is the same whatever N and device: 4096 columns keep every
+ * Linear of GPT-2 124M and 350M but the head in one chunk, as before chunking (the same
+ * bits), and are a multiple of 8 for the tensor cores; at N = 8,192 rows a chunk's
+ * 16-bit output gradient is 64 MiB. A Linear with OC > chunk sums dinp in fp32 chunk
+ * after chunk (dinp += dout[:, chunk] @ W[chunk, :]), which changes dinp's summation
+ * order against one GEMM over all OC, identically on every device. */
+#define DS_MATMUL16_COLS 4096
+
+/* the columns of the largest chunk of OC output columns */
+static inline size_t ds_matmul16_cols(size_t OC) {
+    return OC < (size_t)DS_MATMUL16_COLS ? OC : (size_t)DS_MATMUL16_COLS;
+}
+
 /* The bytes of workspace matmul16_forward (backward = 0) or _backward (1) needs for N
  * rows, C inputs and OC outputs, whatever pointers are NULL: the planner
- * (runtime/memplan) and the caller use the same number. */
+ * (runtime/memplan) and the caller use the same number. K: the largest chunk's columns. */
 static inline size_t ds_matmul16_workspace(ds_gemm16_form f, int backward, size_t N, size_t C,
                                            size_t OC) {
-    if (f == DS_GEMM16_HALF)
-        return backward ? ds_ws_part(2 * N * OC) + ds_ws_part(2 * N * C)
+    size_t K = ds_matmul16_cols(OC);
+    if (f == DS_GEMM16_HALF) /* the forward's one GEMM over all OC needs no N x OC part */
+        return backward ? ds_ws_part(2 * N * K) + ds_ws_part(2 * N * C)
                         : ds_ws_part(2 * N * C) + ds_ws_part(4 * OC);
-    /* backward: the weight's image becomes the weight gradient once dinp is done */
-    return ds_ws_part(4 * OC * C) + ds_ws_part(4 * N * C) + ds_ws_part(4 * OC) +
-           (backward ? ds_ws_part(4 * N * OC) : 0);
+    /* backward: the weight chunk's image becomes its gradient once dinp's part is done */
+    return ds_ws_part(4 * K * C) + ds_ws_part(4 * N * C) + ds_ws_part(4 * K) +
+           (backward ? ds_ws_part(4 * N * K) : 0);
 }
 
 /* The bytes of workspace embedding16_backward needs for N positions of C columns: the
@@ -65,8 +84,9 @@ typedef struct ds_kernel_table {
      * dweight, dbias get round16(them + the fp32 result of round16(dout)^T @ round16(inp)
      * and of round16(dout)'s column sums): one rounding per element and call, as the
      * 16-bit gradients of an fp32 image would. Any of dinp, dweight, dbias may be NULL
-     * (inp is read only for dweight, weight only for dinp). ws: the device's
-     * ds_matmul16_workspace bytes, clobbered. */
+     * (inp is read only for dweight, weight only for dinp). Both work in chunks of
+     * DS_MATMUL16_COLS output columns, dinp's fp32 sum accumulated chunk after chunk.
+     * ws: the device's ds_matmul16_workspace bytes, clobbered. */
     void (*matmul16_forward)(ds_half h, float *out, const float *inp, const uint16_t *weight,
                              const uint16_t *bias, int N, int C, int OC, void *ws);
     void (*matmul16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,

@@ -91,8 +91,9 @@ int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, ui
                                  int OC);
 
 /* fp32 activations with a 16-bit weight and bias: kernel_table.h's matmul16 pair (its
- * semantics), inp and dout rounded to 16 bits into ws (ds_matmul16_workspace's
- * DS_GEMM16_HALF bytes), then the GEMMs above with fp32 results for the activations. */
+ * semantics), inp and dout (one chunk of DS_MATMUL16_COLS columns at a time) rounded to
+ * 16 bits into ws (ds_matmul16_workspace's DS_GEMM16_HALF bytes), then the GEMMs above
+ * with fp32 results for the activations. */
 int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
                              void *ws);

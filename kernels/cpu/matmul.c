@@ -95,41 +95,65 @@ void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
 /* ---- 16-bit weights (kernel_table.h's matmul16 pair) ----------------------------------
  * The reference of what a tensor-core GEMM computes: operands rounded to 16 bits, exact
  * products summed in fp32. Here the rounded operands are fp32 copies in the workspace
- * and OpenBLAS sums them, so the bits are sgemm's on the rounded values. */
+ * and OpenBLAS sums them, so the bits are sgemm's on the rounded values. Both entries go
+ * through the output columns in chunks of DS_MATMUL16_COLS (kernel_table.h), so the
+ * weight's image is one chunk's rows; each output element is still one sgemm's dot
+ * product, so only backward's dinp (summed over OC) depends on the chunking. */
+
+/* d[n, j] = round16(src[n, o0 + j]) for j < K: a chunk of columns of an [N, OC] matrix */
+static void round_cols(ds_half h, float *d, const float *src, int N, int OC, int o0, int K) {
+#pragma omp parallel for schedule(static) if ((size_t)N * K > DS_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        ds_half_round_f32(h, d + (size_t)n * K, src + (size_t)n * OC + o0, (size_t)K);
+}
 
 void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
                          const uint16_t *bias, int N, int C, int OC, void *ws) {
-    size_t wn = (size_t)OC * C, xn = (size_t)N * C;
+    size_t K = ds_matmul16_cols((size_t)OC), xn = (size_t)N * C;
     float *w = ws;
-    float *x = (float *)((char *)w + ds_ws_part(wn * 4));
-    float *b = bias ? (float *)((char *)x + ds_ws_part(xn * 4)) : NULL;
-    ds_half_to_f32(h, w, weight, wn);
+    float *x = (float *)((char *)w + ds_ws_part(K * C * 4));
+    float *b = (float *)((char *)x + ds_ws_part(xn * 4));
     ds_half_round_f32(h, x, inp, xn);
-    if (b) ds_half_to_f32(h, b, bias, (size_t)OC);
-    ds_matmul_forward(out, x, w, b, N, C, OC);
+    for (int o0 = 0; o0 < OC; o0 += (int)K) {
+        int k = OC - o0 < (int)K ? OC - o0 : (int)K;
+        ds_half_to_f32(h, w, weight + (size_t)o0 * C, (size_t)k * C);
+        float beta = 0.0f;
+        if (bias) {
+            ds_half_to_f32(h, b, bias + o0, (size_t)k);
+#pragma omp parallel for schedule(static) if ((size_t)N * k > DS_PAR_MIN)
+            for (int n = 0; n < N; n++)
+                memcpy(out + (size_t)n * OC + o0, b, (size_t)k * sizeof(float));
+            beta = 1.0f;
+        }
+        sgemm_parallel(0, 1, N, k, C, x, C, w, C, beta, out + o0, OC);
+    }
 }
 
 void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                           const float *dout, const float *inp, const uint16_t *weight, int N,
                           int C, int OC, void *ws) {
-    size_t wn = (size_t)OC * C, xn = (size_t)N * C;
-    float *w = ws; /* the weight's image, then the weight gradient */
-    float *x = (float *)((char *)w + ds_ws_part(wn * 4));
+    size_t K = ds_matmul16_cols((size_t)OC), xn = (size_t)N * C;
+    float *w = ws; /* the weight chunk's image, then its gradient */
+    float *x = (float *)((char *)w + ds_ws_part(K * C * 4));
     float *db = (float *)((char *)x + ds_ws_part(xn * 4));
-    float *d = (float *)((char *)db + ds_ws_part((size_t)OC * 4));
-    ds_half_round_f32(h, d, dout, (size_t)N * OC);
-    if (dinp) {
-        ds_half_to_f32(h, w, weight, wn);
-        sgemm_parallel(0, 0, N, C, OC, d, OC, w, C, 1.0f, dinp, C);
-    }
-    if (dweight) {
-        ds_half_round_f32(h, x, inp, xn);
-        sgemm_parallel(1, 0, OC, C, N, d, OC, x, C, 0.0f, w, C);
-        ds_half_acc_f32(h, dweight, w, wn);
-    }
-    if (dbias) {
-        memset(db, 0, (size_t)OC * sizeof *db);
-        bias_backward(db, d, N, OC);
-        ds_half_acc_f32(h, dbias, db, (size_t)OC);
+    float *d = (float *)((char *)db + ds_ws_part(K * 4));
+    if (dweight) ds_half_round_f32(h, x, inp, xn);
+    for (int o0 = 0; o0 < OC; o0 += (int)K) {
+        int k = OC - o0 < (int)K ? OC - o0 : (int)K;
+        size_t wn = (size_t)k * C;
+        round_cols(h, d, dout, N, OC, o0, k);
+        if (dinp) {
+            ds_half_to_f32(h, w, weight + (size_t)o0 * C, wn);
+            sgemm_parallel(0, 0, N, C, k, d, k, w, C, 1.0f, dinp, C);
+        }
+        if (dweight) {
+            sgemm_parallel(1, 0, k, C, N, d, k, x, C, 0.0f, w, C);
+            ds_half_acc_f32(h, dweight + (size_t)o0 * C, w, wn);
+        }
+        if (dbias) {
+            memset(db, 0, (size_t)k * sizeof *db);
+            bias_backward(db, d, N, k);
+            ds_half_acc_f32(h, dbias + o0, db, (size_t)k);
+        }
     }
 }

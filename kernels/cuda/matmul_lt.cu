@@ -212,6 +212,14 @@ extern "C" int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out,
     return lt_matmul(ctx, h, &c);
 }
 
+// d[n, j] = round16(dout[n, o0 + j]) for j < K: a chunk of the output gradient's columns
+__global__ static void round_cols_k(ds_half h, uint16_t *d, const float *dout, int N, int OC,
+                                    int o0, int K) {
+    GRID_STRIDE(i, (size_t)N * K) d[i] = ds_cu_narrow(h, dout[i / K * OC + o0 + i % K]);
+}
+
+// In chunks of DS_MATMUL16_COLS output columns (kernel_table.h), as the CPU reference:
+// the chunk's rounded output gradient is the workspace's N x OC part.
 extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
                                          uint16_t *dweight, uint16_t *dbias, const float *dout,
                                          const float *inp, const uint16_t *weight, int N, int C,
@@ -219,15 +227,24 @@ extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *din
     DS_CU_ARG(ctx, dout && ws && N > 0 && C > 0 && OC > 0);
     DS_CU_ARG(ctx, !dinp || weight);
     DS_CU_ARG(ctx, !dweight || inp);
+    int K = (int)ds_matmul16_cols((size_t)OC);
     uint16_t *d = (uint16_t *)ws;
-    uint16_t *x = (uint16_t *)((char *)ws + ds_ws_part((size_t)N * OC * 2));
-    if (ds_cuda_half_from_f32(ctx, h, d, dout, (size_t)N * OC) != 0) return -1;
-    if (dinp) { // dinp[N,C] += dout16[N,OC] @ W[OC,C], in fp32
-        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, d, dinp, C, OC, C, 1.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
-        if (lt_matmul(ctx, h, &c) != 0) return -1;
-    }
+    uint16_t *x = (uint16_t *)((char *)ws + ds_ws_part((size_t)N * K * 2));
     if (dweight && ds_cuda_half_from_f32(ctx, h, x, inp, (size_t)N * C) != 0) return -1;
-    return ds_cuda_matmul_backward_half(ctx, h, NULL, dweight, dbias, d, dweight ? x : NULL,
-                                        NULL, NULL, N, C, OC);
+    for (int o0 = 0; o0 < OC; o0 += K) {
+        int k = OC - o0 < K ? OC - o0 : K;
+        size_t n = (size_t)N * k;
+        round_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(h, d, dout, N, OC, o0, k);
+        DS_CU_LAUNCHED(ctx, "matmul16 output gradient chunk to 16 bits");
+        if (dinp) { // dinp[N,C] += dout16[N,k] @ W[o0:o0+k, C], in fp32
+            lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, k, weight + (size_t)o0 * C, d, dinp, C, k,
+                         C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
+            if (lt_matmul(ctx, h, &c) != 0) return -1;
+        }
+        if (ds_cuda_matmul_backward_half(ctx, h, NULL, dweight ? dweight + (size_t)o0 * C : NULL,
+                                         dbias ? dbias + o0 : NULL, d, dweight ? x : NULL, NULL,
+                                         NULL, N, C, k) != 0)
+            return -1;
+    }
+    return 0;
 }

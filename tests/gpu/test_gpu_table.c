@@ -270,8 +270,8 @@ static void close_half(const char *what, ds_half h, void *d, const uint16_t *wan
 }
 
 /* matmul16 on cuBLASLt against the CPU's (kernels/cpu/matmul.c): each with its own
- * workspace (ds_matmul16_workspace of its form), the gradients accumulated onto the same
- * random start */
+ * workspace (ds_matmul16_workspace of its form), both in the same chunks of output
+ * columns, the gradients accumulated onto the same random start */
 static void test_dense16(ds_half h, int N, int C, int OC) {
     char what[96];
     const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
@@ -427,7 +427,9 @@ int main(void) {
     test_dense16(DS_HALF_BF16, 64, 48, 40);
     test_dense16(DS_HALF_BF16, 1000, 768, 3072);
     test_dense16(DS_HALF_F16, 1000, 768, 3072);
-    test_dense16(DS_HALF_BF16, 64, 768, 50257); /* GPT-2's head */
+    /* GPT-2's head: 12 chunks of DS_MATMUL16_COLS output columns and one of 1,105 */
+    test_dense16(DS_HALF_BF16, 64, 768, 50257);
+    test_dense16(DS_HALF_F16, 512, 768, 50257);
     test_embedding(1024, 768, 1000);
     test_params16(DS_HALF_BF16, 1024, 768, 1000, 4, 256);
     test_params16(DS_HALF_F16, 1024, 768, 1000, 4, 256);

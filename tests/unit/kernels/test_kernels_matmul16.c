@@ -1,7 +1,9 @@
 /* The CPU's matmul16 pair (kernel_table.h) against a triple loop in double on the same
  * operands rounded to 16 bits: bf16 and fp16, with and without bias, the gradients
  * accumulated (+= on fp32 dinp, one rounding on the 16-bit dweight and dbias), any
- * gradient left out, and a workspace full of NaNs (it is written before it is read). */
+ * gradient left out, and a workspace of exactly ds_matmul16_workspace's bytes full of
+ * NaNs (it is written before it is read); OC past DS_MATMUL16_COLS, not a multiple of
+ * it, goes through the output columns in chunks, dinp summed chunk after chunk. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,8 +21,10 @@ typedef struct shape {
     int N, C, OC;
 } shape;
 
-/* small and odd; then past the GEMM's threshold for splitting over threads */
-static const shape SHAPES[] = {{7, 13, 5}, {64, 256, 128}};
+/* small and odd; past the GEMM's threshold for splitting over threads; three chunks of
+ * output columns, the last one short */
+static const shape SHAPES[] = {
+    {7, 13, 5}, {64, 256, 128}, {5, 24, 2 * DS_MATMUL16_COLS + 37}};
 
 static double widen(ds_half h, uint16_t x) {
     return h == DS_HALF_BF16 ? ds_km_bf16_to_f32(x) : ds_km_f16_to_f32(x);
@@ -102,10 +106,18 @@ static void check_backward(ds_half h, const shape *s, int wanted) {
     memcpy(db0, db, (size_t)OC * 2);
     double *wdinp = tu_to_double(dinp, (size_t)N * C);
     double *wdw = calloc((size_t)OC * C, sizeof *wdw), *wdb = calloc((size_t)OC, sizeof *wdb);
+    /* dinp gets each chunk's sum in turn, in fp32 as the kernels add it */
     for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            for (int o = 0; o < OC; o++)
-                wdinp[n * C + c] += round16(h, dout[n * OC + o]) * widen(h, w[o * C + c]);
+        for (int c = 0; c < C; c++) {
+            float acc = dinp[n * C + c];
+            for (int o0 = 0; o0 < OC; o0 += DS_MATMUL16_COLS) {
+                double part = 0;
+                for (int o = o0; o < OC && o < o0 + DS_MATMUL16_COLS; o++)
+                    part += round16(h, dout[n * OC + o]) * widen(h, w[o * C + c]);
+                acc += (float)part;
+            }
+            wdinp[n * C + c] = acc;
+        }
     for (int o = 0; o < OC; o++) {
         wdb[o] = widen(h, db0[o]);
         for (int n = 0; n < N; n++) wdb[o] += round16(h, dout[n * OC + o]);
@@ -165,11 +177,45 @@ static void test_one_rounding_per_call(void **state) {
     free(ws);
 }
 
+/* dinp gets each chunk's sum in turn: from 2^24, the first chunk's last column adds 1
+ * and the second chunk's first column adds 1, each sum exact, each addition to 2^24 a tie
+ * that rounds to even, back to 2^24. One GEMM over both columns (OpenBLAS's, main before
+ * chunking) sums them first: 2^24 + 2. */
+static void test_dinp_by_chunks(void **state) {
+    (void)state;
+    enum { N = 1, C = 1, OC = DS_MATMUL16_COLS + 2, LAST = DS_MATMUL16_COLS - 1 };
+    float dout[OC] = {0}, dinp = 0x1p24f;
+    uint16_t w[OC];
+    for (int o = 0; o < OC; o++) w[o] = narrow(DS_HALF_BF16, 0.0f);
+    dout[LAST] = dout[LAST + 1] = 1.0f;
+    w[LAST] = w[LAST + 1] = narrow(DS_HALF_BF16, 1.0f);
+    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC));
+    ds_matmul16_backward(DS_HALF_BF16, &dinp, NULL, NULL, dout, NULL, w, N, C, OC, ws);
+    assert_true(dinp == 0x1p24f);
+    free(ws);
+}
+
+/* The workspace grows with the chunk, not with OC: GPT's head at N = 8,192 rows */
+static void test_workspace_bounded(void **state) {
+    (void)state;
+    size_t N = 8192, C = 768, V = 50257, K = DS_MATMUL16_COLS;
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V), 2 * N * K + 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V),
+                     4 * K * C + 4 * N * C + 4 * K + 4 * N * K);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, V), 4 * K * C + 4 * N * C + 4 * K);
+    /* OC within one chunk: the unchunked sizes */
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 3072), 2 * N * 3072 + 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, 3072),
+                     4 * 3072 * C + 4 * N * C + 4 * 3072 + 4 * N * 3072);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_one_rounding_per_call),
+        cmocka_unit_test(test_dinp_by_chunks),
+        cmocka_unit_test(test_workspace_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 /* Shapes: small, but past the kernels' thresholds for going parallel, so the thread
  * count matters (DS_PAR_MIN elements; the GEMM splits from 4 MFLOP). */
 enum { MN = 64, MC = 256, MOC = 128 };       /* matmul */
+enum { HN = 8, HC = 64, HOC = DS_MATMUL16_COLS + 37 }; /* matmul16 in two chunks */
 enum { EN = 300007 };                        /* elementwise, dropout, optimizer, sums */
 enum { LN = 130, LC = 2050 };                /* layernorm */
 enum { BN = 64, BC = 4100, BV = 50 };        /* embedding */
@@ -69,11 +70,20 @@ static void c_matmul_backward(const ds_kernel_table *k, void **b, ds_half h) {
 /* matmul16's workspace in floats (ds_matmul16_workspace for DS_GEMM16_F32: every part a
  * multiple of 256 bytes at these shapes), checked in test_every_entry_covered */
 #define WS16(bwd) (MOC * MC + MN * MC + MOC + ((bwd) ? MN * MOC : 0))
+/* ... and at the chunked shape, whose workspace holds one chunk (K columns) */
+#define K16 DS_MATMUL16_COLS
+#define WS16H(bwd) (K16 * HC + HN * HC + K16 + ((bwd) ? HN * K16 : 0))
 static void c_matmul16_forward(const ds_kernel_table *k, void **b, ds_half h) {
     k->matmul16_forward(h, b[0], b[1], b[2], b[3], MN, MC, MOC, b[4]);
 }
 static void c_matmul16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC, b[6]);
+}
+static void c_matmul16_forward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_forward(h, b[0], b[1], b[2], b[3], HN, HC, HOC, b[4]);
+}
+static void c_matmul16_backward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], HN, HC, HOC, b[6]);
 }
 static void c_add_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -257,6 +267,11 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"layernorm16_backward (dinp only)", SLOT(layernorm16_backward), h, c_layernorm16_backward, \
      {B_F32(LN * LC), B_NONE, B_NONE, B_F32(LN * LC), B_F32(LN * LC), B_U16(LC), B_F32(LN),    \
       B_POS(LN), B_F32(WSL(1))}},                                                               \
+    {"matmul16_forward (chunked)", SLOT(matmul16_forward), h, c_matmul16_forward_chunked,      \
+     {B_F32(HN * HOC), B_F32(HN * HC), B_U16(HOC * HC), B_U16(HOC), B_F32(WS16H(0))}},          \
+    {"matmul16_backward (chunked)", SLOT(matmul16_backward), h, c_matmul16_backward_chunked,   \
+     {B_F32(HN * HC), B_U16(HOC * HC), B_U16(HOC), B_F32(HN * HOC), B_F32(HN * HC),             \
+      B_U16(HOC * HC), B_F32(WS16H(1))}},                                                       \
     {"half_from_f32", SLOT(half_from_f32), h, c_half_from_f32, {B_U16(EN), B_F32(EN)}},        \
     {"half_to_f32", SLOT(half_to_f32), h, c_half_to_f32, {B_F32(EN), B_U16(EN)}},              \
     {"half_acc_f32", SLOT(half_acc_f32), h, c_half_acc_f32, {B_U16(EN), B_F32(EN)}},           \
@@ -393,9 +408,9 @@ static void run_case(ds_device *d, const kcase *c) {
 /* Every entry of the table has a case, and the simulator fills every entry. */
 static void test_every_entry_covered(void **state) {
     (void)state;
-    for (int bwd = 0; bwd < 2; bwd++)
-    {
+    for (int bwd = 0; bwd < 2; bwd++) {
         assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC), 4 * WS16(bwd));
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, HN, HC, HOC), 4 * WS16H(bwd));
         assert_int_equal(ds_layernorm16_workspace(bwd, LC), 4 * WSL(bwd));
     }
     assert_int_equal(ds_embedding16_workspace(BN, BC), 4 * WSE);
