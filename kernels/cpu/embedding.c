@@ -80,11 +80,9 @@ void ds_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B,
 #pragma omp parallel for schedule(static) if ((size_t)B * tc > DS_PAR_MIN)
     for (size_t i = 0; i < tc; i += POS_BLOCK) {
         size_t m = tc - i < POS_BLOCK ? tc - i : POS_BLOCK;
-        float s[POS_BLOCK] = {0}, a[POS_BLOCK];
+        float s[POS_BLOCK] = {0};
         for (int b = 0; b < B; b++) /* batch order: fixed */
             for (size_t j = 0; j < m; j++) s[j] += dout[b * tc + i + j];
-        ds_half_widen(h, a, dtable + i, m); /* ds_half_acc_f32, inside this thread */
-        for (size_t j = 0; j < m; j++) a[j] += s[j];
-        ds_half_narrow(h, dtable + i, a, m);
+        ds_half_acc_block(h, dtable + i, s, m);
     }
 }

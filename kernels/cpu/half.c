@@ -36,19 +36,9 @@ void ds_half_round_f32(ds_half h, float *dst, const float *src, size_t n) {
     for (size_t c = 0; c < n; c += CHUNK) round_range(h, dst + c, src + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
-static void acc_range(ds_half h, uint16_t *acc, const float *x, size_t n) {
-    float a[BLOCK];
-    for (size_t i = 0; i < n; i += BLOCK) {
-        size_t m = n - i < BLOCK ? n - i : BLOCK;
-        ds_half_widen(h, a, acc + i, m);
-        for (size_t j = 0; j < m; j++) a[j] += x[i + j];
-        ds_half_narrow(h, acc + i, a, m);
-    }
-}
-
 void ds_half_acc_f32(ds_half h, uint16_t *acc, const float *x, size_t n) {
 #pragma omp parallel for schedule(static) if (n > DS_PAR_MIN)
-    for (size_t c = 0; c < n; c += CHUNK) acc_range(h, acc + c, x + c, n - c < CHUNK ? n - c : CHUNK);
+    for (size_t c = 0; c < n; c += CHUNK) ds_half_acc_block(h, acc + c, x + c, n - c < CHUNK ? n - c : CHUNK);
 }
 
 void ds_half_add(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n) {

@@ -17,4 +17,16 @@ static inline void ds_half_narrow(ds_half h, uint16_t *dst, const float *src, si
     else ds_f32_to_f16(dst, src, n);
 }
 
+/* acc[i] = round16(acc[i] + x[i]): the sum in fp32, one rounding per element */
+static inline void ds_half_acc_block(ds_half h, uint16_t *acc, const float *x, size_t n) {
+    enum { B = 512 };
+    float a[B];
+    for (size_t i = 0; i < n; i += B) {
+        size_t m = n - i < B ? n - i : B;
+        ds_half_widen(h, a, acc + i, m);
+        for (size_t j = 0; j < m; j++) a[j] += x[i + j];
+        ds_half_narrow(h, acc + i, a, m);
+    }
+}
+
 #endif

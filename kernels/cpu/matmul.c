@@ -56,16 +56,16 @@ static void sgemm_parallel(int transA, int transB, int M, int N, int K, const fl
     }
 }
 
+/* out[n, 0..K) = bias for each of N rows ldo apart: the GEMM then adds with beta = 1 */
+static void fill_bias(float *out, int ldo, const float *bias, int N, int K) {
+#pragma omp parallel for schedule(static) if ((size_t)N * K > DS_PAR_MIN)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * ldo, bias, (size_t)K * sizeof(float));
+}
+
 void ds_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                        int N, int C, int OC) {
-    float beta = 0.0f;
-    if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > DS_PAR_MIN)
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
-    sgemm_parallel(0, 1, N, OC, C, inp, C, weight, C, beta, out, OC);
+    if (bias) fill_bias(out, OC, bias, N, OC);
+    sgemm_parallel(0, 1, N, OC, C, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 /* dbias sums each column over rows in row order; threads split the columns, so the
@@ -117,15 +117,11 @@ void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t
     for (int o0 = 0; o0 < OC; o0 += (int)K) {
         int k = OC - o0 < (int)K ? OC - o0 : (int)K;
         ds_half_to_f32(h, w, weight + (size_t)o0 * C, (size_t)k * C);
-        float beta = 0.0f;
         if (bias) {
             ds_half_to_f32(h, b, bias + o0, (size_t)k);
-#pragma omp parallel for schedule(static) if ((size_t)N * k > DS_PAR_MIN)
-            for (int n = 0; n < N; n++)
-                memcpy(out + (size_t)n * OC + o0, b, (size_t)k * sizeof(float));
-            beta = 1.0f;
+            fill_bias(out + o0, OC, b, N, k);
         }
-        sgemm_parallel(0, 1, N, k, C, x, C, w, C, beta, out + o0, OC);
+        sgemm_parallel(0, 1, N, k, C, x, C, w, C, bias ? 1.0f : 0.0f, out + o0, OC);
     }
 }
 

@@ -63,19 +63,21 @@ int ds_comm_watch_add(ds_comm_watch *w, void *op, long long now_ms, ds_err *err)
  * only the oldest: ops on one stream end in order, but nothing here relies on it. */
 static int retire(ds_comm_watch *w, ds_err *err) {
     int failed = 0;
+    watched *kept = NULL; /* the last op still in flight: the tail when the walk ends */
     for (watched **p = &w->head; *p && !failed;) {
         watched *e = *p;
         int st = w->ops->op_state(w->be, e->op, err);
         if (st == 0) {
+            kept = e;
             p = &e->next;
             continue;
         }
         failed = st < 0;
         *p = e->next;
+        if (w->tail == e) w->tail = kept;
         w->ops->op_free(w->be, e->op);
         free(e);
     }
-    for (w->tail = w->head; w->tail && w->tail->next;) w->tail = w->tail->next;
     return failed;
 }
 
