@@ -12,7 +12,9 @@
  * the error is a peer's failure seen through the transport. */
 #include "error_file.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +30,65 @@ static const char *const TRANSPORT_WORDS[] = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",
     "NCCL communicator was aborted", "ncclRemoteError", "ncclSystemError", NULL};
 
+/* The agent that made a directory named PREFIX...-PID-XXXXXX: its pid, or -1 when the
+ * name is not one of ours. */
+static long owner_pid(const char *name) {
+    if (strncmp(name, "dsrun-errors-", 13) != 0) return -1;
+    const char *last = strrchr(name, '-');
+    if (!last || strlen(last + 1) != 6) return -1;
+    const char *p = last;
+    while (p > name + 13 && p[-1] >= '0' && p[-1] <= '9') p--;
+    if (p == last || p[-1] != '-') return -1;
+    char *end;
+    long pid = strtol(p, &end, 10);
+    return end == last && pid > 0 ? pid : -1;
+}
+
+/* Removes dir's rank-N.json files, then dir; anything else in it keeps it. */
+static void remove_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int rank, end = 0;
+        if (sscanf(e->d_name, "rank-%d.json%n", &rank, &end) != 1 || !end || e->d_name[end])
+            continue;
+        ds_error_file_forget(dir, rank);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* An agent killed outright (SIGKILL, the node's OOM killer) cannot remove its directory:
+ * the next agent on the node removes those whose agent is gone, so they do not pile up
+ * in /tmp over a job's restarts. Only directories of this user whose agent's pid no
+ * longer exists; a reused pid keeps its directory (harmless, and the next sweep after
+ * that process ends takes it). */
+static void sweep_stale(const char *tmp) {
+    DIR *d = opendir(tmp);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = owner_pid(e->d_name);
+        if (pid < 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char *path;
+        if (asprintf(&path, "%s/%s", tmp, e->d_name) < 0) continue;
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+            remove_stale(path);
+        free(path);
+    }
+    closedir(d);
+}
+
 int ds_error_file_dir(const char *job, char **dir, ds_err *err) {
     const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    sweep_stale(tmp);
     char *templ;
-    if (asprintf(&templ, "%s/dsrun-errors-%.100s-XXXXXX", tmp && *tmp ? tmp : "/tmp", job && *job ? job : "job") < 0)
+    if (asprintf(&templ, "%s/dsrun-errors-%.100s-%ld-XXXXXX", tmp, job && *job ? job : "job",
+                 (long)getpid()) < 0)
         return ds_err_set(err, "out of memory");
     if (!mkdtemp(templ)) {
         ds_err_errno(err, errno, "directory for the ranks' error files (%s)", templ);

@@ -1,0 +1,94 @@
+/* The agent's directory for its program ranks' error files: named after the job and the
+ * agent's pid, and a new agent removes the directories of agents that are gone (an agent
+ * killed outright cannot), but never one whose agent lives or one that is not ours. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "error_file.h"
+
+static char tmp[] = "/tmp/ds_error_file_dir_XXXXXX";
+
+/* A pid that no process has now: a child's, after it was reaped. */
+static long gone_pid(void) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return (long)pid;
+}
+
+static void make_dir(const char *name, int with_file) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    assert_int_equal(mkdir(path, 0700), 0);
+    if (!with_file) return;
+    snprintf(path, sizeof path, "%s/%s/rank-3.json", tmp, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"message\": \"x\"}", f);
+    fclose(f);
+}
+
+static int exists(const char *name) {
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return stat(path, &st) == 0;
+}
+
+static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
+    (void)state;
+    char stale[128], stale_empty[128], live[128], odd[128];
+    snprintf(stale, sizeof stale, "dsrun-errors-train-7-%ld-aB3dE9", gone_pid());
+    snprintf(stale_empty, sizeof stale_empty, "dsrun-errors-job-%ld-Zz0000", gone_pid());
+    snprintf(live, sizeof live, "dsrun-errors-train-%ld-qQ1234", (long)getppid());
+    snprintf(odd, sizeof odd, "dsrun-errors-train-%ld-qQ1234", gone_pid());
+    make_dir(stale, 1);
+    make_dir(stale_empty, 0);
+    make_dir(live, 1);
+    make_dir(odd, 1);
+    char keep[512]; /* a file that is not an error file keeps its directory */
+    snprintf(keep, sizeof keep, "%s/%s/notes.txt", tmp, odd);
+    FILE *f = fopen(keep, "w");
+    assert_non_null(f);
+    fclose(f);
+    make_dir("dsrun-errors-unrelated", 0);
+
+    ds_err err = {{0}};
+    char *dir = NULL;
+    assert_int_equal(ds_error_file_dir("train", &dir, &err), 0);
+    char want[256];
+    snprintf(want, sizeof want, "%s/dsrun-errors-train-%ld-", tmp, (long)getpid());
+    assert_memory_equal(dir, want, strlen(want));
+    assert_int_equal(strlen(dir), strlen(want) + 6);
+
+    assert_false(exists(stale));
+    assert_false(exists(stale_empty));
+    assert_true(exists(live));
+    assert_true(exists(odd));
+    assert_true(exists("dsrun-errors-unrelated"));
+    ds_error_file_remove_dir(dir);
+    free(dir);
+}
+
+int main(void) {
+    if (!mkdtemp(tmp)) return 1;
+    setenv("TMPDIR", tmp, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gone_agents_dirs_removed_live_and_foreign_kept),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0) rc = 1;
+    return rc;
+}
