@@ -100,15 +100,20 @@ __global__ static void forward_k(float *out, float *att, const float *qkv, att_d
     }
 }
 
-// shared memory a block needs beyond 48 KiB is asked for once per kernel
+// A block's dynamic shared memory (bytes) beyond what a launch gets without asking: the
+// kernel's static shared memory and the dynamic part together past 48 KiB need the
+// kernel's MaxDynamicSharedMemorySize raised first, up to the device's opt-in limit.
 static int shared_ok(ds_cuda_ctx *ctx, const void *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return 0;
+    cudaFuncAttributes fa;
+    DS_CU_CHECK(ctx, cudaFuncGetAttributes(&fa, kernel));
+    if (fa.sharedSizeBytes + bytes <= 48 * 1024) return 0;
     int dev = 0, max = 0;
     DS_CU_CHECK(ctx, cudaGetDevice(&dev));
     DS_CU_CHECK(ctx, cudaDeviceGetAttribute(&max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (bytes > (size_t)max)
+    if (fa.sharedSizeBytes + bytes > (size_t)max)
         return DS_CU_FAIL(ctx, "attention with dropout: a row of T needs %zu bytes of shared "
-                               "memory, the device has %d", bytes, max);
+                               "memory (and %zu of the kernel's own), the device has %d", bytes,
+                          fa.sharedSizeBytes, max);
     DS_CU_CHECK(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return 0;
 }

@@ -230,6 +230,7 @@ static int head_size_ok(ds_cuda_ctx *ctx, int C, int NH) {
 extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,
                                                const float *qkv, int B, int T, int C, int NH) {
     DS_CU_ARG(ctx, out && lse && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0);
+    DS_CU_ARG(ctx, B <= 65535 && NH <= 65535); // grid.z and grid.y
     switch (head_size_ok(ctx, C, NH)) {
     case -1: return -1;
     case 16: return flash_forward<16>(ctx, out, lse, qkv, B, T, C, NH);
@@ -245,6 +246,7 @@ extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, f
                                                 int C, int NH) {
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && out && lse && B > 0 && T > 0 && NH > 0 &&
                        C % NH == 0);
+    DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     switch (head_size_ok(ctx, C, NH)) {
     case -1: return -1;
     case 16: return flash_backward<16>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);

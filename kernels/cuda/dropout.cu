@@ -1,6 +1,6 @@
 // Dropout on the CPU kernel's Philox stream (kernel_math.h): thread j draws the block of
 // four words for global indices 4j..4j+3 (g = key.offset + i), so every element sees the
-// bits it sees on the CPU.
+// bits it sees on the CPU, the accumulating backward included.
 #include "cuda_common.cuh"
 
 __global__ static void dropout_k(float *dst, const float *src, size_t n, float p,
@@ -20,7 +20,9 @@ __global__ static void dropout_k(float *dst, const float *src, size_t n, float p
             size_t i = (size_t)(g - offset);
             if (i >= n) break;
             float y = ds_km_dropout1(src[i], r[j], p, thresh, keep_scale);
-            dst[i] = accumulate ? dst[i] + y : y;
+            // __fadd_rn: never fused with the multiply in y into an FMA (nvcc's default
+            // --fmad=true may); the CPU (x86-64-v2, no FMA) rounds x * keep_scale first
+            dst[i] = accumulate ? __fadd_rn(dst[i], y) : y;
         }
     }
 }

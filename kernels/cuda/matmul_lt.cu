@@ -11,7 +11,7 @@
 #include "half_math.cuh"
 
 struct lt_key {
-    int m, n, k, ta, tb, type, d_f32, epilogue, beta1, align;
+    int m, n, k, lda, ldb, ldd, ta, tb, type, d_f32, epilogue, beta1, align, bias_align;
 };
 
 struct lt_plan {
@@ -62,9 +62,12 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
     if (!ctx->lt) DS_CU_BLAS(ctx, cublasLtCreate(&ctx->lt));
     cudaDataType_t t = h == DS_HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const void *ptrs[4] = {c->A, c->B, c->D, c->aux};
+    // cublasLt.h: the heuristic reads the bias pointer's value for the alignment it
+    // assumes, so a plan made for an aligned bias must not serve a less aligned one
     cudaDataType_t dt = c->d_f32 ? CUDA_R_32F : t;
-    lt_key key = {c->m, c->n, c->k, (int)c->ta, (int)c->tb, (int)t, c->d_f32, (int)c->epilogue,
-                  c->beta != 0.0f, align_of(ptrs, 4)};
+    lt_key key = {c->m, c->n, c->k, c->lda, c->ldb, c->ldd, (int)c->ta, (int)c->tb, (int)t,
+                  c->d_f32, (int)c->epilogue, c->beta != 0.0f, align_of(ptrs, 4),
+                  align_of(&c->bias, 1)};
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -108,10 +111,21 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
             LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
             cublasLtMatmulHeuristicResult_t res;
             int n = 0;
-            LT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref, 1, &res, &n));
-            if (n == 0) {
-                rc = DS_CU_FAIL(ctx, "cuBLASLt has no algorithm for %dx%dx%d (epilogue %d, alignment %d)",
-                                c->m, c->n, c->k, (int)c->epilogue, key.align);
+            // no algorithm comes back as NOT_SUPPORTED as well as n == 0 (cublasLt.h)
+            cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref,
+                                                               1, &res, &n);
+            if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
+                rc = DS_CU_FAIL(ctx, "cublasLtMatmulAlgoGetHeuristic: %s", ds_cu_blas_status(hs));
+                goto done;
+            }
+            if (hs == CUBLAS_STATUS_NOT_SUPPORTED || n == 0) {
+                rc = DS_CU_FAIL(ctx,
+                                "cuBLASLt has no algorithm for %dx%dx%d (op %c%c, %s in, %s out, "
+                                "epilogue %d, beta %g, alignment %d bytes)",
+                                c->m, c->n, c->k, c->ta == CUBLAS_OP_T ? 'T' : 'N',
+                                c->tb == CUBLAS_OP_T ? 'T' : 'N',
+                                t == CUDA_R_16BF ? "bf16" : "fp16", c->d_f32 ? "fp32" : "16-bit",
+                                (int)c->epilogue, (double)c->beta, key.align);
                 goto done;
             }
             algo = res.algo;

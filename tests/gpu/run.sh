@@ -16,11 +16,13 @@
 # CMake when missing). With OUT set (the device tool's result folder) the log and the
 # results go there; else to DIR. Exit: 0 all passed, 1 something failed, 2 no GPU.
 set -uo pipefail
+DIR=${1:-}
+# a bundle given from another directory is found after the cd below
+[ -n "$DIR" ] && [ -e "$DIR" ] && DIR=$(realpath "$DIR")
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 START=$(date +%s)
 BUDGET=${GPU_RUN_BUDGET_S:-460} # seconds for everything; the benchmark gets what is left
-DIR=${1:-}
 case $DIR in # the bundle as carried (scripts/gpu-check.sh bundle writes it beside DIR)
 *.tar.gz) tar -xzf "$DIR" -C "$(dirname "$DIR")" || exit 1; DIR=${DIR%.tar.gz} ;;
 esac
@@ -44,7 +46,7 @@ fi
 # ---- the programs --------------------------------------------------------------------
 if [ -d "$DIR/bin" ]; then # a bundle: find this machine's CUDA libraries
     BIN=$DIR/bin
-    libpath="$ROOT/$DIR/lib"
+    libpath=$(cd "$DIR/lib" && pwd) # DIR may be relative to ROOT or absolute
     for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
         found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
         [ -n "$found" ] && libpath="$libpath:$(dirname "$found")"

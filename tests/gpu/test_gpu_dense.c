@@ -243,6 +243,23 @@ static void test_matmul_half(gh *g, ds_half h, int N, int C, int OC) {
     snprintf(what, sizeof what, "matmul fwd %s +bias (cuBLASLt) %dx%dx%d", hn, N, C, OC);
     gh_close(g, what, got, y, ny, atol, rtol);
     free(got);
+    /* without a bias: the DEFAULT and GELU_AUX epilogues (no bias pointer at all) */
+    float *y0 = gh_alloc(ny * 4);
+    ds_matmul_forward(y0, x, w, NULL, N, C, OC);
+    GH_OK(g, ds_cuda_matmul_forward_half(g->ctx, h, Y, X, W, NULL, NULL, N, C, OC));
+    got = down16(g, h, Y, ny);
+    snprintf(what, sizeof what, "matmul fwd %s no bias (cuBLASLt) %dx%dx%d", hn, N, C, OC);
+    gh_close(g, what, got, y0, ny, atol, rtol);
+    free(got);
+    if (OC % 8 == 0) {
+        ds_gelu_forward(gl, y0, ny);
+        GH_OK(g, ds_cuda_matmul_forward_half(g->ctx, h, Y, X, W, NULL, PRE, N, C, OC));
+        got = down16(g, h, Y, ny);
+        snprintf(what, sizeof what, "matmul fwd %s +gelu epilogue, no bias", hn);
+        gh_close(g, what, got, gl, ny, atol, rtol);
+        free(got);
+    }
+    free(y0);
     if (OC % 8 == 0) {
         ds_gelu_forward(gl, y, ny);
         GH_OK(g, ds_cuda_matmul_forward_half(g->ctx, h, Y, X, W, Bd, PRE, N, C, OC));
