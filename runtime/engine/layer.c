@@ -228,6 +228,10 @@ int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim,
            ds_err *err) {
     if (!*slot && !(*slot = ds_tensor_empty(dtype, cat)))
         return ds_err_set(err, "out of memory");
+    if ((*slot)->dtype != dtype) { /* the same elements need other bytes */
+        ds_tensor_release(*slot);
+        (*slot)->dtype = dtype;
+    }
     return ds_tensor_resize(*slot, ndim, shape, err);
 }
 
@@ -239,15 +243,61 @@ int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err) {
         l->out = NULL;
         l->out_borrowed = 0;
     }
-    return ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
+    return ds_tensor_ensure(&l->out, l->out_dtype, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
 }
 
-int ds_check_f32_last(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err) {
-    (void)l;
-    if (in->dtype != DS_F32)
+int ds_check_input(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err) {
+    int half = in->dtype == DS_BF16 || in->dtype == DS_F16;
+    if (in->dtype != DS_F32 && !(half && l->ops->takes_half && l->ops->takes_half(l, in->dtype)))
         return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
-    if (in->ndim < 1 || ds_last(in) != c)
+    if (c >= 0 && (in->ndim < 1 || ds_last(in) != c))
         return ds_err_set(err, "input's last dimension is %lld, expected %lld",
                           (long long)ds_last(in), (long long)c);
     return 0;
+}
+
+/* ---- 16-bit activations ------------------------------------------------------------------ */
+
+static int is_sequential(const ds_layer *l) { return !strcmp(l->ops->kind, "Sequential"); }
+
+/* The leaf at one end of l through nested Sequentials (last: the end whose output leaves
+ * l); NULL for an empty Sequential, itself for any other layer. */
+static ds_layer *end_leaf(ds_layer *l, int last) {
+    while (is_sequential(l)) {
+        if (!l->nchild) return NULL;
+        l = l->child[last ? l->nchild - 1 : 0];
+    }
+    return l;
+}
+
+static void plan_outputs(ds_layer *l, ds_dtype h) {
+    l->out_dtype = DS_F32;
+    for (int i = 0; i < l->nchild; i++) plan_outputs(l->child[i], h);
+    if (h == DS_F32 || !is_sequential(l)) return;
+    for (int i = 0; i + 1 < l->nchild; i++) {
+        ds_layer *p = end_leaf(l->child[i], 1), *c = end_leaf(l->child[i + 1], 0);
+        if (p && c && p->ops->emits_half && p->ops->emits_half(p, h) && c->ops->takes_half &&
+            c->ops->takes_half(c, h))
+            p->out_dtype = h;
+    }
+}
+
+void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision) { plan_outputs(root, precision); }
+
+int ds_layer_any_half(const ds_layer *l, ds_dtype h) {
+    (void)l, (void)h;
+    return 1;
+}
+
+const float *ds_in_f32(const ds_tensor *in, void *ws) {
+    if (in->dtype == DS_F32) return in->data;
+    DS_K->half_to_f32(ds_half_of(in->dtype), ws, in->data, (size_t)in->numel);
+    return ws;
+}
+
+float *ds_out_f32(ds_layer *l, void *ws) { return l->out->dtype == DS_F32 ? l->out->data : ws; }
+
+void ds_out_round(ds_layer *l, const float *y) {
+    if (l->out->dtype != DS_F32)
+        DS_K->half_from_f32(ds_half_of(l->out->dtype), l->out->data, y, (size_t)l->out->numel);
 }

@@ -61,6 +61,11 @@ typedef struct ds_layer_ops {
     /* 1: this layer computes on its 16-bit parameters itself (half, half_grad), so
      * ds_layer_forward / _backward make no fp32 images for it. NULL: never. */
     int (*native_half)(const ds_layer *l);
+    /* 16-bit activations inside a 16-bit stage (ds_layer_plan_outputs): 1 when this layer
+     * can write its output in format h (emits_half) or take an input in format h
+     * (takes_half). NULL: never (the output and the input stay fp32). */
+    int (*emits_half)(const ds_layer *l, ds_dtype h);
+    int (*takes_half)(const ds_layer *l, ds_dtype h);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -88,6 +93,8 @@ struct ds_layer {
     int in_ndim;                      /* shape of the last forward's input: backward */
     int64_t in_shape[DS_MAX_DIMS];    /* refuses an input that changed since */
     ds_tensor *out;                   /* forward output */
+    ds_dtype out_dtype;               /* out's: fp32, or its stage's 16-bit format where the
+                                       * next layer takes it (ds_layer_plan_outputs) */
     int out_borrowed;                 /* 1: out points at a child's or the input's tensor */
     ds_tensor *buf[DS_LAYER_MAX_BUFS]; /* saved activations / scratch, kind-specific */
     ds_tensor **gbuf;                 /* sequential: gradients at child boundaries */
@@ -141,19 +148,37 @@ int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                       ds_tensor *din, ds_err *err);
 
+/* Decides every layer's out_dtype in the tree under root for a stage of the given
+ * precision: inside a Sequential, child i's output goes to child i + 1 (through nested
+ * Sequentials: the last leaf of child i, the first leaf of child i + 1); it is written in
+ * the stage's 16-bit format when that producer emits it and that consumer takes it, fp32
+ * otherwise. Residual and Checkpoint are neither, so their inputs and outputs, the
+ * root's input and output (the stage's) and every gradient stay fp32. */
+void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision);
+/* emits_half / takes_half of a layer without parameters (GELU, Attention): any format */
+int ds_layer_any_half(const ds_layer *l, ds_dtype h);
+/* in's values as fp32: in's own data, or them widened into ws (numel floats, exact) */
+const float *ds_in_f32(const ds_tensor *in, void *ws);
+/* Where a layer computes its output in fp32: l->out itself, or ws (numel floats) when
+ * out is 16-bit, then rounded into it by ds_out_round (one rounding per element). */
+float *ds_out_f32(ds_layer *l, void *ws);
+void ds_out_round(ds_layer *l, const float *y);
+
 /* An empty owning tensor for l->out / buffers: storage comes with ds_tensor_resize. */
 ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat);
-/* Ensures *slot exists (dtype, cat) and has the given shape. */
+/* Ensures *slot exists (dtype, cat) and has the given shape (new storage when the dtype
+ * changed). */
 int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
            ds_err *err);
-/* l->out shaped like in, but with the last dimension set to last. */
+/* l->out shaped like in, but with the last dimension set to last, of l->out_dtype. */
 int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err);
 /* Rows = all but the last dimension. */
 static inline int64_t ds_rows(const ds_tensor *t) {
     return t->ndim ? t->numel / t->shape[t->ndim - 1] : 0;
 }
 static inline int64_t ds_last(const ds_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 0; }
-/* Checks an input is fp32 with last dimension c; err names the layer. */
-int ds_check_f32_last(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err);
+/* Checks an input is fp32, or 16-bit where l takes it (ops->takes_half), with last
+ * dimension c (c < 0: any). */
+int ds_check_input(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err);
 
 #endif

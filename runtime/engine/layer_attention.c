@@ -6,9 +6,14 @@
  * Without dropout (p = 0, or evaluation) the fused kernels run: the layer keeps one
  * log-sum-exp per row, [B,NH,T], instead of the [B,NH,T,T] probabilities, and backward
  * recomputes them (memory grows with T, not T^2). SAVED holds whichever the last forward
- * made; a backward after a forward of the other kind is refused. */
+ * made; a backward after a forward of the other kind is refused. Inside a 16-bit stage
+ * qkv and the output may be 16-bit (ds_layer_plan_outputs): the kernels run on fp32
+ * copies in the layer workspace (qkv widened; the output computed there, then rounded
+ * into out), and the fused backward reads the widened 16-bit output; softmax and its
+ * statistics stay fp32. */
 #include "kernels.h"
 #include "layer.h"
+#include "layer_workspace.h"
 
 enum { SAVED, SCRATCH };
 
@@ -19,8 +24,17 @@ static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
 
 static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p : 0.0f; }
 
+/* the workspace of layer_workspace.h in *ws (NULL when none is needed), its parts in *io */
+static int workspace(const ds_layer *l, const ds_tensor *in, void **ws, ds_ws_io *io,
+                     ds_err *err) {
+    *io = ds_attention_ws((size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
+                          l->out_dtype != DS_F32);
+    *ws = NULL;
+    return io->total && !(*ws = ds_layer_workspace(io->total, err)) ? -1 : 0;
+}
+
 static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
-    if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    if (ds_check_input(l, in, -1, err) != 0) return -1;
     if (in->ndim != 3) return ds_err_set(err, "input has %d dimensions, expected [B,T,3C]", in->ndim);
     int64_t B = in->shape[0], T = in->shape[1], C3 = in->shape[2];
     if (C3 % 3 || (C3 / 3) % l->heads)
@@ -28,16 +42,22 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
                           (long long)C3, l->heads);
     float p = drop_p(l, r);
     int64_t saved_shape[4] = {B, l->heads, T, T}; /* with dropout: the probabilities */
-    if (ds_out_like(l, in, C3 / 3, err) != 0 ||
+    ds_ws_io io;
+    void *ws;
+    if (workspace(l, in, &ws, &io, err) != 0 || /* before out: the planner's order */
+        ds_out_like(l, in, C3 / 3, err) != 0 ||
         ds_tensor_ensure(&l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3,
                          saved_shape, err) != 0)
         return -1;
+    const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
+    float *out = ds_out_f32(l, ds_ws_at(ws, io.out));
     if (p > 0.0f)
-        DS_K->attention_forward_dropout(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
-                                        (int)T, (int)(C3 / 3), l->heads, p, key_of(l, r, T));
+        DS_K->attention_forward_dropout(out, l->buf[SAVED]->data, qkv, (int)B, (int)T,
+                                        (int)(C3 / 3), l->heads, p, key_of(l, r, T));
     else
-        DS_K->attention_forward_fused(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
-                                      (int)T, (int)(C3 / 3), l->heads);
+        DS_K->attention_forward_fused(out, l->buf[SAVED]->data, qkv, (int)B, (int)T,
+                                      (int)(C3 / 3), l->heads);
+    ds_out_round(l, out);
     return 0;
 }
 
@@ -51,20 +71,25 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
         return ds_err_set(err, "backward after a forward %s attention dropout",
                           p > 0.0f ? "without" : "with");
     int64_t scratch_shape[4] = {B, l->heads, T, T};
-    if (ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
+    ds_ws_io io;
+    void *ws;
+    if (workspace(l, in, &ws, &io, err) != 0 || /* before the scratch: the planner's order */
+        ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
         return -1;
+    const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
     if (p > 0.0f)
-        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, qkv,
                                          l->buf[SAVED]->data, (int)B, (int)T, (int)C, l->heads, p,
                                          key_of(l, r, T));
     else
-        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
-                                       l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
-                                       l->heads);
+        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, qkv,
+                                       ds_in_f32(l->out, ds_ws_at(ws, io.out)), l->buf[SAVED]->data,
+                                       (int)B, (int)T, (int)C, l->heads);
     return 0;
 }
 
-static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward, NULL};
+static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward, NULL,
+                                       ds_layer_any_half, ds_layer_any_half};
 
 ds_layer *ds_attention_new(int heads, float p, ds_err *err) {
     if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;

@@ -22,14 +22,15 @@ static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-/* *dx: the gradient at the boundary after child i, shaped like child i's output and
- * zeroed; NULL when that output is int32 ids (no gradient flows into them). */
+/* *dx: the gradient at the boundary after child i, fp32 shaped like child i's output
+ * (fp32 or 16-bit) and zeroed; NULL when that output is int32 ids (no gradient flows
+ * into them). */
 static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     *dx = NULL;
     if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
         return ds_err_set(err, "out of memory");
     const ds_tensor *o = l->child[i]->out;
-    if (o->dtype != DS_F32) return 0;
+    if (o->dtype == DS_I32) return 0;
     if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
     ds_tensor_zero(l->gbuf[i]);
     *dx = l->gbuf[i];
@@ -51,7 +52,7 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
-                                        NULL};
+                                        NULL, NULL, NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -59,8 +60,8 @@ static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, d
     ds_layer *f = l->child[0];
     if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
-    if (!ds_tensor_same_shape(f->out, in))
-        return ds_err_set(err, "the residual branch changes the shape of its input");
+    if (!ds_tensor_same_shape(f->out, in) || f->out->dtype != DS_F32)
+        return ds_err_set(err, "the residual branch changes the shape or type of its input");
     if (ds_out_like(l, in, ds_last(in), err) != 0) return -1;
     DS_K->add_forward(l->out->data, in->data, f->out->data, (size_t)in->numel);
     return 0;
@@ -73,7 +74,8 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return ds_layer_backward(l->child[0], r, in, dout, din, err);
 }
 
-static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL};
+static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
+                                      NULL, NULL};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -109,6 +111,6 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
-                                        NULL};
+                                        NULL, NULL, NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

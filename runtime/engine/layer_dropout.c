@@ -39,7 +39,8 @@ static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-static const ds_layer_ops DROPOUT = {"Dropout", dropout_forward, dropout_backward, NULL};
+static const ds_layer_ops DROPOUT = {"Dropout", dropout_forward, dropout_backward, NULL,
+                                    NULL, NULL};
 
 ds_layer *ds_dropout_new(float p, ds_err *err) {
     if (!(p >= 0 && p < 1)) return ds_err_set(err, "Dropout: p=%g (0 <= p < 1)", (double)p), NULL;

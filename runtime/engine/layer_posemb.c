@@ -7,7 +7,7 @@
 
 static int posemb_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
     (void)r;
-    if (ds_check_f32_last(l, in, l->out_dim, err) != 0) return -1;
+    if (ds_check_input(l, in, l->out_dim, err) != 0) return -1;
     if (in->ndim != 3) return ds_err_set(err, "input has %d dimensions, expected [B,T,C]", in->ndim);
     int64_t B = in->shape[0], T = in->shape[1], C = l->out_dim;
     if (T > l->in_dim)
@@ -45,7 +45,7 @@ static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward,
-                                    ds_layer_params_half};
+                                    ds_layer_params_half, NULL, NULL};
 
 ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err) {
     if (context < 1 || dim < 1)

@@ -35,8 +35,9 @@ typedef enum ds_mp_line {
     DS_MP_ACT_GRADS,     /* activations: gradients at layer boundaries, stage inputs, logits */
     DS_MP_RECOMPUTE,     /* activations: a checkpointed span's working set */
     DS_MP_SCRATCH,       /* workspace: attention's backward scratch */
-    DS_MP_IMAGES,        /* workspace: a 16-bit layer's kernel workspace, or the fp32
-                            images of a layer whose parameters mix formats (one buffer) */
+    DS_MP_IMAGES,        /* workspace: a 16-bit layer's kernel workspace and the fp32
+                            copies of its 16-bit input and output, or the fp32 images
+                            of a layer whose parameters mix formats (one buffer) */
     DS_MP_INIT,          /* workspace: fp32 staging of a parameter while stages are built */
     DS_MP_BUCKETS,       /* comm: ZeRO-2/3 reduce-scatter buckets */
     DS_MP_RING,          /* comm: Gloo's reduce-scatter receive ring */

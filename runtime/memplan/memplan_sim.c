@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "layer_workspace.h"
 #include "memplan_tree.h"
 #include "zero.h"
 
@@ -95,10 +96,14 @@ static int64_t numel_of(const mp_shape *s) {
 
 static size_t f32_bytes(const mp_shape *s) { return (size_t)numel_of(s) * 4; }
 
+/* the bytes of an activation of shape s: fp32, or 16-bit */
+static size_t act_bytes(const mp_shape *s) { return (size_t)numel_of(s) * (s->half ? 2 : 4); }
+
 static mp_shape with_last(const mp_shape *in, int64_t last) {
     mp_shape o = *in;
     o.d[o.ndim - 1] = last;
     o.f32 = 1;
+    o.half = 0;
     return o;
 }
 
@@ -109,17 +114,69 @@ static int native_half(const sim *S, const mp_node *n) {
     return t != DS_F32 && (n->nparam < 2 || S->st[n->powner[1]].c.precision == t);
 }
 
-/* the workspace a native 16-bit layer's kernels take (kernel_table.h) */
-static size_t workspace16(const sim *S, const mp_node *n, const mp_shape *in, int grads) {
-    size_t rows = (size_t)(numel_of(in) / in->d[in->ndim - 1]);
+static int precision_of(const sim *S, const mp_node *n, int p) {
+    return S->st[n->powner[p]].c.precision;
+}
+
+/* ---- 16-bit activations: layer.c's ds_layer_plan_outputs and the kinds' emits_half /
+ * takes_half ---------------------------------------------------------------------------- */
+
+static int emits_half(const sim *S, const mp_node *n, int h) {
     switch (n->kind) {
     case MP_LINEAR:
-        return ds_matmul16_workspace(S->job->gemm16, grads, rows, (size_t)n->in_dim,
-                                     (size_t)n->out_dim);
+    case MP_LAYERNORM: return n->nparam && native_half(S, n) && precision_of(S, n, 0) == h;
+    case MP_GELU:
+    case MP_ATTENTION: return 1;
+    default: return 0;
+    }
+}
+
+static int takes_half(const sim *S, const mp_node *n, int h) {
+    switch (n->kind) {
+    case MP_LINEAR: return n->nparam && native_half(S, n) && precision_of(S, n, 0) == h;
+    case MP_GELU:
+    case MP_ATTENTION: return 1;
+    default: return 0;
+    }
+}
+
+static mp_node *end_leaf(mp_node *n, int last) {
+    while (n->kind == MP_SEQUENTIAL) {
+        if (!n->nkids) return NULL;
+        n = n->kids[last ? n->nkids - 1 : 0];
+    }
+    return n;
+}
+
+static void plan_outputs(const sim *S, mp_node *n, int h) {
+    n->out_half = 0;
+    for (int i = 0; i < n->nkids; i++) plan_outputs(S, n->kids[i], h);
+    if (h == DS_F32 || n->kind != MP_SEQUENTIAL) return;
+    for (int i = 0; i + 1 < n->nkids; i++) {
+        mp_node *p = end_leaf(n->kids[i], 1), *c = end_leaf(n->kids[i + 1], 0);
+        if (p && c && emits_half(S, p, h) && takes_half(S, c, h)) p->out_half = 1;
+    }
+}
+
+/* the layer workspace a layer takes (layer_workspace.h): a native 16-bit layer's
+ * kernels', and the fp32 copies of 16-bit inputs and outputs */
+static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int grads) {
+    size_t rows = (size_t)(numel_of(in) / in->d[in->ndim - 1]);
+    int native = n->nparam && native_half(S, n);
+    switch (n->kind) {
+    case MP_LINEAR:
+        return native ? ds_linear_ws(S->job->gemm16, grads, rows, (size_t)n->in_dim,
+                                     (size_t)n->out_dim, in->half, n->out_half).total : 0;
     case MP_EMBEDDING: /* ids [B,T]: one position per id */
-        return grads ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
-    case MP_LAYERNORM: return ds_layernorm16_workspace(grads, (size_t)n->in_dim);
-    default: return 0; /* PositionEmbedding */
+        return native && grads
+                   ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
+    case MP_LAYERNORM:
+        return native ? ds_layernorm_ws(grads, rows, (size_t)n->in_dim, n->out_half).total : 0;
+    case MP_GELU: return ds_gelu_ws(grads, (size_t)numel_of(in), in->half, n->out_half).total;
+    case MP_ATTENTION: /* qkv [B,T,3C] */
+        return ds_attention_ws(rows, (size_t)(in->d[in->ndim - 1] / 3), in->half,
+                               n->out_half).total;
+    default: return 0; /* PositionEmbedding, containers */
     }
 }
 
@@ -127,10 +184,8 @@ static size_t workspace16(const sim *S, const mp_node *n, const mp_shape *in, in
  * largest layer's need, a native 16-bit layer's kernel workspace or the fp32 images of a
  * layer whose parameters mix formats. */
 static void images(sim *S, const mp_node *n, const mp_shape *in, int grads) {
-    size_t need = 0;
-    if (n->nparam && native_half(S, n)) {
-        need = workspace16(S, n, in, grads);
-    } else {
+    size_t need = workspace(S, n, in, grads);
+    if (n->nparam && !native_half(S, n)) {
         for (int p = 0; p < n->nparam; p++)
             if (S->st[n->powner[p]].c.precision != DS_F32)
                 need += n->pnumel[p] * (grads ? 2 : 1) * 4;
@@ -163,12 +218,18 @@ static size_t att_bytes(const mp_node *n, int64_t B, int64_t T) {
     return (size_t)(B * n->heads * T * (n->dropout ? T : 1)) * 4;
 }
 
+/* A leaf's output: its out_shape takes the leaf's type (out_half); its bytes. */
+static size_t out_bytes(mp_node *n) {
+    n->out_shape.half = n->out_half;
+    return act_bytes(&n->out_shape);
+}
+
 static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept, ds_err *err) {
     int64_t rows = in->ndim ? numel_of(in) / in->d[in->ndim - 1] : 0;
     switch (n->kind) {
     case MP_LINEAR:
         n->out_shape = with_last(in, n->out_dim);
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, out_bytes(n), kept);
         count(S, 2.0 * (double)rows * n->in_dim * n->out_dim);
         return 0;
     case MP_EMBEDDING:
@@ -176,16 +237,16 @@ static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept,
         n->out_shape = *in;
         n->out_shape.d[n->out_shape.ndim++] = n->out_dim;
         n->out_shape.f32 = 1;
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, out_bytes(n), kept);
         return 0;
     case MP_POSEMB:
     case MP_GELU:
         n->out_shape = with_last(in, in->d[in->ndim - 1]);
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, out_bytes(n), kept);
         return 0;
     case MP_LAYERNORM:
         n->out_shape = with_last(in, in->d[in->ndim - 1]);
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, out_bytes(n), kept);
         ensure(S, &n->buf[0], (size_t)rows * 4, kept);
         ensure(S, &n->buf[1], (size_t)rows * 4, kept);
         return 0;
@@ -198,7 +259,7 @@ static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept,
             return ds_err_set(err, "%s: attention input is not [B,T,3C]", n->path);
         int64_t B = in->d[0], T = in->d[1], C = in->d[2] / 3;
         n->out_shape = with_last(in, C);
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, out_bytes(n), kept);
         ensure(S, &n->buf[0], att_bytes(n, B, T), kept); /* layer_attention.c's SAVED */
         count(S, 4.0 * (double)B * (double)T * (double)T * (double)C);
         return 0;
@@ -230,7 +291,7 @@ static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *e
     case MP_CHECKPOINT:
         if (forward(S, n->kids[0], in, 1, err) != 0) return -1;
         n->out_shape = n->kids[0]->out_shape;
-        ensure(S, &n->out, f32_bytes(&n->out_shape), kept);
+        ensure(S, &n->out, act_bytes(&n->out_shape), kept); /* a copy in the same type */
         release(S, n->kids[0]);
         return 0;
     default: return forward_leaf(S, n, in, kept, err);
@@ -499,6 +560,8 @@ static int setup(sim *S, const ds_mp_model *m, const ds_mp_choice *choice, mp_ar
         z->deps[z->ndeps++] = k; /* itself first, then owners of tied weights */
         collect_deps(z, z->root);
     }
+    for (int k = 0; k < m->n; k++) /* once every stage's precision is known (ties) */
+        plan_outputs(S, S->st[k].root, S->st[k].c.precision);
     return 0;
 }
 

@@ -15,7 +15,8 @@ typedef enum mp_kind {
 typedef struct mp_shape {
     int ndim;
     int64_t d[4];
-    int f32; /* 0: int32 ids */
+    int f32;  /* 0: int32 ids */
+    int half; /* 1: 16-bit floats (a 16-bit stage's activation; its gradient is fp32) */
 } mp_shape;
 
 typedef struct mp_slot {
@@ -39,6 +40,7 @@ typedef struct mp_node {
     mp_slot out, buf[MP_MAX_BUFS];
     mp_slot *gbuf;          /* Sequential: one per child boundary */
     mp_shape out_shape;
+    int out_half;           /* 1: the output is 16-bit (layer.c's ds_layer_plan_outputs) */
 } mp_node;
 
 /* A stage's tree for checkpoint choice `every` (0: none), as a root Sequential over the

@@ -1,0 +1,60 @@
+/* The bytes of layer workspace (ds_layer_workspace) a layer takes, and where its parts
+ * start: its kernels' own part first (kernel_table.h), then an fp32 copy of a 16-bit
+ * input (widened, exact), then the fp32 output of a layer whose output is 16-bit (rounded
+ * into it afterwards), each part 256-byte aligned (ds_ws_part). The layers and the memory
+ * planner (runtime/memplan) take the same numbers from here. */
+#ifndef DS_LAYER_WORKSPACE_H
+#define DS_LAYER_WORKSPACE_H
+
+#include <stddef.h>
+
+#include "kernel_table.h"
+
+typedef struct ds_ws_io {
+    size_t in, out; /* byte offsets of the widened input and of the fp32 output */
+    size_t total;   /* the bytes to ask for */
+} ds_ws_io;
+
+/* in_bytes / out_bytes: 0 where no copy is needed */
+static inline ds_ws_io ds_ws_io_after(size_t kernel, size_t in_bytes, size_t out_bytes) {
+    ds_ws_io w;
+    w.in = ds_ws_part(kernel);
+    w.out = w.in + ds_ws_part(in_bytes);
+    w.total = w.out + ds_ws_part(out_bytes);
+    return w;
+}
+
+/* The part of workspace ws at byte offset off; NULL when no workspace was taken (no part
+ * is needed then). */
+static inline void *ds_ws_at(void *ws, size_t off) { return ws ? (char *)ws + off : NULL; }
+
+/* A native 16-bit Linear (matmul16): N rows, C inputs, OC outputs; in16 / out16: its
+ * input / output is 16-bit. Backward reads the input again, never the output. */
+static inline ds_ws_io ds_linear_ws(ds_gemm16_form f, int backward, size_t N, size_t C,
+                                    size_t OC, int in16, int out16) {
+    return ds_ws_io_after(ds_matmul16_workspace(f, backward, N, C, OC), in16 ? 4 * N * C : 0,
+                          !backward && out16 ? 4 * N * OC : 0);
+}
+
+/* A LayerNorm on 16-bit parameters (layernorm16); its input is always fp32. */
+static inline ds_ws_io ds_layernorm_ws(int backward, size_t N, size_t C, int out16) {
+    return ds_ws_io_after(ds_layernorm16_workspace(backward, C), 0,
+                          !backward && out16 ? 4 * N * C : 0);
+}
+
+/* GELU over n elements: the forward widens a 16-bit input and computes in place there
+ * (the kernel is elementwise), or computes a 16-bit output there; the backward widens a
+ * 16-bit input. One part either way. */
+static inline ds_ws_io ds_gelu_ws(int backward, size_t n, int in16, int out16) {
+    ds_ws_io w = ds_ws_io_after(0, in16 || (!backward && out16) ? 4 * n : 0, 0);
+    w.out = w.in;
+    return w;
+}
+
+/* Attention over N = B*T rows of qkv [N, 3C] -> [N, C]: the fused backward reads the
+ * forward's output too, so both directions keep both parts. */
+static inline ds_ws_io ds_attention_ws(size_t N, size_t C, int in16, int out16) {
+    return ds_ws_io_after(0, in16 ? 4 * N * 3 * C : 0, out16 ? 4 * N * C : 0);
+}
+
+#endif
