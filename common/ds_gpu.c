@@ -67,8 +67,10 @@ int ds_gpu_count(char *why, size_t why_len) {
 }
 
 int ds_gpu_info(int i, ds_gpu *g, char *why, size_t why_len) {
-    if (i >= ds_gpu_count(why, why_len)) {
-        if (why) snprintf(why, why_len, "device %d: no such device", i);
+    char reason[256] = "";
+    int n = ds_gpu_count(reason, sizeof reason);
+    if (i < 0 || i >= n) {
+        if (why) snprintf(why, why_len, "device %d: %s", i, n > 0 ? "no such device" : reason);
         return -1;
     }
     CUdevice dev;

@@ -126,13 +126,13 @@ static int resolve_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_comm
 static void *nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
     ds_device *d = ds_device_get();
     typedef void *open_fn(const ds_comm_join *, const ds_comm_vtable **, ds_err *);
-    open_fn *open = ds_comm_nccl_open;
+    open_fn *nccl = ds_comm_nccl_open;
     if (d->kind != DS_DEV_CUDA)
         ds_err_set(err, "nccl: no CUDA device: this rank runs on %s ([engine] device = cuda "
                         "puts it on its GPU)", d->name);
-    else if (!open)
-        open = (open_fn *)ds_cuda_module_symbol("ds_comm_nccl_open", err);
-    if (open) return open(j, vt, err);
+    else if (!nccl)
+        nccl = (open_fn *)ds_cuda_module_symbol("ds_comm_nccl_open", err);
+    if (d->kind == DS_DEV_CUDA && nccl) return nccl(j, vt, err);
     ds_comm_peers p;
     ds_comm_peers_init(&p, j);
     ds_comm_peers_publish(&p, err->msg); /* the others stop waiting for this rank */
