@@ -7,8 +7,8 @@
 #   scripts/gpu-check.sh bundle [DIR]       build here (no GPU needed) and put the test and
 #                                           benchmark programs, plus the non-CUDA shared
 #                                           libraries they load (OpenBLAS, libgomp), in DIR
-#                                           (default build-gpu-bundle, about 65 MB) and in
-#                                           DIR.tar.gz (about 23 MB: carry this one)
+#                                           (default build-gpu-bundle, about 70 MB) and in
+#                                           DIR.tar.gz (about 24 MB: carry this one)
 #   scripts/gpu-check.sh run DIR            run a bundle (DIR or DIR.tar.gz) on a GPU
 #                                           machine that has the CUDA 13
 #                                           runtime and cuBLAS but not this project's deps;
