@@ -1,7 +1,8 @@
 /* Which CUDA devices this machine has: asked by dslaunch (how many slots a node without
  * a hostfile has) and by dsrun (--devices, device = auto). Answers 0 devices, with the
- * reason, on a machine without a GPU or driver and in a build without CUDA: the CUDA
- * runtime reports a missing driver as an error code, it does not fail to load. */
+ * reason, on a machine without a GPU or driver and in a build without CUDA. It asks the
+ * CUDA driver (libcuda.so.1, opened on first use), never the CUDA runtime: the programs
+ * that ask link no CUDA library. */
 #ifndef DS_GPU_H
 #define DS_GPU_H
 

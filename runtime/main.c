@@ -10,7 +10,7 @@
 #include "rank_device.h"
 #include "subcommands.h"
 #ifdef DS_HAVE_CUDA
-#include "kernels_cuda.h"
+#include "cuda_module.h"
 #endif
 
 static const char *USAGE =
@@ -28,8 +28,11 @@ static int list_gpus(void) {
 #ifdef DS_HAVE_CUDA
     char why[256] = "";
     int cudart, cublas, nccl;
-    ds_cuda_versions(&cudart, &cublas, &nccl);
-    printf("built with CUDA runtime %d, cuBLAS %d, NCCL %d\n", cudart, cublas, nccl);
+    ds_err err = {{0}};
+    const ds_cuda_module *m = ds_cuda_module_get(&err); /* the GPUs are listed either way */
+    if (m) m->versions(&cudart, &cublas, &nccl);
+    if (m) printf("built with CUDA runtime %d, cuBLAS %d, NCCL %d\n", cudart, cublas, nccl);
+    else fprintf(stderr, "dsrun: %s\n", err.msg);
     int n = ds_gpu_count(why, sizeof why);
     if (n == 0) printf("no CUDA devices: %s\n", why[0] ? why : "none visible");
     for (int i = 0; i < n; i++) {
@@ -41,6 +44,7 @@ static int list_gpus(void) {
         printf("%d: %s, %.1f GiB, sm_%d%d, %d SMs\n", d.index, d.name,
                (double)d.total_mem / (1 << 30), d.cc_major, d.cc_minor, d.multiprocessors);
     }
+    if (!m) return 1;
 #else
     printf("built without CUDA: no CUDA devices\n");
 #endif

@@ -7,8 +7,8 @@
 #   scripts/gpu-check.sh bundle [DIR]       build here (no GPU needed) and put the test and
 #                                           benchmark programs, plus the non-CUDA shared
 #                                           libraries they load (OpenBLAS, libgomp), in DIR
-#                                           (default build-gpu-bundle, about 65 MB) and in
-#                                           DIR.tar.gz (about 23 MB: carry this one)
+#                                           (default build-gpu-bundle, about 70 MB) and in
+#                                           DIR.tar.gz (about 24 MB: carry this one)
 #   scripts/gpu-check.sh run DIR            run a bundle (DIR or DIR.tar.gz) on a GPU
 #                                           machine that has the CUDA 13
 #                                           runtime and cuBLAS but not this project's deps;
@@ -33,7 +33,7 @@ ROOT=$PWD
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
 BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
-TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim test_gpu_device test_gpu_table bench_gpu dsrun zero_bench)
+TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim test_gpu_device test_gpu_table bench_gpu dsrun ds_cuda_module zero_bench)
 OPTIONAL_TARGETS=(test_comm_nccl) # the NCCL backend's test (runtime/comm), also labelled gpu
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
@@ -116,23 +116,25 @@ rebuild_here() {
     # at most GPU_CHECK_JOBS (default: the cores) compilers at a time
     local cu most=${GPU_CHECK_JOBS:-$(nproc)}
     throttle() { while [ "$(jobs -rp | wc -l)" -ge "$most" ]; do wait -n; done; }
+    # NCCL (versions.cu: the backend's entry point gives its version) from this machine
+    local nccllib
+    nccllib=$(dirname "$(find /usr/local /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -1)")
     for cu in kernels/cuda/*.cu; do
-        [ "$(basename "$cu")" = versions.cu ] && continue # NCCL: not needed by the tests
         throttle
         nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-            -Ikernels -Icommon -c "$cu" -o "$obj/$(basename "$cu").o" &
+            -Ikernels -Icommon -I"$dir/include" -c "$cu" -o "$obj/$(basename "$cu").o" &
     done
     local c
-    for c in kernels/*.c kernels/cpu/*.c kernels/sim/*.c common/ds_err.c common/ds_gpu.c common/engine_opts.c tests/gpu/gpu_harness.c; do
+    for c in kernels/*.c kernels/cpu/*.c kernels/sim/*.c kernels/cuda/*.c common/ds_err.c common/ds_gpu.c common/engine_opts.c tests/gpu/gpu_harness.c; do
         throttle
         gcc -std=gnu17 -O3 -march=x86-64-v2 -fno-math-errno -fno-trapping-math -fopenmp \
-            -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -I"$dir/include" -I/usr/local/cuda/include \
-            -c "$c" -o "$obj/$(basename "$c").o" &
+            -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -I"$dir/include" -I"$cudalib/../include" \
+            -I/usr/local/cuda/include -c "$c" -o "$obj/$(basename "$c").o" &
     done
     wait
     # shellcheck disable=SC2054 # the commas belong to -Wl
     local libs=(-L"$dir/lib" -l:libopenblas.so.0 -L"$cudalib" -l:libcudart.so.13 -l:libcublas.so.13
-        -l:libcublasLt.so.13 -fopenmp -lstdc++ -lm -Wl,-rpath,"$dir/lib")
+        -l:libcublasLt.so.13 -L"$nccllib" -l:libnccl.so.2 -fopenmp -lstdc++ -lm -ldl -Wl,-rpath,"$dir/lib")
     local t
     for t in dense attention loss optim device table; do
         gcc -std=gnu17 -O2 -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -Itests/gpu -I"$cudalib/../include" -I/usr/local/cuda/include \
@@ -174,7 +176,8 @@ bundle)
     rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
     cp "$b"/tests/gpu/test_gpu_* "$b"/bench/gpu/bench_gpu "$dir/bin/"
     [ -x "$b"/tests/unit/comm/test_comm_nccl ] && cp "$b"/tests/unit/comm/test_comm_nccl "$dir/bin/"
-    cp "$b"/runtime/dsrun "$b"/bench/zero/zero_bench "$dir/bin/" # for tests/gpu/run.sh
+    # for tests/gpu/run.sh; dsrun loads its CUDA backend from its own directory
+    cp "$b"/runtime/dsrun "$b"/runtime/libds_cuda.so "$b"/bench/zero/zero_bench "$dir/bin/"
     # the libraries the programs load that a CUDA image may lack (OpenBLAS, libgomp, Lua,
     # Gloo, ...); the C library, the C++ runtime and the CUDA libraries (cuBLAS and NCCL
     # are hundreds of MB) are expected on the GPU machine
@@ -186,6 +189,7 @@ bundle)
     mkdir -p "$dir/include"
     inc=$(pkg-config --cflags-only-I openblas | sed 's/^ *-I//; s/ *$//')
     cp "${inc:-/usr/include}"/{cblas.h,openblas_config.h} "$dir/include/"
+    cp "$(grep -m1 '^NCCL_INCLUDE_DIR:' "$b/CMakeCache.txt" | cut -d= -f2)/nccl.h" "$dir/include/"
     du -sh "$dir"
     ls "$dir/bin" "$dir/lib" "$dir/include"
     # The device tool carries at most 64 MiB and the directory is more (each test program

@@ -115,6 +115,31 @@ static int resolve_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_comm
 /* Each rank announces itself and waits for all: a barrier the store counts (one request
  * per rank, one per node through the agents: store_barrier.c), so its cost grows with the
  * world, not its square; a timeout lists who never came. */
+#ifdef DS_HAVE_CUDA
+#include "cuda_module.h"
+
+/* Defined where the CUDA backend is linked in (tests, benchmarks); NULL in dsrun. */
+#pragma weak ds_comm_nccl_open
+
+/* NCCL runs on the rank's cuda device, so the CUDA backend is there already: linked in,
+ * or loaded when the device was opened. Failing, the rank tells its peers at once. */
+static void *nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
+    ds_device *d = ds_device_get();
+    typedef void *open_fn(const ds_comm_join *, const ds_comm_vtable **, ds_err *);
+    open_fn *nccl = ds_comm_nccl_open;
+    if (d->kind != DS_DEV_CUDA)
+        ds_err_set(err, "nccl: no CUDA device: this rank runs on %s ([engine] device = cuda "
+                        "puts it on its GPU)", d->name);
+    else if (!nccl)
+        nccl = (open_fn *)ds_cuda_module_symbol("ds_comm_nccl_open", err);
+    if (d->kind == DS_DEV_CUDA && nccl) return nccl(j, vt, err);
+    ds_comm_peers p;
+    ds_comm_peers_init(&p, j);
+    ds_comm_peers_publish(&p, err->msg); /* the others stop waiting for this rank */
+    return NULL;
+}
+#endif
+
 static int arrive(const ds_comm_join *j, ds_err *err) {
     char key[256];
     snprintf(key, sizeof key, "%sarrived", j->prefix);
@@ -204,7 +229,7 @@ ds_comm *ds_comm_open_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_e
         c->be = ds_comm_gloo_open(&j, &c->vt, err);
     } else if (o.backend == DS_COMM_NCCL) {
 #ifdef DS_HAVE_CUDA
-        c->be = ds_comm_nccl_open(&j, &c->vt, err);
+        c->be = nccl_open(&j, &c->vt, err);
 #else
         ds_err_set(err, "nccl: this build has no CUDA");
 #endif

@@ -103,8 +103,8 @@ void *ds_comm_self_open(const ds_comm_vtable **vt, ds_err *err);
  * device's, queued on its compute stream in order with the kernels. */
 void *ds_comm_self_device_open(ds_device *d, const ds_comm_vtable **vt, ds_err *err);
 void *ds_comm_gloo_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);
-#ifdef DS_HAVE_CUDA
+/* The NCCL backend (nccl/comm_nccl.c), part of the CUDA backend: linked into the
+ * programs that carry it, found by dsrun in the module its cuda device was loaded from. */
 void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err);
-#endif
 
 #endif

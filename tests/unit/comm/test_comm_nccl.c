@@ -202,6 +202,17 @@ static int peer_fails_rank(rank_env *env) {
     return 0;
 }
 
+/* A rank on cpu asking for NCCL, in a program with the CUDA backend linked in: comm's
+ * error, NCCL never called. */
+static int nccl_on_cpu_rank(rank_env *env) {
+    ds_err err = {{0}};
+    ds_comm_opts o = {.backend = DS_COMM_NCCL, .timeout_ms = env->timeout_ms};
+    ds_comm *c = ds_comm_open_opts(&env->ctx, &o, &err);
+    RANK_CHECK(!c && strstr(err.msg, "nccl: no CUDA device: this rank runs on cpu"), "got %s",
+               c ? "a communicator" : err.msg);
+    return 0;
+}
+
 /* The number of CUDA devices, asked in a child so this process never initialises CUDA. */
 static int probe_devices(void) {
     pid_t pid = fork();
@@ -216,13 +227,15 @@ static int probe_devices(void) {
 }
 
 int main(void) {
+    int failed = run_ranks(1, 1, 5000, 30, nccl_on_cpu_rank, NULL);
+    printf("nccl asked on a cpu rank: %s\n", failed ? "FAILED" : "passed");
     int ndev = probe_devices();
     if (ndev == 0) {
         printf("no CUDA device: skipped\n");
-        return 77;
+        return failed ? 1 : 77;
     }
     int world = ndev >= 2 ? 2 : 1;
-    int failed = run_ranks(world, world, 60000, 240, nccl_rank, NULL);
+    failed += run_ranks(world, world, 60000, 240, nccl_rank, NULL);
     printf("nccl, world %d: %s\n", world, failed ? "FAILED" : "passed");
     if (world == 2) {
         int f2 = run_ranks(2, 2, 120000, 240, peer_fails_rank, NULL);

@@ -20,8 +20,9 @@
  * Threads: NCCL allows one thread per communicator, but ncclCommAbort from another one
  * (non-blocking communicators). Here every call on comm is made under mu and checks that
  * it was not aborted; the watch thread calls only ncclCommGetAsyncError and
- * ncclCommAbort, and talks to the store through a client of its own (watch_peers). */
-#ifdef DS_HAVE_CUDA
+ * ncclCommAbort, and talks to the store through a client of its own (watch_peers).
+ *
+ * Built only with CUDA, into the CUDA backend (kernels/cuda_module.h), not into dsrun. */
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -374,12 +375,10 @@ static int make_unique_id(void *id, size_t len, ds_err *err) {
     return r == ncclSuccess ? 0 : nccl_fail(err, r, "ncclGetUniqueId");
 }
 
-/* The device, its stream, an event and the barrier's int; the device's GPU current. */
+/* The device (cuda: comm.c checked), its stream, an event and the barrier's int; the
+ * device's GPU current. */
 static int nccl_setup(nccl_be *b, ds_err *err) {
     ds_device *dev = ds_device_get();
-    if (dev->kind != DS_DEV_CUDA)
-        return ds_err_set(err, "nccl: no CUDA device: this rank runs on %s ([engine] device = "
-                               "cuda puts it on its GPU)", dev->name);
     b->dev = dev;
     cudaError_t ce = cudaSetDevice(dev->index);
     if (ce != cudaSuccess) return cuda_fail(err, ce, dev->name);
@@ -391,7 +390,10 @@ static int nccl_setup(nccl_be *b, ds_err *err) {
     return 0;
 }
 
-void *ds_comm_nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err *err) {
+/* Exported from the CUDA module (built with hidden visibility): runtime/comm's way in. */
+__attribute__((visibility("default"))) void *ds_comm_nccl_open(const ds_comm_join *j,
+                                                               const ds_comm_vtable **vt,
+                                                               ds_err *err) {
     nccl_be *b = calloc(1, sizeof *b);
     if (!b) {
         ds_err_set(err, "out of memory");
@@ -434,8 +436,3 @@ fail:
     return NULL;
 }
 
-#else
-
-typedef int ds_comm_nccl_absent; /* keeps this translation unit non-empty */
-
-#endif
