@@ -30,15 +30,33 @@ static const char *const TRANSPORT_WORDS[] = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",
     "NCCL communicator was aborted", "ncclRemoteError", "ncclSystemError", NULL};
 
-/* The agent that made a directory named PREFIX...-PID-XXXXXX: its pid, or -1 when the
- * name is not one of ours. */
-static long owner_pid(const char *name) {
-    if (strncmp(name, "dsrun-errors-", 13) != 0) return -1;
+#define DIR_PREFIX "dsrun-errors-"
+
+/* This machine's name as it goes into a directory name: at most 64 bytes, no '/'. */
+static void host_name(char *buf, size_t len) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "localhost");
+    snprintf(buf, len, "%.64s", h);
+    for (char *c = buf; *c; c++)
+        if (*c == '/') *c = '_';
+}
+
+/* The agent on this host that made a directory named DIR_PREFIX JOB-HOST-PID-XXXXXX: its
+ * pid, or -1 when the name is not one of ours or names another host (a TMPDIR on a
+ * shared file system holds the other nodes' directories too, whose pids mean nothing
+ * here). */
+static long owner_pid(const char *name, const char *host) {
+    size_t pre = strlen(DIR_PREFIX), hl = strlen(host);
+    if (strncmp(name, DIR_PREFIX, pre) != 0) return -1;
     const char *last = strrchr(name, '-');
     if (!last || strlen(last + 1) != 6) return -1;
     const char *p = last;
-    while (p > name + 13 && p[-1] >= '0' && p[-1] <= '9') p--;
+    while (p > name + pre && p[-1] >= '0' && p[-1] <= '9') p--;
     if (p == last || p[-1] != '-') return -1;
+    size_t dash = (size_t)(p - 1 - name); /* the '-' between HOST and PID */
+    if (dash < pre + 2 + hl) return -1;    /* a job name of one byte at least, then '-' */
+    const char *h = name + dash - hl;
+    if (h[-1] != '-' || strncmp(h, host, hl) != 0) return -1;
     char *end;
     long pid = strtol(p, &end, 10);
     return end == last && pid > 0 ? pid : -1;
@@ -61,15 +79,15 @@ static void remove_stale(const char *dir) {
 
 /* An agent killed outright (SIGKILL, the node's OOM killer) cannot remove its directory:
  * the next agent on the node removes those whose agent is gone, so they do not pile up
- * in /tmp over a job's restarts. Only directories of this user whose agent's pid no
- * longer exists; a reused pid keeps its directory (harmless, and the next sweep after
- * that process ends takes it). */
-static void sweep_stale(const char *tmp) {
+ * in /tmp over a job's restarts. Only directories of this user, made on this host, whose
+ * agent's pid no longer exists; a reused pid keeps its directory (harmless, and the next
+ * sweep after that process ends takes it). */
+static void sweep_stale(const char *tmp, const char *host) {
     DIR *d = opendir(tmp);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        long pid = owner_pid(e->d_name);
+        long pid = owner_pid(e->d_name, host);
         if (pid < 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         char *path;
@@ -85,10 +103,12 @@ static void sweep_stale(const char *tmp) {
 int ds_error_file_dir(const char *job, char **dir, ds_err *err) {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp) tmp = "/tmp";
-    sweep_stale(tmp);
+    char host[80];
+    host_name(host, sizeof host);
+    sweep_stale(tmp, host);
     char *templ;
-    if (asprintf(&templ, "%s/dsrun-errors-%.100s-%ld-XXXXXX", tmp, job && *job ? job : "job",
-                 (long)getpid()) < 0)
+    if (asprintf(&templ, "%s/" DIR_PREFIX "%.100s-%s-%ld-XXXXXX", tmp, job && *job ? job : "job",
+                 host, (long)getpid()) < 0)
         return ds_err_set(err, "out of memory");
     if (!mkdtemp(templ)) {
         ds_err_errno(err, errno, "directory for the ranks' error files (%s)", templ);

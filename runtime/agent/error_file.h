@@ -8,8 +8,9 @@
 #include "ds_err.h"
 
 /* A fresh directory for the node's error files under $TMPDIR (or /tmp), named after the
- * job and the agent (dsrun-errors-JOB-PID-XXXXXX), in *dir. An agent killed outright
- * leaves it behind: this call first removes such directories of agents that are gone. */
+ * job and the agent (dsrun-errors-JOB-HOST-PID-XXXXXX), in *dir. An agent killed outright
+ * leaves it behind: this call first removes such directories of this host's agents that
+ * are gone. */
 int ds_error_file_dir(const char *job, char **dir, ds_err *err);
 /* The error file of rank in dir (malloc'd; NULL when out of memory). */
 char *ds_error_file_path(const char *dir, int rank);

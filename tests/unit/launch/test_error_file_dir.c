@@ -1,6 +1,7 @@
-/* The agent's directory for its program ranks' error files: named after the job and the
- * agent's pid, and a new agent removes the directories of agents that are gone (an agent
- * killed outright cannot), but never one whose agent lives or one that is not ours. */
+/* The agent's directory for its program ranks' error files: named after the job, the host
+ * and the agent's pid, and a new agent removes the directories of this host's agents that
+ * are gone (an agent killed outright cannot), but never one whose agent lives, one that is
+ * not ours, or one another node made in a TMPDIR they share. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "error_file.h"
 
 static char tmp[] = "/tmp/ds_error_file_dir_XXXXXX";
+static char host[80]; /* this machine's name, as the directories carry it */
 
 /* A pid that no process has now: a child's, after it was reaped. */
 static long gone_pid(void) {
@@ -47,15 +49,18 @@ static int exists(const char *name) {
 
 static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
     (void)state;
-    char stale[128], stale_empty[128], live[128], odd[128];
-    snprintf(stale, sizeof stale, "dsrun-errors-train-7-%ld-aB3dE9", gone_pid());
-    snprintf(stale_empty, sizeof stale_empty, "dsrun-errors-job-%ld-Zz0000", gone_pid());
-    snprintf(live, sizeof live, "dsrun-errors-train-%ld-qQ1234", (long)getppid());
-    snprintf(odd, sizeof odd, "dsrun-errors-train-%ld-qQ1234", gone_pid());
+    char stale[192], stale_empty[192], live[192], odd[192], other_node[192];
+    snprintf(stale, sizeof stale, "dsrun-errors-train-7-%s-%ld-aB3dE9", host, gone_pid());
+    snprintf(stale_empty, sizeof stale_empty, "dsrun-errors-job-%s-%ld-Zz0000", host, gone_pid());
+    snprintf(live, sizeof live, "dsrun-errors-train-%s-%ld-qQ1234", host, (long)getppid());
+    snprintf(odd, sizeof odd, "dsrun-errors-train-%s-%ld-qQ1234", host, gone_pid());
+    /* another node's agent, alive there, with a pid that no process has here */
+    snprintf(other_node, sizeof other_node, "dsrun-errors-train-x%s-%ld-rR5678", host, gone_pid());
     make_dir(stale, 1);
     make_dir(stale_empty, 0);
     make_dir(live, 1);
     make_dir(odd, 1);
+    make_dir(other_node, 1);
     char keep[512]; /* a file that is not an error file keeps its directory */
     snprintf(keep, sizeof keep, "%s/%s/notes.txt", tmp, odd);
     FILE *f = fopen(keep, "w");
@@ -67,7 +72,7 @@ static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
     char *dir = NULL;
     assert_int_equal(ds_error_file_dir("train", &dir, &err), 0);
     char want[256];
-    snprintf(want, sizeof want, "%s/dsrun-errors-train-%ld-", tmp, (long)getpid());
+    snprintf(want, sizeof want, "%s/dsrun-errors-train-%s-%ld-", tmp, host, (long)getpid());
     assert_memory_equal(dir, want, strlen(want));
     assert_int_equal(strlen(dir), strlen(want) + 6);
 
@@ -75,6 +80,7 @@ static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
     assert_false(exists(stale_empty));
     assert_true(exists(live));
     assert_true(exists(odd));
+    assert_true(exists(other_node));
     assert_true(exists("dsrun-errors-unrelated"));
     ds_error_file_remove_dir(dir);
     free(dir);
@@ -82,6 +88,7 @@ static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
 
 int main(void) {
     if (!mkdtemp(tmp)) return 1;
+    if (gethostname(host, sizeof host - 1) != 0) return 1;
     setenv("TMPDIR", tmp, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gone_agents_dirs_removed_live_and_foreign_kept),
