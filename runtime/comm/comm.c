@@ -112,9 +112,6 @@ static int resolve_opts(const ds_context *ctx, const ds_comm_opts *opts, ds_comm
     return 0;
 }
 
-/* Each rank announces itself and waits for all: a barrier the store counts (one request
- * per rank, one per node through the agents: store_barrier.c), so its cost grows with the
- * world, not its square; a timeout lists who never came. */
 #ifdef DS_HAVE_CUDA
 #include "cuda_module.h"
 
@@ -140,6 +137,9 @@ static void *nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err 
 }
 #endif
 
+/* Each rank announces itself and waits for all: a barrier the store counts (one request
+ * per rank, one per node through the agents: store_barrier.c), so its cost grows with the
+ * world, not its square; a timeout lists who never came. */
 static int arrive(const ds_comm_join *j, ds_err *err) {
     char key[256];
     snprintf(key, sizeof key, "%sarrived", j->prefix);
