@@ -32,11 +32,21 @@ int ds_cuda_module_path(char *buf, size_t len, ds_err *err) {
 }
 
 static const ds_cuda_module *checked(const ds_cuda_module *m, const char *from, ds_err *err) {
-    if (m && m->abi == DS_CUDA_MODULE_ABI && m->size == sizeof *m) return m;
-    return ds_err_set(err, "CUDA backend %s: built for another dsrun (interface %d, %zu bytes; "
-                      "this dsrun has %d, %zu bytes): rebuild it with this dsrun",
-                      from, m ? m->abi : -1, m ? m->size : 0, DS_CUDA_MODULE_ABI, sizeof *m),
-           NULL;
+    if (!m || m->abi != DS_CUDA_MODULE_ABI || m->size != sizeof *m)
+        return ds_err_set(err, "CUDA backend %s: built for another dsrun (interface %d, %zu bytes; "
+                          "this dsrun has %d, %zu bytes): rebuild it with this dsrun",
+                          from, m ? m->abi : -1, m ? m->size : 0, DS_CUDA_MODULE_ABI, sizeof *m),
+               NULL;
+    ds_cuda_layout want = DS_CUDA_LAYOUT, got = m->layout;
+    if (got.kernel_table != want.kernel_table || got.device_ops != want.device_ops ||
+        got.device != want.device || got.err != want.err)
+        return ds_err_set(err, "CUDA backend %s: built from other sources than this dsrun (kernel "
+                          "table %zu bytes, device ops %zu, device %zu, error %zu; this dsrun "
+                          "has %zu, %zu, %zu, %zu): copy dsrun and its module from one build",
+                          from, got.kernel_table, got.device_ops, got.device, got.err,
+                          want.kernel_table, want.device_ops, want.device, want.err),
+               NULL;
+    return m;
 }
 
 static const ds_cuda_module *load(ds_err *err) {

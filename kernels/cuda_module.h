@@ -18,12 +18,26 @@
 
 #define DS_CUDA_MODULE_FILE "libds_cuda.so"
 /* Raised when the table below changes: a module left from another build is refused. */
-#define DS_CUDA_MODULE_ABI 1
+#define DS_CUDA_MODULE_ABI 2
+
+/* The sizes of the structures dsrun and the module share by layout, as each was compiled:
+ * a module left beside a dsrun rebuilt with a kernel-table entry or a device op more
+ * (the usual change) is refused with a clear error instead of calling the wrong
+ * pointers. A change that keeps every size (a signature alone) is not caught: dsrun and
+ * its module are one build, copied together. */
+typedef struct ds_cuda_layout {
+    size_t kernel_table, device_ops, device, err;
+} ds_cuda_layout;
+
+#define DS_CUDA_LAYOUT                                                                         \
+    ((ds_cuda_layout){sizeof(ds_kernel_table), sizeof(ds_device_ops), sizeof(struct ds_device), \
+                      sizeof(ds_err)})
 
 /* What the module gives through its entry point. */
 typedef struct ds_cuda_module {
     int abi;     /* DS_CUDA_MODULE_ABI */
     size_t size; /* sizeof(ds_cuda_module) */
+    ds_cuda_layout layout; /* DS_CUDA_LAYOUT, as the module was compiled */
     ds_device *(*device_open)(int index, ds_err *err);     /* device.h's ds_device_cuda_open */
     void (*versions)(int *cudart, int *cublas, int *nccl); /* kernels_cuda.h */
 } ds_cuda_module;

@@ -6,6 +6,7 @@
 static const ds_cuda_module MODULE = {
     .abi = DS_CUDA_MODULE_ABI,
     .size = sizeof(ds_cuda_module),
+    .layout = DS_CUDA_LAYOUT,
     .device_open = ds_device_cuda_open,
     .versions = ds_cuda_versions,
 };

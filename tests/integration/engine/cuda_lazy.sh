@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# cuda_lazy.sh DSRUN DSLAUNCH WORKDIR: a CUDA build's dsrun loads CUDA, cuBLAS and NCCL
+# cuda_lazy.sh DSRUN DSLAUNCH WORKDIR SRCDIR: a CUDA build's dsrun loads CUDA, cuBLAS and NCCL
 # only when a rank opens a cuda device (kernels/cuda_module.h, docs/devices.md):
 #  - neither dsrun nor dslaunch needs them (readelf -d), the module beside dsrun does;
 #  - `dsrun run` of a script on cpu, sim and auto (no GPU here) maps none of them nor the
 #    module (/proc/self/maps, read by the script itself);
 #  - a dsrun copied without its module runs cpu scripts, and device = cuda names the module
 #    it looked for and the loader's reason;
+#  - a module built from other sources (its structures' sizes differ from dsrun's) is
+#    refused with a clear error, not called;
 #  - with the CUDA libraries gone from the node (a tmpfs over their directories in a mount
 #    namespace of its own), dsrun still runs a cpu script and `dsrun --blas`, and
 #    device = cuda says which library the backend lacks;
 #  - device = cuda on this machine without a GPU still ends with the "no usable GPU"
 #    error, after loading the module (so the module resolves all it needs from dsrun).
 set -euo pipefail
-dsrun=$(realpath "$1") dslaunch=$(realpath "$2") work=$3
-rm -rf "$work" && mkdir -p "$work/alone"
+dsrun=$(realpath "$1") dslaunch=$(realpath "$2") work=$3 src=$4
+rm -rf "$work" && mkdir -p "$work/alone" "$work/stale"
 fail() { echo "FAIL: $*"; exit 1; }
 module=$(dirname "$dsrun")/libds_cuda.so
 [[ -f $module ]] || fail "no CUDA backend beside dsrun: $module"
@@ -64,6 +66,26 @@ want="device cuda:0: cannot load the CUDA backend $work/alone/libds_cuda.so: .*N
 grep -qE "$want" <<<"$out" || fail "device = cuda without the module: no '$want' in: $out"
 echo "ok   without its module: cpu runs, cuda says: $(grep -oE 'cannot load.*' <<<"$out" | cut -c1-160)"
 
+# A module left from another build: what dsrun and it share has other sizes there.
+cat >"$work/stale/module.c" <<'EOF'
+#include "cuda_module.h"
+static const ds_cuda_module STALE = {.abi = DS_CUDA_MODULE_ABI, .size = sizeof(ds_cuda_module),
+                                     .layout = {.kernel_table = 8, .device_ops = 8, .device = 8,
+                                                .err = 8}};
+const ds_cuda_module *ds_cuda_module_entry(void) { return &STALE; }
+EOF
+cc -shared -fPIC -I"$src/kernels" -I"$src/common" -o "$work/stale/libds_cuda.so" \
+    "$work/stale/module.c" || fail "cannot build the stale module"
+cp "$dsrun" "$work/stale/dsrun"
+set +e
+out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$work/stale/dsrun" run "$work/maps.lua" 2>&1)
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || fail "device = cuda with a stale module: exit $rc, expected 1: $out"
+want="CUDA backend $work/stale/libds_cuda.so: built from other sources than this dsrun \(kernel table 8 bytes"
+grep -qE "$want" <<<"$out" || fail "device = cuda with a stale module: no '$want' in: $out"
+echo "ok   a stale module is refused: $(grep -oE 'built from.*' <<<"$out" | cut -c1-160)"
+
 set +e
 out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$dsrun" run "$work/maps.lua" 2>&1)
 rc=$?
@@ -85,6 +107,14 @@ fi
 dirs=$(ldd "$module" | awk '$1 ~ /^lib(cudart|cublas|cublasLt|nccl)\.so/ && $3 ~ /^\// {print $3}' |
     xargs -r -n1 realpath | xargs -r -n1 dirname | sort -u)
 [[ -n $dirs ]] || fail "ldd finds no CUDA library of the module: $(ldd "$module")"
+# Hiding a directory that also holds what dsrun itself needs (NCCL from the distribution,
+# beside libc) would fail the runs for the wrong reason.
+for lib in $(ldd "$dsrun" | awk '$3 ~ /^\// {print $3}' | xargs -r -n1 realpath); do
+    if grep -qxF "$(dirname "$lib")" <<<"$dirs"; then
+        echo "SKIP the node without CUDA libraries: $(dirname "$lib") holds dsrun's $(basename "$lib") too"
+        exit 77
+    fi
+done
 cat >"$work/hidden.sh" <<'EOF'
 set -u
 dsrun=$1 work=$2; shift 2
