@@ -54,16 +54,23 @@ for dev in "${devices[@]}"; do
 done
 echo "ok   dsrun run on ${devices[*]} maps no CUDA library and not the module"
 
+# cuda_fails WHAT DSRUN PATTERN: DSRUN on device = cuda exits 1 with PATTERN in its output,
+# which goes to $out.
+cuda_fails() {
+    local what=$1 prog=$2 want=$3 rc
+    set +e
+    out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$prog" run "$work/maps.lua" 2>&1)
+    rc=$?
+    set -e
+    [[ $rc -eq 1 ]] || fail "device = cuda $what: exit $rc, expected 1: $out"
+    grep -qE "$want" <<<"$out" || fail "device = cuda $what: no '$want' in: $out"
+}
+
 cp "$dsrun" "$work/alone/dsrun"
 out=$(DS_ENGINE_DEVICE=cpu timeout 60 "$work/alone/dsrun" run "$work/maps.lua" 2>&1) ||
     fail "dsrun without its module, device = cpu: exit $?: $out"
-set +e
-out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$work/alone/dsrun" run "$work/maps.lua" 2>&1)
-rc=$?
-set -e
-[[ $rc -eq 1 ]] || fail "device = cuda without the module: exit $rc, expected 1: $out"
-want="device cuda:0: cannot load the CUDA backend $work/alone/libds_cuda.so: .*No such file"
-grep -qE "$want" <<<"$out" || fail "device = cuda without the module: no '$want' in: $out"
+cuda_fails "without the module" "$work/alone/dsrun" \
+    "device cuda:0: cannot load the CUDA backend $work/alone/libds_cuda.so: .*No such file"
 echo "ok   without its module: cpu runs, cuda says: $(grep -oE 'cannot load.*' <<<"$out" | cut -c1-160)"
 
 # A module left from another build: what dsrun and it share has other sizes there.
@@ -77,13 +84,8 @@ EOF
 cc -shared -fPIC -I"$src/kernels" -I"$src/common" -o "$work/stale/libds_cuda.so" \
     "$work/stale/module.c" || fail "cannot build the stale module"
 cp "$dsrun" "$work/stale/dsrun"
-set +e
-out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$work/stale/dsrun" run "$work/maps.lua" 2>&1)
-rc=$?
-set -e
-[[ $rc -eq 1 ]] || fail "device = cuda with a stale module: exit $rc, expected 1: $out"
-want="CUDA backend $work/stale/libds_cuda.so: built from other sources than this dsrun \(kernel table 8 bytes"
-grep -qE "$want" <<<"$out" || fail "device = cuda with a stale module: no '$want' in: $out"
+cuda_fails "with a stale module" "$work/stale/dsrun" \
+    "CUDA backend $work/stale/libds_cuda.so: built from other sources than this dsrun \(kernel table 8 bytes"
 echo "ok   a stale module is refused: $(grep -oE 'built from.*' <<<"$out" | cut -c1-160)"
 
 set +e
