@@ -38,6 +38,21 @@ stop() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# The first of n + 1 ports for slurmctld and the slurmds, outside the kernel's ephemeral
+# range: a port inside it can be taken at any moment as the source port of an outgoing
+# connection (port_free sees only listeners), and a slurmd that then cannot bind fails
+# after it has daemonized, which no retry here sees ("Address already in use" in its
+# log, the nodes never idle).
+first_port() {
+    local n=$1 eph_lo eph_hi lo hi
+    read -r eph_lo eph_hi < /proc/sys/net/ipv4/ip_local_port_range
+    # below both the ephemeral range and the test sshd's ports (launch/sshd.sh: 20000 up)
+    if ((eph_lo >= 20000)); then lo=10000 hi=$((19999 - n))
+    else lo=$((eph_hi + 1)) hi=$((65535 - n)); fi
+    ((hi > lo)) || { echo "cluster.sh: no ports outside the ephemeral range $eph_lo-$eph_hi" >&2; exit 1; }
+    echo $((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+}
+
 write_conf() {
     local n=$1 port=$2
     cat > "$dir/slurm.conf" <<CONF
@@ -119,7 +134,7 @@ start)
     export SLURM_CONF=$dir/slurm.conf
     started=0
     for attempt in $(seq 20); do
-        port=$((40000 + (RANDOM % 15000)))
+        port=$(first_port "$n")
         ok=1
         for p in $(seq "$port" $((port + n))); do port_free "$p" || ok=0; done
         ((ok)) || continue
