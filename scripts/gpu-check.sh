@@ -118,7 +118,9 @@ rebuild_here() {
     throttle() { while [ "$(jobs -rp | wc -l)" -ge "$most" ]; do wait -n; done; }
     # NCCL (versions.cu: the backend's entry point gives its version) from this machine
     local nccllib
-    nccllib=$(dirname "$(find /usr/local /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -1)")
+    nccllib=$(find /usr/local /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -1)
+    [ -n "$nccllib" ] || { echo "no libnccl.so.2 under /usr/local, /opt or /usr/lib: the rebuilt programs link it"; return 1; }
+    nccllib=$(dirname "$nccllib")
     for cu in kernels/cuda/*.cu; do
         throttle
         nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
