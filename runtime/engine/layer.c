@@ -260,10 +260,17 @@ int ds_check_input(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *er
 
 static int is_sequential(const ds_layer *l) { return !strcmp(l->ops->kind, "Sequential"); }
 
-/* The leaf at one end of l through nested Sequentials (last: the end whose output leaves
- * l); NULL for an empty Sequential, itself for any other layer. */
+/* A Checkpoint passes its child's output on in that output's type and keeps its input as
+ * given, so a pair cut by a span boundary decides as it would uncut: turning checkpointing
+ * on or changing the span length must not change the numbers. */
+static int see_through(const ds_layer *l) {
+    return is_sequential(l) || !strcmp(l->ops->kind, "Checkpoint");
+}
+
+/* The leaf at one end of l through nested Sequentials and Checkpoints (last: the end
+ * whose output leaves l); NULL for an empty Sequential, itself for any other layer. */
 static ds_layer *end_leaf(ds_layer *l, int last) {
-    while (is_sequential(l)) {
+    while (see_through(l)) {
         if (!l->nchild) return NULL;
         l = l->child[last ? l->nchild - 1 : 0];
     }

@@ -150,10 +150,11 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
 
 /* Decides every layer's out_dtype in the tree under root for a stage of the given
  * precision: inside a Sequential, child i's output goes to child i + 1 (through nested
- * Sequentials: the last leaf of child i, the first leaf of child i + 1); it is written in
- * the stage's 16-bit format when that producer emits it and that consumer takes it, fp32
- * otherwise. Residual and Checkpoint are neither, so their inputs and outputs, the
- * root's input and output (the stage's) and every gradient stay fp32. */
+ * Sequentials and Checkpoints: the last leaf of child i, the first leaf of child i + 1);
+ * it is written in the stage's 16-bit format when that producer emits it and that
+ * consumer takes it, fp32 otherwise. A Checkpoint passes its child's output on in its
+ * type; Residual is neither, so its input and output, the root's input and output (the
+ * stage's) and every gradient stay fp32. */
 void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision);
 /* emits_half / takes_half of a layer without parameters (GELU, Attention): any format */
 int ds_layer_any_half(const ds_layer *l, ds_dtype h);

@@ -140,8 +140,9 @@ static int takes_half(const sim *S, const mp_node *n, int h) {
     }
 }
 
+/* layer.c's end_leaf: through Sequentials and Checkpoints */
 static mp_node *end_leaf(mp_node *n, int last) {
-    while (n->kind == MP_SEQUENTIAL) {
+    while (n->kind == MP_SEQUENTIAL || n->kind == MP_CHECKPOINT) {
         if (!n->nkids) return NULL;
         n = n->kids[last ? n->nkids - 1 : 0];
     }

@@ -3,9 +3,10 @@
  * bf16 or fp16 stage the outputs that go from a 16-bit producer to a layer that takes
  * them (ln_1 -> c_attn -> attention -> c_proj, ln_2 -> c_fc -> GELU -> c_proj, ln_f ->
  * lm_head) are stored in the stage's format and every other output, the residual stream,
- * the logits and every activation gradient in fp32; checkpoint spans cut the pairs that
- * cross them; a layer refuses a 16-bit input it does not take. And the bf16 stage's
- * gradients follow the fp32 stage's on the same (rounded) weights within bf16's error.
+ * the logits and every activation gradient in fp32; checkpoint spans cut no pair, so a
+ * bf16 stage's numbers do not depend on its checkpointing; a layer refuses a 16-bit input
+ * it does not take. And the bf16 stage's gradients follow the fp32 stage's on the same
+ * (rounded) weights within bf16's error.
  * Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,10 +86,10 @@ static ds_tensor *host_tensor(int ndim, const int64_t *shape, uint32_t seed) {
     return t;
 }
 
-/* One forward and backward of s on fixed x and d(logits). */
-static void run(ds_stage *s) {
+/* One forward and backward of s on fixed x and d(output), the output [B,T,out]. */
+static void run_shaped(ds_stage *s, int64_t out) {
     ds_err err = {{0}};
-    int64_t xs[3] = {B, T, C}, ds_[3] = {B, T, V};
+    int64_t xs[3] = {B, T, C}, ds_[3] = {B, T, out};
     ds_tensor *x = host_tensor(3, xs, 11), *dout = host_tensor(3, ds_, 12);
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0 || ds_stage_backward(s, dout, &err) != 0)
@@ -96,6 +97,8 @@ static void run(ds_stage *s) {
     ds_tensor_free(x);
     ds_tensor_free(dout);
 }
+
+static void run(ds_stage *s) { run_shaped(s, V); }
 
 /* t's values as fp32 on the host (a 16-bit tensor widened); free() them. */
 static float *values(const ds_tensor *t) {
@@ -154,8 +157,8 @@ static void test_fp16_block_types(void **state) {
     check_types(DS_F16);
 }
 
-/* An fp32 stage, and a checkpointed span's output (ln_f's, into the span of lm_head),
- * stay fp32; inside a span the pairs still hold. */
+/* An fp32 stage stays fp32; with checkpoint spans the pairs hold inside a span and
+ * across spans (ln_f's output, into the span of lm_head, is what that span keeps). */
 static void test_fp32_and_checkpoint_types(void **state) {
     (void)state;
     block k;
@@ -167,11 +170,57 @@ static void test_fp32_and_checkpoint_types(void **state) {
     ds_stage_free(s);
     s = gpt_stage(DS_BF16, 1, &k);
     run(s);
-    expect(k.ln_f, DS_F32, "ln_f before a checkpoint span");
+    expect(k.ln_f, DS_BF16, "ln_f before a checkpoint span");
     expect(k.c_attn, DS_BF16, "c_attn inside a checkpoint span");
     expect(k.gelu, DS_BF16, "GELU inside a checkpoint span");
     expect(k.m_proj, DS_F32, "mlp.c_proj inside a checkpoint span");
     ds_stage_free(s);
+    ds_layer_images_free();
+}
+
+/* Four top-level layers, Linear, c_fc, GELU, Linear, on a bf16 stage; checkpoint: as in
+ * gpt_stage. */
+static ds_stage *mlp_stage(int checkpoint) {
+    ds_err err = {{0}};
+    ds_layer *layers[4] = {named(ds_linear_new(C, C, 1, 0.2f, &err), "in"),
+                           named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
+                           ds_gelu_new(&err), named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj")};
+    assert_non_null(layers[2]);
+    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = DS_BF16};
+    ds_stage *s = ds_stage_new("mlp", layers, 4, &o, 5, &err);
+    if (!s) fail_msg("%s", err.msg);
+    return s;
+}
+
+/* t's bytes equal to ref's, element for element */
+static void same_bits(const ds_tensor *ref, const ds_tensor *t, const char *what, int ck) {
+    assert_int_equal(ref->numel, t->numel);
+    float *a = values(ref), *b = values(t);
+    for (int64_t i = 0; i < ref->numel; i++)
+        if (memcmp(&a[i], &b[i], sizeof *a))
+            fail_msg("%s with checkpoint %d: element %lld is %.9g, without %.9g", what, ck,
+                     (long long)i, (double)b[i], (double)a[i]);
+    free(a);
+    free(b);
+}
+
+/* Checkpointing changes memory and time, never the numbers: a bf16 stage's output, input
+ * gradient and parameter gradients are bit-identical with checkpoint none, full (1) and
+ * every 2, though both cut c_fc -> GELU, a pair whose consumer does not round its input
+ * as a Linear does (GELU of the 16-bit c_fc output differs from GELU of the fp32 one). */
+static void test_bf16_checkpoint_is_exact(void **state) {
+    (void)state;
+    ds_stage *ref = mlp_stage(0);
+    run_shaped(ref, C);
+    for (int ck = 1; ck <= 2; ck++) {
+        ds_stage *s = mlp_stage(ck);
+        run_shaped(s, C);
+        same_bits(ds_stage_output(ref), ds_stage_output(s), "output", ck);
+        same_bits(ref->grad_in, s->grad_in, "d(x)", ck);
+        same_bits(ref->flat_grads, s->flat_grads, "parameter gradients", ck);
+        ds_stage_free(s);
+    }
+    ds_stage_free(ref);
     ds_layer_images_free();
 }
 
@@ -258,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_block_types),
         cmocka_unit_test(test_fp16_block_types),
         cmocka_unit_test(test_fp32_and_checkpoint_types),
+        cmocka_unit_test(test_bf16_checkpoint_is_exact),
         cmocka_unit_test(test_refuses_half_input),
         cmocka_unit_test(test_bf16_gradients_follow_fp32),
     };
