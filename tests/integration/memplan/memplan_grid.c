@@ -1,7 +1,7 @@
 /* The memory planner's grid test: for each case, W real processes (Gloo on loopback) run
  * memplan_grid.lua, which trains a GPT two steps and checks the planner's prediction for
- * its stages against the allocation counters (model states to the byte, activations and
- * the total peak within 5%). The grid: ZeRO 0-3 x checkpointing none/full/every:2 x
+ * its stages against the allocation counters, every category and the total peak to the
+ * byte. The grid: ZeRO 0-3 x checkpointing none/full/every:2 x
  * fp32/bf16, the same on every stage, at worlds 1, 2 and 4 (the tiny GPT), the small GPT
  * at world 2, and mixes across stages.
  *
