@@ -81,10 +81,11 @@ const ds_cuda_module *ds_cuda_module_get(ds_err *err) {
 void *ds_cuda_module_symbol(const char *name, ds_err *err) {
     pthread_mutex_lock(&g_mu);
     void *h = g_handle;
+    int linked = g_module != NULL; /* with no handle: the program's own linked copy */
     pthread_mutex_unlock(&g_mu);
     if (!h)
         return ds_err_set(err, "%s: %s", name,
-                          g_module ? "not linked into this program with its CUDA backend"
+                          linked ? "not linked into this program with its CUDA backend"
                                    : "the CUDA backend is not loaded (no cuda device was opened)"),
                NULL;
     void *f = dlsym(h, name);
