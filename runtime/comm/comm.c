@@ -127,9 +127,8 @@ static void *nccl_open(const ds_comm_join *j, const ds_comm_vtable **vt, ds_err 
     if (d->kind != DS_DEV_CUDA)
         ds_err_set(err, "nccl: no CUDA device: this rank runs on %s ([engine] device = cuda "
                         "puts it on its GPU)", d->name);
-    else if (!nccl)
-        nccl = (open_fn *)ds_cuda_module_symbol("ds_comm_nccl_open", err);
-    if (d->kind == DS_DEV_CUDA && nccl) return nccl(j, vt, err);
+    else if (nccl || (nccl = (open_fn *)ds_cuda_module_symbol("ds_comm_nccl_open", err)))
+        return nccl(j, vt, err);
     ds_comm_peers p;
     ds_comm_peers_init(&p, j);
     ds_comm_peers_publish(&p, err->msg); /* the others stop waiting for this rank */

@@ -1,5 +1,6 @@
 /* What every layer kind shares: allocation, parameters, buffers, the error path. */
 #include "layer.h"
+#include "layer_workspace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,11 @@ void *ds_layer_workspace(size_t bytes, ds_err *err) {
                NULL;
     g_images.cap = bytes;
     return g_images.buf;
+}
+
+int ds_layer_workspace_io(const ds_ws_io *io, void **ws, ds_err *err) {
+    *ws = NULL;
+    return io->total && !(*ws = ds_layer_workspace(io->total, err)) ? -1 : 0;
 }
 
 static int takes_half(const ds_layer *l) { return l->ops->native_half && l->ops->native_half(l); }

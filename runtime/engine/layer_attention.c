@@ -29,8 +29,7 @@ static int workspace(const ds_layer *l, const ds_tensor *in, void **ws, ds_ws_io
                      ds_err *err) {
     *io = ds_attention_ws((size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
                           l->out_dtype != DS_F32);
-    *ws = NULL;
-    return io->total && !(*ws = ds_layer_workspace(io->total, err)) ? -1 : 0;
+    return ds_layer_workspace_io(io, ws, err);
 }
 
 static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {

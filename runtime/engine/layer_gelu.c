@@ -10,8 +10,7 @@
 static int workspace(const ds_layer *l, int backward, const ds_tensor *in, void **ws,
                      ds_ws_io *io, ds_err *err) {
     *io = ds_gelu_ws(backward, (size_t)in->numel, in->dtype != DS_F32, l->out_dtype != DS_F32);
-    *ws = NULL;
-    return io->total && !(*ws = ds_layer_workspace(io->total, err)) ? -1 : 0;
+    return ds_layer_workspace_io(io, ws, err);
 }
 
 static int gelu_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "ds_err.h"
 #include "kernel_table.h"
 
 typedef struct ds_ws_io {
@@ -27,6 +28,10 @@ static inline ds_ws_io ds_ws_io_after(size_t kernel, size_t in_bytes, size_t out
 /* The part of workspace ws at byte offset off; NULL when no workspace was taken (no part
  * is needed then). */
 static inline void *ds_ws_at(void *ws, size_t off) { return ws ? (char *)ws + off : NULL; }
+
+/* The layer workspace (ds_layer_workspace) for io in *ws, or NULL when io needs none;
+ * -1 with err when it cannot be had. */
+int ds_layer_workspace_io(const ds_ws_io *io, void **ws, ds_err *err);
 
 /* A native 16-bit Linear (matmul16): N rows, C inputs, OC outputs; in16 / out16: its
  * input / output is 16-bit. Backward reads the input again, never the output. */
