@@ -3,9 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ds_buf.h"
+#include "ds_hostname.h"
 #include "ds_json.h"
 #include "launch_method.h"
 
@@ -13,9 +13,7 @@ int ds_host_is_local(const char *host) {
     if (!strcmp(host, "localhost") || !strcmp(host, "127.0.0.1") || !strcmp(host, "::1"))
         return 1;
     char me[256];
-    if (gethostname(me, sizeof me) != 0) return 0;
-    me[sizeof me - 1] = '\0';
-    return !strcmp(host, me);
+    return !strcmp(host, ds_hostname(me, sizeof me, ""));
 }
 
 /* localhost, 127.0.0.0/8, ::1: names no other machine can reach this one by. */
@@ -29,9 +27,8 @@ int ds_plan_check_master_addr(const ds_plan *plan, ds_err *err) {
     for (int i = 0; i < plan->nnodes; i++) {
         const char *h = plan->nodes[i].host;
         if (is_loopback(h) || ds_host_is_local(h)) continue;
-        char me[256] = "";
-        if (gethostname(me, sizeof me) != 0) me[0] = '\0';
-        me[sizeof me - 1] = '\0';
+        char me[256];
+        ds_hostname(me, sizeof me, "");
         return ds_err_set(err, "MASTER_ADDR would be '%s', a loopback address that node %d (%s) "
                                "cannot reach: name this node in the hostfile by an address the "
                                "other nodes reach (its hostname '%s'?), or give --master_addr",

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "ds_hostname.h"
 #include "slurm_hostlist.h"
 
 #define MAX_NODES 100000 /* as [resources] num_nodes */
@@ -48,8 +48,7 @@ const char *ds_slurm_store_addr(void) {
     static char host[256];
     const char *node = env("SLURMD_NODENAME");
     if (node) return node;
-    if (gethostname(host, sizeof host - 1) != 0) return "localhost";
-    return host;
+    return ds_hostname(host, sizeof host, "localhost");
 }
 
 /* A decimal in [lo, hi] spanning exactly [s, s+len); -1 when it is not one. */

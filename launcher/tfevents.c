@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "crc32c.h"
 #include "ds_buf.h"
+#include "ds_hostname.h"
 
 struct ds_tfevents {
     FILE *f;
@@ -85,8 +85,8 @@ static int write_record(ds_tfevents *w, const ds_buf *data, ds_err *err) {
 
 ds_tfevents *ds_tfevents_open(const char *dir, ds_err *err) {
     ds_tfevents *w = calloc(1, sizeof *w);
-    char host[256] = "localhost";
-    gethostname(host, sizeof host - 1);
+    char host[256];
+    ds_hostname(host, sizeof host, "localhost");
     if (!w || asprintf(&w->path, "%s/events.out.tfevents.%lld.%s", dir, (long long)time(NULL), host) < 0) {
         free(w);
         ds_err_set(err, "out of memory");

@@ -16,6 +16,7 @@
 
 #include "agent.h"
 #include "ds_clock.h"
+#include "ds_hostname.h"
 #include "ds_tcp.h"
 
 #define LINK_CONNECT_MS 30000 /* the controller listens before srun starts */
@@ -45,8 +46,7 @@ static int split_addr(const char *addr, char *host, size_t cap, int *port) {
 
 static int send_join(int fd, const char *token, ds_err *err) {
     char me[256];
-    if (gethostname(me, sizeof me - 1) != 0) snprintf(me, sizeof me, "?");
-    me[sizeof me - 1] = 0;
+    ds_hostname(me, sizeof me, "?");
     char payload[1024];
     int n = snprintf(payload, sizeof payload, "%s %s %s %s.%s", token, env_or("SLURMD_NODENAME", me),
                      env_or("SLURM_PROCID", "?"), env_or("SLURM_JOB_ID", "?"), env_or("SLURM_STEP_ID", "?"));

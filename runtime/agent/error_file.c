@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds_hostname.h"
 #include "ds_json_read.h"
 #include "failure_json.h"
 #include "ds_textfile.h"
@@ -34,9 +35,8 @@ static const char *const TRANSPORT_WORDS[] = {
 
 /* This machine's name as it goes into a directory name: at most 64 bytes, no '/'. */
 static void host_name(char *buf, size_t len) {
-    char h[256] = "";
-    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "localhost");
-    snprintf(buf, len, "%.64s", h);
+    char h[256];
+    snprintf(buf, len, "%.64s", ds_hostname(h, sizeof h, "localhost"));
     for (char *c = buf; *c; c++)
         if (*c == '/') *c = '_';
 }

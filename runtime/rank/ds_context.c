@@ -1,12 +1,13 @@
 #include "ds_context.h"
 
 #include <string.h>
-#include <unistd.h>
+
+#include "ds_hostname.h"
 
 void ds_context_single(ds_context *ctx) {
     memset(ctx, 0, sizeof *ctx);
     ctx->world_size = 1;
     ctx->local_world_size = 1;
-    if (gethostname(ctx->host, sizeof ctx->host - 1) != 0) strcpy(ctx->host, "localhost");
+    ds_hostname(ctx->host, sizeof ctx->host, "localhost");
     strcpy(ctx->job_id, "local");
 }
