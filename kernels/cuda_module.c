@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds_cuda_interface.h"
+
 /* Defined (kernels/cuda/module_entry.c) in programs linked with the backend; absent, so
  * NULL, in dsrun. A weak reference: which copy a program uses is decided at link time. */
 extern const ds_cuda_module *ds_cuda_module_entry(void) __attribute__((weak));
@@ -45,6 +47,12 @@ static const ds_cuda_module *checked(const ds_cuda_module *m, const char *from, 
                           "has %zu, %zu, %zu, %zu): copy dsrun and its module from one build",
                           from, got.kernel_table, got.device_ops, got.device, got.err,
                           want.kernel_table, want.device_ops, want.device, want.err),
+               NULL;
+    if (strncmp(m->interface, DS_CUDA_INTERFACE, sizeof m->interface))
+        return ds_err_set(err, "CUDA backend %s: built from other sources than this dsrun (its "
+                          "interface headers hash to %.16s, this dsrun's to %s): copy dsrun and "
+                          "its module from one build",
+                          from, m->interface, DS_CUDA_INTERFACE),
                NULL;
     return m;
 }

@@ -18,13 +18,15 @@
 
 #define DS_CUDA_MODULE_FILE "libds_cuda.so"
 /* Raised when the table below changes: a module left from another build is refused. */
-#define DS_CUDA_MODULE_ABI 2
+#define DS_CUDA_MODULE_ABI 3
 
-/* The sizes of the structures dsrun and the module share by layout, as each was compiled:
- * a module left beside a dsrun rebuilt with a kernel-table entry or a device op more
- * (the usual change) is refused with a clear error instead of calling the wrong
- * pointers. A change that keeps every size (a signature alone) is not caught: dsrun and
- * its module are one build, copied together. */
+/* A module left beside a dsrun rebuilt from other sources is refused with a clear error
+ * instead of being called through the wrong pointers. Two records, as each end was
+ * compiled: the sizes of the structures they share by layout (a kernel-table entry or a
+ * device op more, the usual change, named in the error) and DS_CUDA_INTERFACE, a hash of
+ * every header they are both compiled against (kernels/cuda_interface.cmake: common/,
+ * kernels/, runtime/comm/), which catches what keeps every size, a signature or the
+ * communicator's structures. Two builds of the same sources agree. */
 typedef struct ds_cuda_layout {
     size_t kernel_table, device_ops, device, err;
 } ds_cuda_layout;
@@ -38,6 +40,7 @@ typedef struct ds_cuda_module {
     int abi;     /* DS_CUDA_MODULE_ABI */
     size_t size; /* sizeof(ds_cuda_module) */
     ds_cuda_layout layout; /* DS_CUDA_LAYOUT, as the module was compiled */
+    char interface[17];    /* DS_CUDA_INTERFACE, as the module was compiled */
     ds_device *(*device_open)(int index, ds_err *err);     /* device.h's ds_device_cuda_open */
     void (*versions)(int *cudart, int *cublas, int *nccl); /* kernels_cuda.h */
 } ds_cuda_module;

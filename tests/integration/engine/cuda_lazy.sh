@@ -6,7 +6,8 @@
 #    module (/proc/self/maps, read by the script itself);
 #  - a dsrun copied without its module runs cpu scripts, and device = cuda names the module
 #    it looked for and the loader's reason;
-#  - a module built from other sources (its structures' sizes differ from dsrun's) is
+#  - a module built from other sources (its structures' sizes differ from dsrun's, or only
+#    the hash of the headers both are compiled against) is
 #    refused with a clear error, not called;
 #  - with the CUDA libraries gone from the node (a tmpfs over their directories in a mount
 #    namespace of its own), dsrun still runs a cpu script and `dsrun --blas`, and
@@ -87,6 +88,19 @@ cp "$dsrun" "$work/stale/dsrun"
 cuda_fails "with a stale module" "$work/stale/dsrun" \
     "CUDA backend $work/stale/libds_cuda.so: built from other sources than this dsrun \(kernel table 8 bytes"
 echo "ok   a stale module is refused: $(grep -oE 'built from.*' <<<"$out" | cut -c1-160)"
+
+# ... and one whose structures kept their sizes but whose headers differ (a signature).
+cat >"$work/stale/module.c" <<'EOF'
+#include "cuda_module.h"
+static const ds_cuda_module STALE = {.abi = DS_CUDA_MODULE_ABI, .size = sizeof(ds_cuda_module),
+                                     .layout = DS_CUDA_LAYOUT, .interface = "0123456789abcdef"};
+const ds_cuda_module *ds_cuda_module_entry(void) { return &STALE; }
+EOF
+cc -shared -fPIC -I"$src/kernels" -I"$src/common" -o "$work/stale/libds_cuda.so" \
+    "$work/stale/module.c" || fail "cannot build the same-sized stale module"
+cuda_fails "with a same-sized stale module" "$work/stale/dsrun" \
+    "CUDA backend $work/stale/libds_cuda.so: built from other sources than this dsrun \(its interface headers hash to 0123456789abcdef, this dsrun's to [0-9a-f]{16}\)"
+echo "ok   a same-sized stale module is refused: $(grep -oE 'built from.*' <<<"$out" | cut -c1-160)"
 
 set +e
 out=$(DS_ENGINE_DEVICE=cuda timeout 60 "$dsrun" run "$work/maps.lua" 2>&1)
