@@ -309,7 +309,7 @@ static int start_workers(ds_agent *a, ds_err *err) {
     if (a->program &&
         !(a->program_argv = ds_agent_program_argv(a->interp, a->ninterp, a->script, a->args, a->nargs, err)))
         return -1;
-    if (a->program && ds_error_file_dir(a->job, &a->errdir, err) != 0) return -1;
+    if (a->program && ds_error_file_dir(a->job, &a->errdir, &a->errdir_lock, err) != 0) return -1;
     for (int i = 0; a->cg_base && i < a->nworkers; i++) {
         ds_agent_worker *w = &a->workers[i];
         if (!(w->cgroup = ds_cgroup_rank_create(a->cg_base, w->rank)))
@@ -328,7 +328,7 @@ int dsrun_agent_main(int argc, char **argv) {
     int srun = 0;
     for (int i = 1; i < argc; i++) srun |= !strcmp(argv[i], "--srun");
     ds_agent a = {0};
-    a.sigfd = a.lifeline_r = a.lifeline_w = -1;
+    a.sigfd = a.lifeline_r = a.lifeline_w = a.errdir_lock = -1;
     a.in_fd = 0;
     a.out_fd = srun ? -1 : 1;
     ds_err err = {{0}};
@@ -364,6 +364,7 @@ int dsrun_agent_main(int argc, char **argv) {
     ds_cgroup_node_remove(a.cg_base);
     for (int i = 0; a.errdir && i < a.nworkers; i++) ds_error_file_forget(a.errdir, a.workers[i].rank);
     ds_error_file_remove_dir(a.errdir);
+    if (a.errdir_lock >= 0) close(a.errdir_lock);
     send_frame(&a, DS_FRAME_BYE, -1, NULL, 0);
     ds_store_mux_stop(a.mux);
     if (a.store) ds_store_close(a.store);

@@ -41,6 +41,7 @@ typedef struct ds_agent {
     int progress_ms; /* > 0: workers report their progress this often (DS_PROGRESS_MS) */
     int ckpt_mode;   /* > 0: the mode of checkpoint directories (DS_CKPT_MODE) */
     char *errdir;    /* program ranks: where their TORCHELASTIC_ERROR_FILEs go (error_file.h) */
+    int errdir_lock; /* its flock, held while the agent lives; -1: none */
     char *cg_base;   /* this node's cgroup for the job (cgroup.h), NULL: subreapers */
     char cg_why[256];/* why there is none */
 

@@ -14,10 +14,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,11 +79,23 @@ static void remove_stale(const char *dir) {
     rmdir(dir);
 }
 
+/* A descriptor of dir holding an exclusive flock on it, or -1 (block: wait for it). The
+ * lock, not the pid in the name, is what proves an agent alive: an agent in another pid
+ * namespace on this host (a container sharing TMPDIR) has a pid that means nothing here. */
+static int lock_dir(const char *dir, int block) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | (block ? 0 : LOCK_NB)) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 /* An agent killed outright (SIGKILL, the node's OOM killer) cannot remove its directory:
  * the next agent on the node removes those whose agent is gone, so they do not pile up
  * in /tmp over a job's restarts. Only directories of this user, made on this host, whose
- * agent's pid no longer exists; a reused pid keeps its directory (harmless, and the next
- * sweep after that process ends takes it). */
+ * agent's pid no longer exists here and whose lock nobody holds (lock_dir); a reused pid
+ * keeps its directory (harmless, and the next sweep after that process ends takes it). */
 static void sweep_stale(const char *tmp, const char *host) {
     DIR *d = opendir(tmp);
     if (!d) return;
@@ -93,14 +107,17 @@ static void sweep_stale(const char *tmp, const char *host) {
         char *path;
         if (asprintf(&path, "%s/%s", tmp, e->d_name) < 0) continue;
         struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+        int fd = -1;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+            (fd = lock_dir(path, 0)) >= 0)
             remove_stale(path);
+        if (fd >= 0) close(fd);
         free(path);
     }
     closedir(d);
 }
 
-int ds_error_file_dir(const char *job, char **dir, ds_err *err) {
+int ds_error_file_dir(const char *job, char **dir, int *lock, ds_err *err) {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp) tmp = "/tmp";
     char host[80];
@@ -110,12 +127,23 @@ int ds_error_file_dir(const char *job, char **dir, ds_err *err) {
     if (asprintf(&templ, "%s/" DIR_PREFIX "%.100s-%s-%ld-XXXXXX", tmp, job && *job ? job : "job",
                  host, (long)getpid()) < 0)
         return ds_err_set(err, "out of memory");
-    if (!mkdtemp(templ)) {
+    /* Between mkdtemp and the lock only a sweeper in another pid namespace, to which this
+     * pid looks gone, can take the directory: the lock (blocking while that sweeper holds
+     * it) then finds it unlinked, and the agent says so rather than losing error files. */
+    int fd = mkdtemp(templ) ? lock_dir(templ, 1) : -1;
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_nlink == 0)) {
+        close(fd);
+        fd = -1;
+        errno = ENOENT;
+    }
+    if (fd < 0) {
         ds_err_errno(err, errno, "directory for the ranks' error files (%s)", templ);
         free(templ);
         return -1;
     }
     *dir = templ;
+    *lock = fd;
     return 0;
 }
 

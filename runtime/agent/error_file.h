@@ -8,10 +8,12 @@
 #include "ds_err.h"
 
 /* A fresh directory for the node's error files under $TMPDIR (or /tmp), named after the
- * job and the agent (dsrun-errors-JOB-HOST-PID-XXXXXX), in *dir. An agent killed outright
- * leaves it behind: this call first removes such directories of this host's agents that
- * are gone. */
-int ds_error_file_dir(const char *job, char **dir, ds_err *err);
+ * job and the agent (dsrun-errors-JOB-HOST-PID-XXXXXX), in *dir, and *lock: a descriptor
+ * holding an exclusive flock on it, which says "its agent lives" for as long as the
+ * caller keeps it open (close it after ds_error_file_remove_dir; the kernel drops it when
+ * the agent dies). An agent killed outright leaves its directory behind: this call first
+ * removes such directories of this host's agents that are gone. */
+int ds_error_file_dir(const char *job, char **dir, int *lock, ds_err *err);
 /* The error file of rank in dir (malloc'd; NULL when out of memory). */
 char *ds_error_file_path(const char *dir, int rank);
 /* 1 with *out the failure record (JSON, as failure_record.h writes it: kind "program")

@@ -1,13 +1,16 @@
 /* The agent's directory for its program ranks' error files: named after the job, the host
- * and the agent's pid, and a new agent removes the directories of this host's agents that
- * are gone (an agent killed outright cannot), but never one whose agent lives, one that is
- * not ours, or one another node made in a TMPDIR they share. */
+ * and the agent's pid, locked while its agent lives, and a new agent removes the
+ * directories of this host's agents that are gone (an agent killed outright cannot), but
+ * never one whose agent lives (its pid here, or its lock held from another pid namespace),
+ * one that is not ours, or one another node made in a TMPDIR they share. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,7 +73,8 @@ static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
 
     ds_err err = {{0}};
     char *dir = NULL;
-    assert_int_equal(ds_error_file_dir("train", &dir, &err), 0);
+    int lock = -1;
+    assert_int_equal(ds_error_file_dir("train", &dir, &lock, &err), 0);
     char want[256];
     snprintf(want, sizeof want, "%s/dsrun-errors-train-%s-%ld-", tmp, host, (long)getpid());
     assert_memory_equal(dir, want, strlen(want));
@@ -82,7 +86,43 @@ static void test_gone_agents_dirs_removed_live_and_foreign_kept(void **state) {
     assert_true(exists(odd));
     assert_true(exists(other_node));
     assert_true(exists("dsrun-errors-unrelated"));
+    /* the directory is locked while its agent lives */
+    int probe = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(probe >= 0);
+    assert_int_equal(flock(probe, LOCK_EX | LOCK_NB), -1);
+    close(probe);
     ds_error_file_remove_dir(dir);
+    close(lock);
+    free(dir);
+}
+
+/* An agent in another pid namespace on this host (a container sharing TMPDIR): its pid
+ * names no process here, but it holds its directory's lock, so the directory stays until
+ * the lock is gone. */
+static void test_locked_dir_of_another_pid_namespace_kept(void **state) {
+    (void)state;
+    char other_ns[192], path[512];
+    snprintf(other_ns, sizeof other_ns, "dsrun-errors-train-%s-%ld-nS0001", host, gone_pid());
+    make_dir(other_ns, 1);
+    snprintf(path, sizeof path, "%s/%s", tmp, other_ns);
+    int held = open(path, O_RDONLY | O_DIRECTORY);
+    assert_true(held >= 0);
+    assert_int_equal(flock(held, LOCK_EX), 0);
+
+    ds_err err = {{0}};
+    char *dir = NULL;
+    int lock = -1;
+    assert_int_equal(ds_error_file_dir("train", &dir, &lock, &err), 0);
+    assert_true(exists(other_ns));
+    ds_error_file_remove_dir(dir);
+    close(lock);
+    free(dir);
+
+    close(held); /* that agent is gone now */
+    assert_int_equal(ds_error_file_dir("train", &dir, &lock, &err), 0);
+    assert_false(exists(other_ns));
+    ds_error_file_remove_dir(dir);
+    close(lock);
     free(dir);
 }
 
@@ -92,6 +132,7 @@ int main(void) {
     setenv("TMPDIR", tmp, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gone_agents_dirs_removed_live_and_foreign_kept),
+        cmocka_unit_test(test_locked_dir_of_another_pid_namespace_kept),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
