@@ -99,6 +99,11 @@ static inline ds_gemm16_form ds_device_gemm16(const ds_device *d) {
     return d->kind == DS_DEV_CUDA ? DS_GEMM16_HALF : DS_GEMM16_F32;
 }
 
+/* what the device's attention16 entries take (kernel_table.h); sim runs the CPU kernels */
+static inline ds_attn16_form ds_device_attn16(const ds_device *d) {
+    return d->kind == DS_DEV_CUDA ? DS_ATTN16_HALF : DS_ATTN16_F32;
+}
+
 /* The backends' constructors (kernels/cpu, kernels/sim, kernels/cuda). */
 ds_device *ds_device_cpu(void);
 ds_device *ds_device_sim_open(ds_err *err);

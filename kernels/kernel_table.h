@@ -73,6 +73,25 @@ static inline size_t ds_layernorm16_workspace(int backward, size_t C) {
     return (backward ? 3 : 2) * ds_ws_part(4 * C);
 }
 
+/* How a device's fused attention takes 16-bit qkv and gives a 16-bit output, which fixes
+ * the workspace the attention16 entries need: through fp32 copies (the CPU's fused
+ * kernels, also the simulator's: qkv widened, the output computed in fp32, then rounded;
+ * backward widens qkv again) or as they are (cuda: the flash kernels widen qkv as they
+ * load it into shared memory and registers and round the output where they store it;
+ * backward reads the stored output for its row term sum(dout * out)). */
+typedef enum ds_attn16_form { DS_ATTN16_F32, DS_ATTN16_HALF } ds_attn16_form;
+
+/* The bytes of workspace attention16_forward_fused (backward = 0) or _backward_fused (1)
+ * need for N = B*T rows of qkv [N, 3C] -> [N, C], in16 / out16 as the entries take them:
+ * the widened qkv first, then (forward) the fp32 output. The CPU's backward recomputes
+ * from qkv and lse alone, so it widens no output. */
+static inline size_t ds_attention16_workspace(ds_attn16_form f, int backward, size_t N,
+                                              size_t C, int in16, int out16) {
+    if (f == DS_ATTN16_HALF) return 0;
+    return ds_ws_part(in16 ? 4 * N * 3 * C : 0) +
+           ds_ws_part(!backward && out16 ? 4 * N * C : 0);
+}
+
 typedef struct ds_kernel_table {
     /* dense */
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
@@ -98,6 +117,14 @@ typedef struct ds_kernel_table {
     void (*scale)(float *x, float s, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* GELU with 16-bit activations of format h: inp is in h when in16 (else fp32), out in
+     * h when out16 (else fp32); each element is gelu_forward's value on the widened input,
+     * rounded once into a 16-bit out. backward: the input in h, dinp += as gelu_backward's
+     * on the widened input. Elementwise, no workspace. */
+    void (*gelu16_forward)(ds_half h, void *out, const void *inp, size_t n, int in16,
+                           int out16);
+    void (*gelu16_backward)(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+                            size_t n);
     /* normalisation */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
@@ -116,7 +143,8 @@ typedef struct ds_kernel_table {
      * row (rows of ids not in ids untouched). posemb16: out[b,t,:] = inp[b,t,:] +
      * table[t,:]; backward: dtable[t,:] gets the sum over b = 0..B-1 of dout[b,t,:] (no
      * dinp: the caller adds dout). layernorm16: as layernorm_*, statistics in fp32;
-     * weight and bias not NULL; dinp, dweight, dbias may be NULL. ws: the
+     * weight and bias not NULL; dinp, dweight, dbias may be NULL; forward writes out in h
+     * when out16 (layernorm_forward's fp32 value rounded once), else in fp32. ws: the
      * ds_embedding16_workspace / ds_layernorm16_workspace bytes, clobbered. */
     void (*embedding16_forward)(ds_half h, float *out, const int32_t *ids,
                                 const uint16_t *table, int N, int C);
@@ -126,9 +154,9 @@ typedef struct ds_kernel_table {
                              int B, int T, int C);
     void (*posemb16_backward)(ds_half h, uint16_t *dtable, const float *dout, int B, int T,
                               int C);
-    void (*layernorm16_forward)(ds_half h, float *out, float *mean, float *rstd,
+    void (*layernorm16_forward)(ds_half h, void *out, float *mean, float *rstd,
                                 const float *inp, const uint16_t *weight, const uint16_t *bias,
-                                int N, int C, float eps, void *ws);
+                                int N, int C, float eps, int out16, void *ws);
     void (*layernorm16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                                  const float *dout, const float *inp, const uint16_t *weight,
                                  const float *mean, const float *rstd, int N, int C, void *ws);
@@ -150,6 +178,17 @@ typedef struct ds_kernel_table {
     void (*attention_backward_fused)(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse,
                                      int B, int T, int C, int NH);
+    /* the fused pair with 16-bit activations of format h: qkv in h when in16 (else fp32),
+     * out in h when out16 (else fp32), as the forward wrote it; lse, dout and dqkv fp32,
+     * softmax and its statistics in fp32. Each value is the fp32 pair's on the widened
+     * operands, the output rounded once. ws: ds_attention16_workspace's bytes for the
+     * device's form, clobbered. */
+    void (*attention16_forward_fused)(ds_half h, void *out, float *lse, const void *qkv, int B,
+                                      int T, int C, int NH, int in16, int out16, void *ws);
+    void (*attention16_backward_fused)(ds_half h, float *dqkv, float *scratch,
+                                       const float *dout, const void *qkv, const void *out,
+                                       const float *lse, int B, int T, int C, int NH, int in16,
+                                       int out16, void *ws);
     /* loss: *sum (a device double) = the sum of the losses, in row order; the backwards
      * write (=) the gradient, dlogits may be logits (kernels.h) */
     void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,

@@ -178,12 +178,24 @@ void ds_embedding16_backward(ds_half h, uint16_t *dtable, const float *dout, con
 void ds_posemb16_forward(ds_half h, float *out, const float *inp, const uint16_t *table, int B,
                          int T, int C);
 void ds_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B, int T, int C);
-void ds_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd, const float *inp,
+void ds_layernorm16_forward(ds_half h, void *out, float *mean, float *rstd, const float *inp,
                             const uint16_t *weight, const uint16_t *bias, int N, int C,
-                            float eps, void *ws);
+                            float eps, int out16, void *ws);
 void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                              const float *dout, const float *inp, const uint16_t *weight,
                              const float *mean, const float *rstd, int N, int C, void *ws);
+
+/* GELU and the fused attention with 16-bit activations (kernel_table.h's gelu16 and
+ * attention16 entries, semantics there): GELU widens and rounds per element (no
+ * workspace), attention runs the fused pair on fp32 copies in ws, the bytes
+ * ds_attention16_workspace(DS_ATTN16_F32, ...) gives. */
+void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16, int out16);
+void ds_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout, size_t n);
+void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
+                                  int T, int C, int NH, int in16, int out16, void *ws);
+void ds_attention16_backward_fused(ds_half h, float *dqkv, const float *dout, const void *qkv,
+                                   const float *lse, int B, int T, int C, int NH, int in16,
+                                   void *ws);
 
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);

@@ -108,6 +108,12 @@ int ds_cuda_scale(ds_cuda_ctx *ctx, float *x, float s, size_t n);
 int ds_cuda_gelu_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n);
 int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, const float *inp, const float *dout,
                           size_t n);
+/* kernel_table.h's gelu16 pair: inp / out 16-bit of format h where in16 / out16, read and
+ * written as they are */
+int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, size_t n,
+                           int in16, int out16);
+int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, const uint16_t *inp,
+                            const float *dout, size_t n);
 
 /* ---- normalisation ----------------------------------------------------------------- */
 int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *mean, float *rstd,
@@ -136,9 +142,9 @@ int ds_cuda_posemb16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const floa
                              const uint16_t *table, int B, int T, int C);
 int ds_cuda_posemb16_backward(ds_cuda_ctx *ctx, ds_half h, uint16_t *dtable,
                               const float *dout, int B, int T, int C);
-int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, float *mean,
+int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *mean,
                                 float *rstd, const float *inp, const uint16_t *weight,
-                                const uint16_t *bias, int N, int C, float eps);
+                                const uint16_t *bias, int N, int C, float eps, int out16);
 int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
                                  uint16_t *dbias, const float *dout, const float *inp,
                                  const uint16_t *weight, const float *mean, const float *rstd,
@@ -168,6 +174,17 @@ int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, co
 int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
                                      const float *dout, const float *qkv, const float *out,
                                      const float *lse, int B, int T, int C, int NH);
+/* The fused pair with 16-bit activations (kernel_table.h's attention16 entries): qkv and
+ * out of format h where in16 / out16, loaded into shared memory and registers widened,
+ * the output rounded as it is stored; lse, dout, dqkv and every statistic fp32. No
+ * workspace. */
+int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *lse,
+                                      const void *qkv, int B, int T, int C, int NH, int in16,
+                                      int out16);
+int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv,
+                                       float *scratch, const float *dout, const void *qkv,
+                                       const void *out, const float *lse, int B, int T, int C,
+                                       int NH, int in16, int out16);
 
 /* ---- loss -------------------------------------------------------------------------- */
 /* total (host pointer, may be NULL) receives the sum of the losses in row order; asking

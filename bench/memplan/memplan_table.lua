@@ -36,7 +36,8 @@ local DEVICES = {24, 40, 80, 141}
 local G = 1e9
 
 local job = {world = S.world, batch = {S.batch, S.context}, targets = S.batch * S.context,
-             host_device = false, gloo = false, gemm16_half = true}
+             host_device = false, gloo = false, gemm16_half = true,
+             attention16_half = true}
 print(string.format('per-GPU predicted peak (GB = 1e9 bytes), N = %d, T = %d, micro-batch %d, AdamW, %s; ' ..
                     'fits: the devices (GB) it fits', S.world, S.context, S.batch,
                     S.split ~= 0 and 'a stage per block' or 'all blocks in one stage'))

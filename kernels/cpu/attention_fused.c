@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "attention_tile.h"
+#include "kernel_table.h" /* ds_attention16_workspace's layout */
 #include "kernels.h"
 
 /* Query rows per chunk: the k-range of the dk and dv tiles, long enough that loading and
@@ -163,4 +164,33 @@ void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qk
             for (int h = 0; h < NH; h++) fused_backward_head(dqkv, dout, qkv, lse, b, h, d, ws);
         free(ws);
     }
+}
+
+/* ---- 16-bit activations (kernel_table.h's attention16 pair) ----------------------------
+ * The pair above on fp32 copies in ws (ds_attention16_workspace's layout for
+ * DS_ATTN16_F32): qkv widened, the output computed there and rounded once. Backward
+ * recomputes from qkv and lse, so only qkv is widened. */
+
+void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
+                                  int T, int C, int NH, int in16, int out16, void *ws) {
+    size_t N = (size_t)B * (size_t)T, nqkv = N * 3 * (size_t)C;
+    const float *x = qkv;
+    float *y = out16 ? (float *)((char *)ws + ds_ws_part(in16 ? 4 * nqkv : 0)) : out;
+    if (in16) {
+        ds_half_to_f32(h, ws, qkv, nqkv);
+        x = ws;
+    }
+    ds_attention_forward_fused(y, lse, x, B, T, C, NH);
+    if (out16) ds_half_from_f32(h, out, y, N * (size_t)C);
+}
+
+void ds_attention16_backward_fused(ds_half h, float *dqkv, const float *dout, const void *qkv,
+                                   const float *lse, int B, int T, int C, int NH, int in16,
+                                   void *ws) {
+    const float *x = qkv;
+    if (in16) {
+        ds_half_to_f32(h, ws, qkv, (size_t)B * (size_t)T * 3 * (size_t)C);
+        x = ws;
+    }
+    ds_attention_backward_fused(dqkv, dout, x, lse, B, T, C, NH);
 }

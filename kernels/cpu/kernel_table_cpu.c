@@ -21,6 +21,14 @@ static void attention_backward_fused(float *dqkv, float *scratch, const float *d
     ds_attention_backward_fused(dqkv, dout, qkv, lse, B, T, C, NH);
 }
 
+static void attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+                                       const float *dout, const void *qkv, const void *out,
+                                       const float *lse, int B, int T, int C, int NH, int in16,
+                                       int out16, void *ws) {
+    (void)scratch, (void)out, (void)out16;
+    ds_attention16_backward_fused(h, dqkv, dout, qkv, lse, B, T, C, NH, in16, ws);
+}
+
 static void sumsq(const float *x, size_t n, double *out) { *out = ds_sumsq(x, n); }
 
 static void half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) {
@@ -37,6 +45,8 @@ const ds_kernel_table ds_cpu_kernels = {
     .scale = ds_scale,
     .gelu_forward = ds_gelu_forward,
     .gelu_backward = ds_gelu_backward,
+    .gelu16_forward = ds_gelu16_forward,
+    .gelu16_backward = ds_gelu16_backward,
     .layernorm_forward = ds_layernorm_forward,
     .layernorm_backward = ds_layernorm_backward,
     .embedding_forward = ds_embedding_forward,
@@ -53,6 +63,8 @@ const ds_kernel_table ds_cpu_kernels = {
     .attention_backward_dropout = ds_attention_backward_dropout,
     .attention_forward_fused = ds_attention_forward_fused,
     .attention_backward_fused = attention_backward_fused,
+    .attention16_forward_fused = ds_attention16_forward_fused,
+    .attention16_backward_fused = attention16_backward_fused,
     .crossentropy_forward = xent_forward,
     .crossentropy_backward = ds_crossentropy_backward,
     .crossentropy_forward_backward = xent_forward_backward,

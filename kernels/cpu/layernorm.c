@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "half_block.h"
 #include "kernel_table.h" /* ds_layernorm16_workspace's layout */
 #include "kernels.h"
 #include "simd.h"
@@ -15,8 +16,20 @@ static inline float lane_sum(const float acc[DS_LANES]) {
     return s;
 }
 
-DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, const float *x,
-                                const float *weight, const float *bias, int C, float eps) {
+/* columns i0..i0+n-1 of a normalised row into y[0..n-1]: the one expression both an fp32
+ * and a 16-bit output store (the latter rounded), so they cannot differ but for that */
+static inline void row_values(float *y, const float *x, const float *weight, const float *bias,
+                              float m, float s, int i0, int n) {
+    for (int i = i0; i < i0 + n; i++)
+        y[i - i0] =
+            ds_km_layernorm1(x[i], m, s, weight ? weight[i] : 1.0f, bias ? bias[i] : 0.0f);
+}
+
+/* y16 not NULL: the row goes there in format h instead of y, a block at a time */
+DS_SIMD static void forward_row(float *y, uint16_t *y16, ds_half h, float *mean_out,
+                                float *rstd_out, const float *x, const float *weight,
+                                const float *bias, int C, float eps) {
+    enum { BLOCK = 512 };
     float acc[DS_LANES] = {0};
     int i = 0, tail = C - C % DS_LANES;
     for (; i < tail; i += DS_LANES)
@@ -34,18 +47,31 @@ DS_SIMD static void forward_row(float *y, float *mean_out, float *rstd_out, cons
     for (; i < C; i++) var += (x[i] - m) * (x[i] - m);
     var /= C;
     float s = 1.0f / sqrtf(var + eps);
-    for (i = 0; i < C; i++)
-        y[i] = ds_km_layernorm1(x[i], m, s, weight ? weight[i] : 1.0f, bias ? bias[i] : 0.0f);
+    if (!y16) row_values(y, x, weight, bias, m, s, 0, C);
+    for (int i0 = 0; y16 && i0 < C; i0 += BLOCK) {
+        float b[BLOCK];
+        int n = C - i0 < BLOCK ? C - i0 : BLOCK;
+        row_values(b, x, weight, bias, m, s, i0, n);
+        ds_half_narrow(h, y16 + i0, b, (size_t)n);
+    }
     if (mean_out) *mean_out = m;
     if (rstd_out) *rstd_out = s;
 }
 
-void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, int N, int C, float eps) {
+/* out16: out holds format h (forward_row's y16), else fp32 */
+static void forward_rows(void *out, int out16, ds_half h, float *mean, float *rstd,
+                         const float *inp, const float *weight, const float *bias, int N, int C,
+                         float eps) {
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C > DS_PAR_MIN)
     for (int n = 0; n < N; n++)
-        forward_row(out + (size_t)n * C, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
-                    inp + (size_t)n * C, weight, bias, C, eps);
+        forward_row(out16 ? NULL : (float *)out + (size_t)n * C,
+                    out16 ? (uint16_t *)out + (size_t)n * C : NULL, h, mean ? mean + n : NULL,
+                    rstd ? rstd + n : NULL, inp + (size_t)n * C, weight, bias, C, eps);
+}
+
+void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C, float eps) {
+    forward_rows(out, 0, DS_HALF_BF16, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 DS_SIMD static void dinp_row(float *dx, const float *dy, const float *x, const float *weight,
@@ -114,13 +140,13 @@ void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
  * C floats each in the workspace: the kernels above run on the widened parameters and
  * sum the parameter gradients in fp32, which are then added with one rounding. */
 
-void ds_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd, const float *inp,
+void ds_layernorm16_forward(ds_half h, void *out, float *mean, float *rstd, const float *inp,
                             const uint16_t *weight, const uint16_t *bias, int N, int C,
-                            float eps, void *ws) {
+                            float eps, int out16, void *ws) {
     float *w = ws, *b = (float *)((char *)ws + ds_ws_part((size_t)C * 4));
     ds_half_to_f32(h, w, weight, (size_t)C);
     ds_half_to_f32(h, b, bias, (size_t)C);
-    ds_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+    forward_rows(out, out16, h, mean, rstd, inp, w, b, N, C, eps);
 }
 
 void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,

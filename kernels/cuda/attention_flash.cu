@@ -7,12 +7,17 @@
 // (no atomics: the same call gives the same bits). Attention memory grows with T, not
 // T^2. kernels.h's ds_attention_forward / _backward are the reference.
 //
+// qkv and out may be 16-bit (a 16-bit stage's activations, ds_cu_act): widened as they
+// are loaded into shared memory and registers, the output rounded once as it is stored;
+// the arithmetic, the statistics and lse stay fp32.
+//
 // A thread owns one row and holds it in registers, so the register size is a template
 // argument HS (16, 32, 64 or 128): a head of size hs <= HS runs in the smallest that holds
 // it, the elements d >= hs zero (they add exact zeros); heads above 128 are refused.
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "half_math.cuh"
 
 #define FA_ROWS 64 // query (forward, dq) or key (dk, dv) rows per block: one per thread
 #define FA_TILE 32 // the other side's rows per tile in shared memory
@@ -23,25 +28,25 @@
 
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH, int hs,
+    flash_fwd_k(ds_cu_act out, float *lse, ds_cu_act qkv, int T, int C, int NH, int hs,
                 float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
     int i = blockIdx.x * FA_ROWS + threadIdx.x;
     int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1)); // the block's last row
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
+    size_t base = (size_t)b * T * row3 + (size_t)h * hs;
     float q[HS], o[HS];
     float m = -INFINITY, l = 0.0f;
     for (int d = 0; d < HS; d++)
-        q[d] = i < T && d < hs ? base[(size_t)i * row3 + d] * scale * FA_LOG2E : 0.0f;
+        q[d] = i < T && d < hs ? qkv.load(base + (size_t)i * row3 + d) * scale * FA_LOG2E : 0.0f;
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += FA_TILE) {
         __syncthreads(); // the previous tile is no longer read
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + C + d] : 0.0f;
-            vs[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+            ks[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + C + d) : 0.0f;
+            vs[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
         }
         __syncthreads();
         if (i < T && j0 <= i) {
@@ -69,14 +74,14 @@ __global__ static void __launch_bounds__(FA_ROWS)
     }
     if (i >= T) return;
     float inv = 1.0f / l; // l >= 1: the row's maximum contributes exp2(0)
-    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+    size_t dst = ((size_t)b * T + i) * C + (size_t)h * hs;
     for (int d = 0; d < HS; d++)
-        if (d < hs) dst[d] = o[d] * inv;
+        if (d < hs) out.store(dst + d, o[d] * inv);
     lse[((size_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
 }
 
 // delta[b,h,i] = sum_d dout * out over the head: the softmax backward's row term.
-__global__ static void flash_delta_k(float *delta, const float *dout, const float *out, int B,
+__global__ static void flash_delta_k(float *delta, const float *dout, ds_cu_act out, int B,
                                      int T, int C, int NH, int hs) {
     size_t n = (size_t)B * NH * T;
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n;
@@ -84,7 +89,7 @@ __global__ static void flash_delta_k(float *delta, const float *dout, const floa
         int i = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / T / NH);
         size_t at = ((size_t)b * T + i) * C + (size_t)h * hs;
         float acc = 0.0f;
-        for (int d = 0; d < hs; d++) acc += dout[at + d] * out[at + d];
+        for (int d = 0; d < hs; d++) acc += dout[at + d] * out.load(at + d);
         delta[r] = acc;
     }
 }
@@ -92,20 +97,20 @@ __global__ static void flash_delta_k(float *delta, const float *dout, const floa
 // dq for one query row per thread: over keys j <= i in order.
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dq_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_dq_k(float *dqkv, const float *dout, ds_cu_act qkv, const float *lse,
                const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
     int i = blockIdx.x * FA_ROWS + threadIdx.x;
     int last = min(T - 1, (int)(blockIdx.x * FA_ROWS + FA_ROWS - 1));
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
+    size_t base = (size_t)b * T * row3 + (size_t)h * hs;
     float q[HS], dO[HS], dq[HS];
     float L = 0.0f, D = 0.0f;
     const float *go = dout + ((size_t)b * T + (i < T ? i : 0)) * C + (size_t)h * hs;
     for (int d = 0; d < HS; d++) {
         int in = i < T && d < hs;
-        q[d] = in ? base[(size_t)i * row3 + d] * scale : 0.0f;
+        q[d] = in ? qkv.load(base + (size_t)i * row3 + d) * scale : 0.0f;
         dO[d] = in ? go[d] : 0.0f;
     }
     if (i < T) {
@@ -117,8 +122,8 @@ __global__ static void __launch_bounds__(FA_ROWS)
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + C + d] : 0.0f;
-            vs[jj][d] = j < T && d < hs ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+            ks[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + C + d) : 0.0f;
+            vs[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
         }
         __syncthreads();
         if (i >= T || j0 > i) continue;
@@ -139,28 +144,28 @@ __global__ static void __launch_bounds__(FA_ROWS)
 // dk and dv for one key row per thread: over queries i >= j in order.
 template <int HS>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_dkv_k(float *dqkv, const float *dout, ds_cu_act qkv, const float *lse,
                 const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ls[FA_TILE], ds_[FA_TILE];
     int h = blockIdx.y, b = blockIdx.z;
     int j = blockIdx.x * FA_ROWS + threadIdx.x;
     int first = blockIdx.x * FA_ROWS; // the block's first key: queries before it see none
     size_t row3 = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * row3 + (size_t)h * hs;
+    size_t base = (size_t)b * T * row3 + (size_t)h * hs;
     const float *go = dout + (size_t)b * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)b * NH + h) * T, *drow = delta + ((size_t)b * NH + h) * T;
     float k[HS], v[HS], dk[HS], dv[HS];
     for (int d = 0; d < HS; d++) {
         int in = j < T && d < hs;
-        k[d] = in ? base[(size_t)j * row3 + C + d] * scale : 0.0f;
-        v[d] = in ? base[(size_t)j * row3 + 2 * C + d] : 0.0f;
+        k[d] = in ? qkv.load(base + (size_t)j * row3 + C + d) * scale : 0.0f;
+        v[d] = in ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
     }
     for (int d = 0; d < HS; d++) dk[d] = 0.0f, dv[d] = 0.0f;
     for (int i0 = first - first % FA_TILE; i0 < T; i0 += FA_TILE) {
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int ii = e / HS, d = e % HS, i = i0 + ii;
-            qs[ii][d] = i < T && d < hs ? base[(size_t)i * row3 + d] : 0.0f;
+            qs[ii][d] = i < T && d < hs ? qkv.load(base + (size_t)i * row3 + d) : 0.0f;
             dos[ii][d] = i < T && d < hs ? go[(size_t)i * C + d] : 0.0f;
         }
         for (int ii = threadIdx.x; ii < FA_TILE; ii += FA_ROWS) {
@@ -188,7 +193,7 @@ __global__ static void __launch_bounds__(FA_ROWS)
 }
 
 template <int HS>
-static int flash_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv, int B, int T,
+static int flash_forward(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, ds_cu_act qkv, int B, int T,
                          int C, int NH) {
     int hs = C / NH;
     dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
@@ -200,8 +205,8 @@ static int flash_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *
 
 template <int HS>
 static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, float *delta, const float *dout,
-                          const float *qkv, const float *out, const float *lse, int B, int T,
-                          int C, int NH) {
+                          ds_cu_act qkv, ds_cu_act out, const float *lse, int B, int T, int C,
+                          int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t rows = (size_t)B * NH * T;
@@ -227,9 +232,9 @@ static int head_size_ok(ds_cuda_ctx *ctx, int C, int NH) {
     return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
 }
 
-extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,
-                                               const float *qkv, int B, int T, int C, int NH) {
-    DS_CU_ARG(ctx, out && lse && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0);
+static int forward_act(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, ds_cu_act qkv, int B,
+                       int T, int C, int NH) {
+    DS_CU_ARG(ctx, out.p && lse && qkv.p && B > 0 && T > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535); // grid.z and grid.y
     switch (head_size_ok(ctx, C, NH)) {
     case -1: return -1;
@@ -240,12 +245,11 @@ extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, flo
     }
 }
 
-extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
-                                                const float *dout, const float *qkv,
-                                                const float *out, const float *lse, int B, int T,
-                                                int C, int NH) {
-    DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && out && lse && B > 0 && T > 0 && NH > 0 &&
-                       C % NH == 0);
+static int backward_act(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                        ds_cu_act qkv, ds_cu_act out, const float *lse, int B, int T, int C,
+                        int NH) {
+    DS_CU_ARG(ctx, dqkv && scratch && dout && qkv.p && out.p && lse && B > 0 && T > 0 &&
+                       NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     switch (head_size_ok(ctx, C, NH)) {
     case -1: return -1;
@@ -254,4 +258,33 @@ extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, f
     case 64: return flash_backward<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     default: return flash_backward<128>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     }
+}
+
+extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,
+                                               const float *qkv, int B, int T, int C, int NH) {
+    return forward_act(ctx, ds_cu_f32(out), lse, ds_cu_f32(qkv), B, T, C, NH);
+}
+
+extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+                                                const float *dout, const float *qkv,
+                                                const float *out, const float *lse, int B, int T,
+                                                int C, int NH) {
+    return backward_act(ctx, dqkv, scratch, dout, ds_cu_f32(qkv), ds_cu_f32(out), lse, B, T, C,
+                        NH);
+}
+
+extern "C" int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out,
+                                                 float *lse, const void *qkv, int B, int T,
+                                                 int C, int NH, int in16, int out16) {
+    return forward_act(ctx, ds_cu_act_of(out, out16, h), lse, ds_cu_act_of(qkv, in16, h), B, T,
+                       C, NH);
+}
+
+extern "C" int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv,
+                                                  float *scratch, const float *dout,
+                                                  const void *qkv, const void *out,
+                                                  const float *lse, int B, int T, int C, int NH,
+                                                  int in16, int out16) {
+    return backward_act(ctx, dqkv, scratch, dout, ds_cu_act_of(qkv, in16, h),
+                        ds_cu_act_of(out, out16, h), lse, B, T, C, NH);
 }

@@ -19,4 +19,26 @@ __device__ inline uint16_t ds_cu_narrow(ds_half h, float x) {
     return h == DS_HALF_BF16 ? ds_km_f32_to_bf16(x) : ds_km_f32_to_f16(x);
 }
 
+// An activation array of fp32 elements, or of 16-bit ones of format h (is16): widened
+// where it is read, rounded once where it is written, so a kernel taking one reads and
+// writes either type with fp32 arithmetic in between. The branch is uniform over a
+// launch.
+struct ds_cu_act {
+    void *p;
+    int is16;
+    ds_half h;
+    __device__ float load(size_t i) const {
+        return is16 ? ds_cu_widen(h, ((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    }
+    __device__ void store(size_t i, float v) const {
+        if (is16) ((uint16_t *)p)[i] = ds_cu_narrow(h, v);
+        else ((float *)p)[i] = v;
+    }
+};
+
+static inline ds_cu_act ds_cu_f32(const float *p) { return ds_cu_act{(void *)p, 0, DS_HALF_BF16}; }
+static inline ds_cu_act ds_cu_act_of(const void *p, int is16, ds_half h) {
+    return ds_cu_act{(void *)p, is16, h};
+}
+
 #endif

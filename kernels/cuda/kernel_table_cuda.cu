@@ -47,6 +47,14 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     RUN("gelu_backward", ds_cuda_gelu_backward(ctx_of(), dinp, inp, dout, n));
 }
+static void gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16,
+                           int out16) {
+    RUN("gelu16_forward", ds_cuda_gelu16_forward(ctx_of(), h, out, inp, n, in16, out16));
+}
+static void gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+                            size_t n) {
+    RUN("gelu16_backward", ds_cuda_gelu16_backward(ctx_of(), h, dinp, inp, dout, n));
+}
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps) {
     RUN("layernorm_forward",
@@ -82,12 +90,12 @@ static void posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, in
                               int C) {
     RUN("posemb16_backward", ds_cuda_posemb16_backward(ctx_of(), h, dtable, dout, B, T, C));
 }
-static void layernorm16_forward(ds_half h, float *out, float *mean, float *rstd,
+static void layernorm16_forward(ds_half h, void *out, float *mean, float *rstd,
                                 const float *inp, const uint16_t *weight, const uint16_t *bias,
-                                int N, int C, float eps, void *ws) {
+                                int N, int C, float eps, int out16, void *ws) {
     (void)ws; /* the 16-bit weight and bias are read as they are */
     RUN("layernorm16_forward", ds_cuda_layernorm16_forward(ctx_of(), h, out, mean, rstd, inp,
-                                                           weight, bias, N, C, eps));
+                                                           weight, bias, N, C, eps, out16));
 }
 static void layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
                                  const float *dout, const float *inp, const uint16_t *weight,
@@ -130,6 +138,23 @@ static void attention_backward_fused(float *dqkv, float *scratch, const float *d
                                      int T, int C, int NH) {
     RUN("attention_backward_fused", ds_cuda_flash_attention_backward(
                                         ctx_of(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
+}
+
+// 16-bit qkv and out read and written as they are (DS_ATTN16_HALF: no workspace)
+static void attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
+                                      int T, int C, int NH, int in16, int out16, void *ws) {
+    (void)ws;
+    RUN("attention16_forward_fused",
+        ds_cuda_flash_attention16_forward(ctx_of(), h, out, lse, qkv, B, T, C, NH, in16, out16));
+}
+static void attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+                                       const float *dout, const void *qkv, const void *out,
+                                       const float *lse, int B, int T, int C, int NH, int in16,
+                                       int out16, void *ws) {
+    (void)ws;
+    RUN("attention16_backward_fused",
+        ds_cuda_flash_attention16_backward(ctx_of(), h, dqkv, scratch, dout, qkv, out, lse, B, T,
+                                           C, NH, in16, out16));
 }
 
 // ---- loss ------------------------------------------------------------------------------
@@ -227,6 +252,8 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     scale,
     gelu_forward,
     gelu_backward,
+    gelu16_forward,
+    gelu16_backward,
     layernorm_forward,
     layernorm_backward,
     embedding_forward,
@@ -243,6 +270,8 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     attention_backward_dropout,
     attention_forward_fused,
     attention_backward_fused,
+    attention16_forward_fused,
+    attention16_backward_fused,
     crossentropy_forward,
     crossentropy_backward,
     crossentropy_forward_backward,
@@ -263,5 +292,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 42 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 46 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

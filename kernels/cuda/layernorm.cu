@@ -1,7 +1,8 @@
 // LayerNorm: one warp per row (lanes stride the columns, then a fixed butterfly), two
 // passes for the variance as on the CPU. dweight/dbias are column sums over rows: the
 // deterministic two-phase ds_cu_colsum2. The kernels read the weight and bias through a
-// loader, so a 16-bit stage's LayerNorm reads its bf16/fp16 parameters as they are.
+// loader, so a 16-bit stage's LayerNorm reads its bf16/fp16 parameters as they are, and
+// may write a 16-bit output directly.
 #include "cuda_common.cuh"
 #include "half_math.cuh"
 #include "kernel_table.h" // ds_layernorm16_workspace's layout
@@ -21,8 +22,10 @@ struct ln_half {
 
 #define ROWS_PER_BLOCK 8
 
+// out: fp32, or 16-bit (a 16-bit stage's LayerNorm feeding a layer that takes it), each
+// value rounded once as it is stored
 template <typename W>
-__global__ static void forward_k(float *out, float *mean, float *rstd, const float *inp,
+__global__ static void forward_k(ds_cu_act out, float *mean, float *rstd, const float *inp,
                                  W weight, W bias, int N, int C, float eps) {
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -35,9 +38,9 @@ __global__ static void forward_k(float *out, float *mean, float *rstd, const flo
     for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
     v = ds_cu_warp_sum(v) / C;
     float r = 1.0f / __fsqrt_rn(v + eps);
-    float *y = out + (size_t)n * C;
+    size_t y = (size_t)n * C;
     for (int i = lane; i < C; i += 32)
-        y[i] = ds_km_layernorm1(x[i], m, r, weight(i, 1.0f), bias(i, 0.0f));
+        out.store(y + i, ds_km_layernorm1(x[i], m, r, weight(i, 1.0f), bias(i, 0.0f)));
     if (lane == 0) {
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = r;
@@ -49,21 +52,22 @@ extern "C" int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *me
                                          const float *bias, int N, int C, float eps) {
     DS_CU_ARG(ctx, out && inp && N > 0 && C > 0);
     int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp,
+    forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(ds_cu_f32(out), mean, rstd, inp,
                                                                ln_f32{weight}, ln_f32{bias}, N,
                                                                C, eps);
     DS_CU_LAUNCHED(ctx, "layernorm forward");
     return 0;
 }
 
-extern "C" int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, float *mean,
+extern "C" int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *mean,
                                            float *rstd, const float *inp,
                                            const uint16_t *weight, const uint16_t *bias, int N,
-                                           int C, float eps) {
+                                           int C, float eps, int out16) {
     DS_CU_ARG(ctx, out && inp && weight && bias && N > 0 && C > 0);
     int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     forward_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-        out, mean, rstd, inp, ln_half{weight, h}, ln_half{bias, h}, N, C, eps);
+        ds_cu_act_of(out, out16, h), mean, rstd, inp, ln_half{weight, h}, ln_half{bias, h}, N,
+        C, eps);
     DS_CU_LAUNCHED(ctx, "layernorm16 forward");
     return 0;
 }

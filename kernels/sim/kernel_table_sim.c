@@ -41,7 +41,7 @@ typedef struct launch {
     int threads;
     void *p[9];
     size_t n;
-    int i[5];
+    int i[6];
     float f[7];
     ds_rng_key key;
     ds_half h;
@@ -152,6 +152,9 @@ static void sim_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uin
 
 /* ---- embeddings and LayerNorm with 16-bit parameters ------------------------------ */
 
+/* the bytes of n activations, 16-bit (is16) or fp32 */
+#define ACT16(is16, n) ((is16) ? U16(n) : F32(n))
+
 static void k_embedding16_forward(const launch *L) {
     CPU.embedding16_forward(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1]);
 }
@@ -196,13 +199,14 @@ static void sim_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout
 
 static void k_layernorm16_forward(const launch *L) {
     CPU.layernorm16_forward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
-                            L->i[1], L->f[0], L->p[6]);
+                            L->i[1], L->f[0], L->i[2], L->p[6]);
 }
-static void sim_layernorm16_forward(ds_half h, float *out, float *mean, float *rstd,
+static void sim_layernorm16_forward(ds_half h, void *out, float *mean, float *rstd,
                                     const float *inp, const uint16_t *weight,
-                                    const uint16_t *bias, int N, int C, float eps, void *ws) {
-    launch L = {.call = k_layernorm16_forward, .i = {N, C}, .f = {eps}, .h = h};
-    sim_arg args[] = {ARG(out, F32(MUL(N, C))),  OPT(mean, F32(N)),
+                                    const uint16_t *bias, int N, int C, float eps, int out16,
+                                    void *ws) {
+    launch L = {.call = k_layernorm16_forward, .i = {N, C, out16}, .f = {eps}, .h = h};
+    sim_arg args[] = {ARG(out, ACT16(out16, MUL(N, C))), OPT(mean, F32(N)),
                       OPT(rstd, F32(N)),         ARG(inp, F32(MUL(N, C))),
                       ARG(weight, U16(C)),       ARG(bias, U16(C)),
                       ARG(ws, ds_layernorm16_workspace(0, (size_t)C))};
@@ -261,6 +265,26 @@ static void sim_gelu_backward(float *dinp, const float *inp, const float *dout, 
     launch L = {.call = k_gelu_backward, .n = n};
     sim_arg args[] = {ARG(dinp, F32(n)), ARG(inp, F32(n)), ARG(dout, F32(n))};
     submit(&L, "gelu_backward", args, NARGS(args));
+}
+
+static void k_gelu16_forward(const launch *L) {
+    CPU.gelu16_forward(L->h, L->p[0], L->p[1], L->n, L->i[0], L->i[1]);
+}
+static void sim_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16,
+                               int out16) {
+    launch L = {.call = k_gelu16_forward, .n = n, .i = {in16, out16}, .h = h};
+    sim_arg args[] = {ARG(out, ACT16(out16, n)), ARG(inp, ACT16(in16, n))};
+    submit(&L, "gelu16_forward", args, NARGS(args));
+}
+
+static void k_gelu16_backward(const launch *L) {
+    CPU.gelu16_backward(L->h, L->p[0], L->p[1], L->p[2], L->n);
+}
+static void sim_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+                                size_t n) {
+    launch L = {.call = k_gelu16_backward, .n = n, .h = h};
+    sim_arg args[] = {ARG(dinp, F32(n)), ARG(inp, U16(n)), ARG(dout, F32(n))};
+    submit(&L, "gelu16_backward", args, NARGS(args));
 }
 
 /* ---- normalisation ---------------------------------------------------------------- */
@@ -395,6 +419,46 @@ static void sim_attention_backward_fused(float *dqkv, float *scratch, const floa
                       ARG(dout, F32(TOKENS(B, T) * C)),     ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(out, F32(TOKENS(B, T) * C)),      ARG(lse, F32(ROWS(B, NH, T)))};
     submit(&L, "attention_backward_fused", args, NARGS(args));
+}
+
+/* the workspace is the CPU's form (sim runs its kernels): checked to its full extent, and
+ * may be NULL only where that is 0 bytes */
+#define WS_ARG(bytes) {"ws", ws, (bytes), (bytes) == 0}
+#define WSA16(bwd) \
+    ds_attention16_workspace(DS_ATTN16_F32, (bwd), TOKENS(B, T), (size_t)C, in16, out16)
+
+static void k_attention16_forward_fused(const launch *L) {
+    CPU.attention16_forward_fused(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2],
+                                  L->i[3], L->i[4], L->i[5], L->p[3]);
+}
+static void sim_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv,
+                                          int B, int T, int C, int NH, int in16, int out16,
+                                          void *ws) {
+    launch L = {.call = k_attention16_forward_fused, .i = {B, T, C, NH, in16, out16}, .h = h};
+    sim_arg args[] = {ARG(out, ACT16(out16, TOKENS(B, T) * C)), ARG(lse, F32(ROWS(B, NH, T))),
+                      ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)), WS_ARG(WSA16(0))};
+    submit(&L, "attention16_forward_fused", args, NARGS(args));
+}
+
+static void k_attention16_backward_fused(const launch *L) {
+    CPU.attention16_backward_fused(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5],
+                                   L->i[0], L->i[1], L->i[2], L->i[3], L->i[4], L->i[5],
+                                   L->p[6]);
+}
+/* scratch and out are checked as attention_backward_fused's are */
+static void sim_attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+                                           const float *dout, const void *qkv, const void *out,
+                                           const float *lse, int B, int T, int C, int NH,
+                                           int in16, int out16, void *ws) {
+    launch L = {.call = k_attention16_backward_fused, .i = {B, T, C, NH, in16, out16}, .h = h};
+    sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)),
+                      ARG(scratch, F32(ROWS(B, NH, T))),
+                      ARG(dout, F32(TOKENS(B, T) * C)),
+                      ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)),
+                      ARG(out, ACT16(out16, TOKENS(B, T) * C)),
+                      ARG(lse, F32(ROWS(B, NH, T))),
+                      WS_ARG(WSA16(1))};
+    submit(&L, "attention16_backward_fused", args, NARGS(args));
 }
 
 /* ---- loss ------------------------------------------------------------------------- */
@@ -587,6 +651,8 @@ const ds_kernel_table ds_sim_kernels = {
     .scale = sim_scale,
     .gelu_forward = sim_gelu_forward,
     .gelu_backward = sim_gelu_backward,
+    .gelu16_forward = sim_gelu16_forward,
+    .gelu16_backward = sim_gelu16_backward,
     .layernorm_forward = sim_layernorm_forward,
     .layernorm_backward = sim_layernorm_backward,
     .embedding_forward = sim_embedding_forward,
@@ -603,6 +669,8 @@ const ds_kernel_table ds_sim_kernels = {
     .attention_backward_dropout = sim_attention_backward_dropout,
     .attention_forward_fused = sim_attention_forward_fused,
     .attention_backward_fused = sim_attention_backward_fused,
+    .attention16_forward_fused = sim_attention16_forward_fused,
+    .attention16_backward_fused = sim_attention16_backward_fused,
     .crossentropy_forward = sim_crossentropy_forward,
     .crossentropy_backward = sim_crossentropy_backward,
     .crossentropy_forward_backward = sim_crossentropy_forward_backward,

@@ -41,6 +41,7 @@ function M.job_defaults(t)
   if job.host_device == nil then job.host_device = dev == 'cpu' end
   if job.gloo == nil then job.gloo = not dev:match('^cuda') end
   if job.gemm16_half == nil then job.gemm16_half = dev:match('^cuda') ~= nil end
+  if job.attention16_half == nil then job.attention16_half = dev:match('^cuda') ~= nil end
   if job.accum == nil then job.accum = 1 end
   return job
 end

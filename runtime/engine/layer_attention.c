@@ -7,10 +7,11 @@
  * log-sum-exp per row, [B,NH,T], instead of the [B,NH,T,T] probabilities, and backward
  * recomputes them (memory grows with T, not T^2). SAVED holds whichever the last forward
  * made; a backward after a forward of the other kind is refused. Inside a 16-bit stage
- * qkv and the output may be 16-bit (ds_layer_plan_outputs): the kernels run on fp32
- * copies in the layer workspace (qkv widened; the output computed there, then rounded
- * into out), and the fused backward reads the widened 16-bit output; softmax and its
- * statistics stay fp32. */
+ * qkv and the output may be 16-bit (ds_layer_plan_outputs): the fused kernels take and
+ * give them as they are (the attention16 entries: on cuda the flash kernels widen in
+ * shared memory; on cpu and sim fp32 copies in the entries' workspace); with dropout the
+ * [B,NH,T,T] kernels run on fp32 copies in the layer workspace (qkv widened; the output
+ * computed there, then rounded into out). Softmax and its statistics stay fp32. */
 #include "kernels.h"
 #include "layer.h"
 #include "layer_workspace.h"
@@ -25,11 +26,17 @@ static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
 static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p : 0.0f; }
 
 /* the workspace of layer_workspace.h in *ws (NULL when none is needed), its parts in *io */
-static int workspace(const ds_layer *l, const ds_tensor *in, void **ws, ds_ws_io *io,
-                     ds_err *err) {
-    *io = ds_attention_ws((size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
+static int workspace(const ds_layer *l, int dropout, int backward, const ds_tensor *in,
+                     void **ws, ds_ws_io *io, ds_err *err) {
+    *io = ds_attention_ws(ds_device_attn16(ds_device_get()), dropout, backward,
+                          (size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
                           l->out_dtype != DS_F32);
     return ds_layer_workspace_io(io, ws, err);
+}
+
+/* the 16-bit format of qkv or out (the stage's: both are, when both are 16-bit) */
+static ds_half half_of(const ds_tensor *in, const ds_tensor *out) {
+    return ds_half_of(in->dtype != DS_F32 ? in->dtype : out->dtype);
 }
 
 static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
@@ -43,20 +50,30 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     int64_t saved_shape[4] = {B, l->heads, T, T}; /* with dropout: the probabilities */
     ds_ws_io io;
     void *ws;
-    if (workspace(l, in, &ws, &io, err) != 0 || /* before out: the planner's order */
+    /* the workspace before out: the planner's order */
+    if (workspace(l, p > 0.0f, 0, in, &ws, &io, err) != 0 ||
         ds_out_like(l, in, C3 / 3, err) != 0 ||
         ds_tensor_ensure(&l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3,
                          saved_shape, err) != 0)
         return -1;
-    const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
-    float *out = ds_out_f32(l, ds_ws_at(ws, io.out));
-    if (p > 0.0f)
+    int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
+    if (in16 && out16 && in->dtype != l->out->dtype)
+        return ds_err_set(err, "qkv is %s, output %s: one 16-bit format expected",
+                          ds_dtype_name(in->dtype), ds_dtype_name(l->out->dtype));
+    if (p > 0.0f) {
+        const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
+        float *out = ds_out_f32(l, ds_ws_at(ws, io.out));
         DS_K->attention_forward_dropout(out, l->buf[SAVED]->data, qkv, (int)B, (int)T,
                                         (int)(C3 / 3), l->heads, p, key_of(l, r, T));
-    else
-        DS_K->attention_forward_fused(out, l->buf[SAVED]->data, qkv, (int)B, (int)T,
-                                      (int)(C3 / 3), l->heads);
-    ds_out_round(l, out);
+        ds_out_round(l, out);
+    } else if (in16 || out16) {
+        DS_K->attention16_forward_fused(half_of(in, l->out), l->out->data, l->buf[SAVED]->data,
+                                        in->data, (int)B, (int)T, (int)(C3 / 3), l->heads, in16,
+                                        out16, ws);
+    } else {
+        DS_K->attention_forward_fused(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
+                                      (int)T, (int)(C3 / 3), l->heads);
+    }
     return 0;
 }
 
@@ -72,18 +89,23 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     int64_t scratch_shape[4] = {B, l->heads, T, T};
     ds_ws_io io;
     void *ws;
-    if (workspace(l, in, &ws, &io, err) != 0 || /* before the scratch: the planner's order */
+    /* the workspace before the scratch: the planner's order */
+    if (workspace(l, p > 0.0f, 1, in, &ws, &io, err) != 0 ||
         ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
         return -1;
-    const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
+    int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (p > 0.0f)
-        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data, qkv,
-                                         l->buf[SAVED]->data, (int)B, (int)T, (int)C, l->heads, p,
-                                         key_of(l, r, T));
+        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data,
+                                         ds_in_f32(in, ds_ws_at(ws, io.in)), l->buf[SAVED]->data,
+                                         (int)B, (int)T, (int)C, l->heads, p, key_of(l, r, T));
+    else if (in16 || out16)
+        DS_K->attention16_backward_fused(half_of(in, l->out), din->data, l->buf[SCRATCH]->data,
+                                         dout->data, in->data, l->out->data, l->buf[SAVED]->data,
+                                         (int)B, (int)T, (int)C, l->heads, in16, out16, ws);
     else
-        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, qkv,
-                                       ds_in_f32(l->out, ds_ws_at(ws, io.out)), l->buf[SAVED]->data,
-                                       (int)B, (int)T, (int)C, l->heads);
+        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+                                       l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
+                                       l->heads);
     return 0;
 }
 

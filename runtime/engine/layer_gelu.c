@@ -1,41 +1,40 @@
 /* GELU, tanh approximation (GPT-2's). Inside a 16-bit stage it takes a 16-bit input and
  * writes a 16-bit output where its neighbours take them (ds_layer_plan_outputs): the
- * input widened into the layer workspace, the fp32 kernel run there in place (it is
- * elementwise), the result rounded once per element; backward widens the input again. */
+ * gelu16 entries widen and round per element, with no workspace; backward reads the
+ * 16-bit input as it is. */
 #include "kernels.h"
 #include "layer.h"
-#include "layer_workspace.h"
 
-/* the workspace of layer_workspace.h in *ws (NULL when none is needed), its parts in *io */
-static int workspace(const ds_layer *l, int backward, const ds_tensor *in, void **ws,
-                     ds_ws_io *io, ds_err *err) {
-    *io = ds_gelu_ws(backward, (size_t)in->numel, in->dtype != DS_F32, l->out_dtype != DS_F32);
-    return ds_layer_workspace_io(io, ws, err);
+/* the 16-bit format of in or out (the stage's: both are, when both are 16-bit) */
+static ds_half half_of(const ds_tensor *in, const ds_tensor *out) {
+    return ds_half_of(in->dtype != DS_F32 ? in->dtype : out->dtype);
 }
 
 static int gelu_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
     (void)r;
-    if (ds_check_input(l, in, -1, err) != 0) return -1;
-    ds_ws_io io;
-    void *ws;
-    /* the workspace before out: the planner's order */
-    if (workspace(l, 0, in, &ws, &io, err) != 0 || ds_out_like(l, in, ds_last(in), err) != 0)
+    if (ds_check_input(l, in, -1, err) != 0 || ds_out_like(l, in, ds_last(in), err) != 0)
         return -1;
-    const float *x = ds_in_f32(in, ds_ws_at(ws, io.in));
-    float *y = ds_out_f32(l, ds_ws_at(ws, io.out));
-    DS_K->gelu_forward(y, x, (size_t)in->numel);
-    ds_out_round(l, y);
+    int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
+    if (in16 && out16 && in->dtype != l->out->dtype)
+        return ds_err_set(err, "input is %s, output %s: one 16-bit format expected",
+                          ds_dtype_name(in->dtype), ds_dtype_name(l->out->dtype));
+    if (in16 || out16)
+        DS_K->gelu16_forward(half_of(in, l->out), l->out->data, in->data, (size_t)in->numel,
+                             in16, out16);
+    else
+        DS_K->gelu_forward(l->out->data, in->data, (size_t)in->numel);
     return 0;
 }
 
 static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                          ds_tensor *din, ds_err *err) {
-    (void)r;
-    ds_ws_io io;
-    void *ws;
-    if (workspace(l, 1, in, &ws, &io, err) != 0) return -1;
-    if (din) DS_K->gelu_backward(din->data, ds_in_f32(in, ds_ws_at(ws, io.in)), dout->data,
-                                 (size_t)in->numel);
+    (void)l, (void)r, (void)err;
+    if (!din) return 0;
+    if (in->dtype != DS_F32)
+        DS_K->gelu16_backward(ds_half_of(in->dtype), din->data, in->data, dout->data,
+                              (size_t)in->numel);
+    else
+        DS_K->gelu_backward(din->data, in->data, dout->data, (size_t)in->numel);
     return 0;
 }
 

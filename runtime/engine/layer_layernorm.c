@@ -6,15 +6,15 @@
 enum { MEAN, RSTD };
 
 /* a 16-bit stage's LayerNorm: its parameters (and in backward their gradients)
- * resident, the workspace of layer_workspace.h for N rows, its parts laid out in *io */
-static void *workspace16(const ds_layer *l, int backward, int64_t N, ds_ws_io *io, ds_err *err) {
+ * resident, the workspace of layer_workspace.h */
+static void *workspace16(const ds_layer *l, int backward, ds_err *err) {
     if (ds_layer_check_half(l, backward, err) != 0) return NULL;
-    *io = ds_layernorm_ws(backward, (size_t)N, (size_t)l->in_dim, l->out_dtype != DS_F32);
-    return ds_layer_workspace(io->total, err);
+    return ds_layer_workspace(ds_layernorm_ws(backward, (size_t)l->in_dim).total, err);
 }
 
 /* On 16-bit parameters of format h it can write its output in h (inside a 16-bit stage,
- * for a layer that takes it: ds_layer_plan_outputs); its input stays fp32. */
+ * for a layer that takes it: ds_layer_plan_outputs), the layernorm16 kernel rounding
+ * each fp32 value once as it stores it; its input stays fp32. */
 static int emits_half(const ds_layer *l, ds_dtype h) {
     return ds_layer_params_half(l) && l->param[0]->dtype == h;
 }
@@ -25,19 +25,16 @@ static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     int64_t rows = ds_rows(in);
     const ds_param *w = l->param[0], *b = l->param[1];
     int half = ds_layer_params_half(l);
-    ds_ws_io io = {0};
     /* the workspace before out: the planner's order */
-    char *ws = half ? workspace16(l, 0, rows, &io, err) : NULL;
+    void *ws = half ? workspace16(l, 0, err) : NULL;
     if ((half && !ws) || ds_out_like(l, in, l->in_dim, err) != 0 ||
         ds_tensor_ensure(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
         ds_tensor_ensure(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
         return -1;
     if (half) {
-        float *y = ds_out_f32(l, ds_ws_at(ws, io.out));
-        DS_K->layernorm16_forward(ds_half_of(w->dtype), y, l->buf[MEAN]->data,
+        DS_K->layernorm16_forward(ds_half_of(w->dtype), l->out->data, l->buf[MEAN]->data,
                                   l->buf[RSTD]->data, in->data, w->half, b->half, (int)rows,
-                                  l->in_dim, l->eps, ws);
-        ds_out_round(l, y);
+                                  l->in_dim, l->eps, l->out->dtype != DS_F32, ws);
     } else {
         DS_K->layernorm_forward(l->out->data, l->buf[MEAN]->data, l->buf[RSTD]->data, in->data,
                                 w->data, b->data, (int)rows, l->in_dim, l->eps);
@@ -51,8 +48,7 @@ static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     if (!din) return ds_err_set(err, "LayerNorm needs its input gradient buffer");
     const ds_param *w = l->param[0], *b = l->param[1];
     if (ds_layer_params_half(l)) {
-        ds_ws_io io = {0};
-        void *ws = workspace16(l, 1, ds_rows(in), &io, err);
+        void *ws = workspace16(l, 1, err);
         if (!ws) return -1;
         DS_K->layernorm16_backward(ds_half_of(w->dtype), din->data, w->half_grad, b->half_grad,
                                    dout->data, in->data, w->half, l->buf[MEAN]->data,

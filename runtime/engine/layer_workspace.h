@@ -1,8 +1,9 @@
 /* The bytes of layer workspace (ds_layer_workspace) a layer takes, and where its parts
- * start: its kernels' own part first (kernel_table.h), then an fp32 copy of a 16-bit
- * input (widened, exact), then the fp32 output of a layer whose output is 16-bit (rounded
- * into it afterwards), each part 256-byte aligned (ds_ws_part). The layers and the memory
- * planner (runtime/memplan) take the same numbers from here. */
+ * start: its kernels' own part first (kernel_table.h), then, for a layer whose kernels
+ * take fp32 activations only, an fp32 copy of a 16-bit input (widened, exact) and the
+ * fp32 output of a layer whose output is 16-bit (rounded into it afterwards), each part
+ * 256-byte aligned (ds_ws_part). The layers and the memory planner (runtime/memplan)
+ * take the same numbers from here. */
 #ifndef DS_LAYER_WORKSPACE_H
 #define DS_LAYER_WORKSPACE_H
 
@@ -41,25 +42,22 @@ static inline ds_ws_io ds_linear_ws(ds_gemm16_form f, int backward, size_t N, si
                           !backward && out16 ? 4 * N * OC : 0);
 }
 
-/* A LayerNorm on 16-bit parameters (layernorm16); its input is always fp32. */
-static inline ds_ws_io ds_layernorm_ws(int backward, size_t N, size_t C, int out16) {
-    return ds_ws_io_after(ds_layernorm16_workspace(backward, C), 0,
-                          !backward && out16 ? 4 * N * C : 0);
+/* A LayerNorm on 16-bit parameters (layernorm16): its kernels' part only (its input is
+ * always fp32; a 16-bit output is written by the kernel as it is). */
+static inline ds_ws_io ds_layernorm_ws(int backward, size_t C) {
+    return ds_ws_io_after(ds_layernorm16_workspace(backward, C), 0, 0);
 }
 
-/* GELU over n elements: the forward widens a 16-bit input and computes in place there
- * (the kernel is elementwise), or computes a 16-bit output there; the backward widens a
- * 16-bit input. One part either way. */
-static inline ds_ws_io ds_gelu_ws(int backward, size_t n, int in16, int out16) {
-    ds_ws_io w = ds_ws_io_after(0, in16 || (!backward && out16) ? 4 * n : 0, 0);
-    w.out = w.in;
-    return w;
-}
-
-/* Attention over N = B*T rows of qkv [N, 3C] -> [N, C]: the fused backward reads the
- * forward's output too, so both directions keep both parts. */
-static inline ds_ws_io ds_attention_ws(size_t N, size_t C, int in16, int out16) {
-    return ds_ws_io_after(0, in16 ? 4 * N * 3 * C : 0, out16 ? 4 * N * C : 0);
+/* Attention over N = B*T rows of qkv [N, 3C] -> [N, C]. Without dropout (the fused
+ * kernels): the attention16 entries' part for the device's form f, which holds any fp32
+ * copies itself. With dropout (the [B,NH,T,T] kernels, fp32 only): a 16-bit qkv widened
+ * (both directions) and the output computed in fp32 (forward). GELU needs none: its
+ * gelu16 entries widen and round per element. */
+static inline ds_ws_io ds_attention_ws(ds_attn16_form f, int dropout, int backward, size_t N,
+                                       size_t C, int in16, int out16) {
+    if (!dropout)
+        return ds_ws_io_after(ds_attention16_workspace(f, backward, N, C, in16, out16), 0, 0);
+    return ds_ws_io_after(0, in16 ? 4 * N * 3 * C : 0, !backward && out16 ? 4 * N * C : 0);
 }
 
 #endif

@@ -74,6 +74,7 @@ typedef struct ds_mp_job {
     int host_device;               /* 1: the rank computes on the host (no staging copies) */
     int gloo;                      /* 1: collectives over Gloo (a ring buffer at world > 1) */
     ds_gemm16_form gemm16;         /* the device's 16-bit Linear workspace (kernel_table.h) */
+    ds_attn16_form attn16;         /* the device's 16-bit fused attention workspace (same) */
     /* The node's speeds, for the step time (0: no time predicted). */
     double gemm_flops;             /* per rank, FLOP/s of the rank's GEMM */
     double link_bytes_s;           /* per rank, bytes/s its collectives move */

@@ -38,7 +38,8 @@ static const struct {
     [DS_MP_IMAGES] = {"16-bit layer workspace", DS_MEM_WORKSPACE,
                       "the largest layer's 16-bit kernel workspace: a Linear's GEMM "
                       "workspace, an Embedding's 8 x B.T + 4 x d in backward, a LayerNorm's "
-                      "4 x d two or three times, and the fp32 copies of a layer's 16-bit "
+                      "4 x d two or three times, attention's fp32 copies of a 16-bit qkv "
+                      "and output (cpu, sim), and the fp32 copies of a Linear's 16-bit "
                       "input and output (docs/memory.md)"},
     [DS_MP_INIT] = {"initialisation staging", DS_MEM_WORKSPACE,
                     "4 x the largest parameter, while stages are built"},

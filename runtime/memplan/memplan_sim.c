@@ -171,13 +171,11 @@ static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int 
     case MP_EMBEDDING: /* ids [B,T]: one position per id */
         return native && grads
                    ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
-    case MP_LAYERNORM:
-        return native ? ds_layernorm_ws(grads, rows, (size_t)n->in_dim, n->out_half).total : 0;
-    case MP_GELU: return ds_gelu_ws(grads, (size_t)numel_of(in), in->half, n->out_half).total;
+    case MP_LAYERNORM: return native ? ds_layernorm_ws(grads, (size_t)n->in_dim).total : 0;
     case MP_ATTENTION: /* qkv [B,T,3C] */
-        return ds_attention_ws(rows, (size_t)(in->d[in->ndim - 1] / 3), in->half,
-                               n->out_half).total;
-    default: return 0; /* PositionEmbedding, containers */
+        return ds_attention_ws(S->job->attn16, n->dropout, grads, rows,
+                               (size_t)(in->d[in->ndim - 1] / 3), in->half, n->out_half).total;
+    default: return 0; /* GELU (gelu16: none), PositionEmbedding, containers */
     }
 }
 

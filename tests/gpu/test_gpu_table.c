@@ -14,7 +14,10 @@
  *                unit in the 16-bit type's last place (the rounding of two sums that
  *                differ in their last bits); fp16 overflow to inf bit for bit
  *   16-bit embeddings and LayerNorm (embedding16, posemb16, layernorm16) bit for bit
- *                but LayerNorm's sums (its fp32 tolerances; dweight, dbias as matmul16's) */
+ *                but LayerNorm's sums (its fp32 tolerances; dweight, dbias as matmul16's)
+ *   16-bit activations (gelu16, layernorm16's 16-bit output, attention16) the fp32
+ *                entries' tolerances, plus one unit in the 16-bit type's last place
+ *                for a 16-bit result */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +273,13 @@ static void close_half(const char *what, ds_half h, void *d, const uint16_t *wan
     close_half_abs(what, h, d, want, n, 1e-30f);
 }
 
+/* the cuda device's attention16 entries take no workspace (kernel_table.h) */
+static void assert_dev_ws_none(size_t N, size_t C) {
+    gh_expect(&G, "attention16 workspace on cuda: none",
+              ds_device_attn16(G.dev) == DS_ATTN16_HALF &&
+                  ds_attention16_workspace(ds_device_attn16(G.dev), 0, N, C, 1, 1) == 0);
+}
+
 /* matmul16 on cuBLASLt against the CPU's (kernels/cpu/matmul.c): each with its own
  * workspace (ds_matmul16_workspace of its form), both in the same chunks of output
  * columns, the gradients accumulated onto the same random start */
@@ -385,8 +395,8 @@ static void test_params16(ds_half h, int N, int C, int vocab, int B, int T) {
     int R = B * T;
     float *mean = gh_alloc((size_t)R * 4), *rstd = gh_alloc((size_t)R * 4);
     void *MEAN = zeros((size_t)R * 4), *RSTD = zeros((size_t)R * 4);
-    CPU->layernorm16_forward(h, px, mean, rstd, x, t, t + C, R, C, 1e-5f, ws);
-    DEV->layernorm16_forward(h, PX, MEAN, RSTD, X, Tb, (uint16_t *)Tb + C, R, C, 1e-5f, WS);
+    CPU->layernorm16_forward(h, px, mean, rstd, x, t, t + C, R, C, 1e-5f, 0, ws);
+    DEV->layernorm16_forward(h, PX, MEAN, RSTD, X, Tb, (uint16_t *)Tb + C, R, C, 1e-5f, 0, WS);
     close_f(NAME("layernorm16_forward"), PX, px, nb, 1e-5f, 1e-5f);
     close_f(NAME("layernorm16_forward rstd"), RSTD, rstd, R, 1e-6f, 1e-5f);
     gh_dev_down(&G, mean, MEAN, (size_t)R * 4); /* backward from the device's statistics */
@@ -404,6 +414,100 @@ static void test_params16(ds_half h, int N, int C, int vocab, int B, int T) {
     dfree(Tb, nt * 2), dfree(DT, nt * 2), dfree(DY, no * 4), dfree(O, no * 4);
     dfree(IDS, (size_t)N * 4), dfree(WS, wsb), dfree(X, nb * 4), dfree(PDY, nb * 4);
     dfree(PX, nb * 4), dfree(MEAN, (size_t)R * 4), dfree(RSTD, (size_t)R * 4);
+}
+
+/* The entries that take and give 16-bit activations (gelu16, layernorm16's 16-bit
+ * output, attention16) against the CPU's: their fp32 tolerances above, plus one unit in
+ * the 16-bit type's last place where the result is 16-bit (two fp32 values that differ
+ * in their last bits may round apart). The cuda entries take no workspace
+ * (DS_ATTN16_HALF); the CPU's gets its own. Attention's backward reads the forward's
+ * output for its row term (the CPU recomputes it): compared against the CPU with an fp32
+ * output, and with a 16-bit output against the device's own run on that output widened,
+ * bit for bit. */
+static void test_acts16(ds_half h, int B, int T, int C, int NH) {
+    char what[96];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s T%d hs%d", s, hn, T, C / NH), what)
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    size_t N = (size_t)B * T;
+    float *qf = rnd(nq, -1, 1), *dy = rnd(no, -1, 1), *dq = rnd(nq, -1, 1); /* as test_attention_fused */
+    uint16_t *q16 = gh_alloc(nq * 2), *o16 = gh_alloc(no * 2), *g16 = gh_alloc(nq * 2);
+    ds_half_from_f32(h, q16, qf, nq);
+    float *of = gh_alloc(nq * 4), *lse = gh_alloc(nl * 4), *scr = gh_alloc(nl * 4);
+    void *Q16 = up(q16, nq * 2), *QF = up(qf, nq * 4), *DY = up(dy, no * 4), *DQ = up(dq, nq * 4);
+    void *O16 = zeros(no * 2), *OF = zeros(nq * 4), *LSE = zeros(nl * 4), *SCR = zeros(nl * 4);
+    void *G16 = zeros(nq * 2);
+    size_t wsb = ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 1);
+    void *ws = gh_alloc(wsb);
+    assert_dev_ws_none(N, (size_t)C);
+
+    /* GELU over qkv's elements: 16-bit in and out, 16-bit in, 16-bit out; backward */
+    CPU->gelu16_forward(h, g16, q16, nq, 1, 1);
+    DEV->gelu16_forward(h, G16, Q16, nq, 1, 1);
+    close_half_abs(NAME("gelu16_forward"), h, G16, g16, nq, 1e-6f);
+    CPU->gelu16_forward(h, of, q16, nq, 1, 0);
+    DEV->gelu16_forward(h, OF, Q16, nq, 1, 0);
+    close_f(NAME("gelu16_forward (16-bit in)"), OF, of, nq, 1e-6f, 1e-5f);
+    CPU->gelu16_forward(h, g16, qf, nq, 0, 1);
+    DEV->gelu16_forward(h, G16, QF, nq, 0, 1);
+    close_half_abs(NAME("gelu16_forward (16-bit out)"), h, G16, g16, nq, 1e-6f);
+    gh_dev_down(&G, of, DQ, nq * 4); /* the same start on both sides */
+    float *gq = rnd(nq, -1, 1);
+    void *GQ = up(gq, nq * 4);
+    CPU->gelu16_backward(h, of, q16, gq, nq);
+    DEV->gelu16_backward(h, DQ, Q16, GQ, nq);
+    close_f(NAME("gelu16_backward"), DQ, of, nq, 1e-5f, 1e-5f);
+    gh_dev_free(&G, DQ, nq * 4);
+    DQ = up(dq, nq * 4);
+
+    /* LayerNorm over qkv's elements as [3N, C] rows, into a 16-bit output */
+    int R = (int)(3 * N);
+    float *lw = rnd((size_t)C, 0.5f, 1.5f), *mean = gh_alloc((size_t)R * 4);
+    float *rstd = gh_alloc((size_t)R * 4);
+    uint16_t *w16 = gh_alloc((size_t)C * 4);
+    ds_half_from_f32(h, w16, lw, (size_t)C);
+    ds_half_from_f32(h, w16 + C, dy, (size_t)C); /* the bias */
+    void *W16 = up(w16, (size_t)C * 4), *MEAN = zeros((size_t)R * 4), *RSTD = zeros((size_t)R * 4);
+    void *lws = gh_alloc(ds_layernorm16_workspace(0, (size_t)C));
+    CPU->layernorm16_forward(h, g16, mean, rstd, qf, w16, w16 + C, R, C, 1e-5f, 1, lws);
+    DEV->layernorm16_forward(h, G16, MEAN, RSTD, QF, W16, (uint16_t *)W16 + C, R, C, 1e-5f, 1,
+                             NULL);
+    close_half_abs(NAME("layernorm16_forward (16-bit out)"), h, G16, g16, nq, 1e-5f);
+    close_f(NAME("layernorm16_forward (16-bit out) rstd"), RSTD, rstd, (size_t)R, 1e-6f, 1e-5f);
+
+    /* attention: 16-bit qkv and out; 16-bit qkv, fp32 out */
+    CPU->attention16_forward_fused(h, o16, lse, q16, B, T, C, NH, 1, 1, ws);
+    DEV->attention16_forward_fused(h, O16, LSE, Q16, B, T, C, NH, 1, 1, NULL);
+    close_half_abs(NAME("attention16_forward_fused out"), h, O16, o16, no, 2e-5f);
+    close_f(NAME("attention16_forward_fused lse"), LSE, lse, nl, 1e-5f, 1e-5f);
+    CPU->attention16_forward_fused(h, of, lse, q16, B, T, C, NH, 1, 0, ws);
+    DEV->attention16_forward_fused(h, OF, LSE, Q16, B, T, C, NH, 1, 0, NULL);
+    close_f(NAME("attention16_forward_fused (16-bit qkv) out"), OF, of, no, 2e-5f, 1e-4f);
+    dfree(LSE, nl * 4), dfree(OF, nq * 4);
+    LSE = up(lse, nl * 4), OF = up(of, no * 4); /* backward from the CPU's out and lse */
+    CPU->attention16_backward_fused(h, dq, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, ws);
+    DEV->attention16_backward_fused(h, DQ, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    close_f(NAME("attention16_backward_fused (16-bit qkv)"), DQ, dq, nq, 2e-5f, 2e-4f);
+    /* a 16-bit out read as it is = that out widened, on the device */
+    float *ow = gh_alloc(no * 4);
+    ds_half_from_f32(h, o16, of, no);
+    ds_half_to_f32(h, ow, o16, no);
+    dfree(O16, no * 2), dfree(OF, no * 4);
+    O16 = up(o16, no * 2), OF = up(ow, no * 4);
+    void *DQ2 = up(dq, nq * 4);
+    gh_dev_free(&G, DQ, nq * 4);
+    DQ = up(dq, nq * 4);
+    DEV->attention16_backward_fused(h, DQ, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, NULL);
+    DEV->attention16_backward_fused(h, DQ2, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    float *dq2 = downf(DQ2, nq);
+    same_f(NAME("attention16_backward_fused (16-bit out)"), DQ, dq2, nq * 4);
+#undef NAME
+    free(qf), free(dy), free(dq), free(q16), free(o16), free(g16), free(of), free(lse), free(scr);
+    free(ws), free(gq), free(lw), free(mean), free(rstd), free(w16), free(lws), free(ow), free(dq2);
+    dfree(Q16, nq * 2), dfree(QF, nq * 4), dfree(DY, no * 4), dfree(DQ, nq * 4);
+    dfree(O16, no * 2), dfree(OF, no * 4), dfree(LSE, nl * 4), dfree(SCR, nl * 4);
+    dfree(G16, nq * 2), dfree(GQ, nq * 4), dfree(W16, (size_t)C * 4), dfree(MEAN, (size_t)R * 4);
+    dfree(RSTD, (size_t)R * 4), dfree(DQ2, nq * 4);
 }
 
 static void test_half(ds_half h, size_t n) {
@@ -482,6 +586,9 @@ int main(void) {
     test_attention_fused(1, 300, 128, 2); /* head size 64, T past the backward's chunks */
     test_attention_fused(2, 67, 256, 2);  /* head size 128 */
     test_attention_fused(4, 32, 64, 4);   /* head size 16: examples/gpt/tiny.lua */
+    test_acts16(DS_HALF_BF16, 2, 64, 128, 4);  /* head size 32 */
+    test_acts16(DS_HALF_F16, 1, 300, 128, 2);  /* head size 64, T past the backward's chunks */
+    test_acts16(DS_HALF_BF16, 2, 67, 256, 2);  /* head size 128 */
     test_loss(64, 50257);
     test_loss(7, 5);
     test_dropout(1000003, 0.1f);

@@ -50,6 +50,7 @@ static void read_job(lua_State *L, int t, ds_mp_job *job) {
     job->host_device = bool_field(L, t, "host_device", 1);
     job->gloo = bool_field(L, t, "gloo", 1);
     job->gemm16 = bool_field(L, t, "gemm16_half", 0) ? DS_GEMM16_HALF : DS_GEMM16_F32;
+    job->attn16 = bool_field(L, t, "attention16_half", 0) ? DS_ATTN16_HALF : DS_ATTN16_F32;
     job->gemm_flops = num_field(L, t, "gemm_flops");
     job->link_bytes_s = num_field(L, t, "link_bytes_s");
     lua_getfield(L, t, "optim");

@@ -3,7 +3,7 @@
  * its stages against the allocation counters, every category and the total peak to the
  * byte. The grid: ZeRO 0-3 x checkpointing none/full/every:2 x
  * fp32/bf16, the same on every stage, at worlds 1, 2 and 4 (the tiny GPT), the small GPT
- * at world 2, and mixes across stages.
+ * at world 2, mixes across stages, and bf16 with dropout.
  *
  *   memplan_grid SCRIPT [FILTER]   FILTER: run only cases whose name contains it
  *   memplan_grid SCRIPT --world W [key=value ...]   one case, the arguments the script's
@@ -41,13 +41,15 @@ static int run_rank(rank_env *env) {
 typedef struct grid_case {
     int world;
     const char *size, *zero, *checkpoint, *precision;
+    const char *dropout; /* NULL: none */
 } grid_case;
 
 /* 0 passed, 1 failed, -1 left out by the filter. */
 static int run_case(const char *script, const grid_case *c, const char *filter) {
     char name[160];
-    snprintf(name, sizeof name, "%s_w%d_z%s_c%s_%s", c->size, c->world, c->zero, c->checkpoint,
-             c->precision);
+    snprintf(name, sizeof name, "%s_w%d_z%s_c%s_%s%s%s", c->size, c->world, c->zero,
+             c->checkpoint, c->precision, c->dropout ? "_dropout" : "",
+             c->dropout ? c->dropout : "");
     if (filter && !strstr(name, filter)) return -1; /* not run */
     char args[6][200];
     snprintf(args[0], sizeof args[0], "name=%s", name);
@@ -55,8 +57,9 @@ static int run_case(const char *script, const grid_case *c, const char *filter) 
     snprintf(args[2], sizeof args[2], "zero=%s", c->zero);
     snprintf(args[3], sizeof args[3], "checkpoint=%s", c->checkpoint);
     snprintf(args[4], sizeof args[4], "precision=%s", c->precision);
-    grid_args a = {.script = script, .nargs = 5};
-    for (int i = 0; i < 5; i++) a.args[i] = args[i];
+    snprintf(args[5], sizeof args[5], "dropout=%s", c->dropout ? c->dropout : "0");
+    grid_args a = {.script = script, .nargs = 6};
+    for (int i = 0; i < 6; i++) a.args[i] = args[i];
     int failed = run_ranks(c->world, c->world, 60000, 120, run_rank, &a);
     if (failed) fprintf(stderr, "FAIL %s: %d of %d ranks\n", name, failed, c->world);
     fflush(stdout);
@@ -85,18 +88,21 @@ int main(int argc, char **argv) {
         for (int z = 0; z < 4; z++)
             for (int k = 0; k < 3; k++)
                 for (int p = 0; p < 2; p++) {
-                    grid_case c = {worlds[w], "tiny", zeros[z], ckpts[k], precs[p]};
+                    grid_case c = {worlds[w], "tiny", zeros[z], ckpts[k], precs[p], NULL};
                     int rc = run_case(argv[1], &c, filter);
                     if (rc >= 0) bad += rc, n++;
                 }
-    /* The small GPT, and choices mixed across the stages (embed, blocks, head). */
+    /* The small GPT, choices mixed across the stages (embed, blocks, head), and dropout
+     * (the attention's [B,H,T,T] kernels, which widen 16-bit activations into the layer
+     * workspace where the fused ones take them as they are). */
     static const grid_case more[] = {
-        {2, "small", "0", "none", "fp32"},        {2, "small", "3", "full", "bf16"},
-        {2, "small", "2", "every:2", "bf16"},     {4, "small", "1", "none", "fp32"},
-        {2, "tiny", "0,3,1", "none,full,none", "fp32,bf16,fp32"},
-        {4, "tiny", "3,2,0", "none,every:2,full", "bf16,fp32,bf16"},
-        {2, "small", "1,3,2", "full,none,every:2", "bf16,bf16,fp32"},
-        {1, "small", "2,0,3", "every:2,full,none", "fp32,bf16,bf16"},
+        {2, "small", "0", "none", "fp32", NULL},        {2, "small", "3", "full", "bf16", NULL},
+        {2, "small", "2", "every:2", "bf16", NULL},     {4, "small", "1", "none", "fp32", NULL},
+        {2, "tiny", "0,3,1", "none,full,none", "fp32,bf16,fp32", NULL},
+        {4, "tiny", "3,2,0", "none,every:2,full", "bf16,fp32,bf16", NULL},
+        {2, "small", "1,3,2", "full,none,every:2", "bf16,bf16,fp32", NULL},
+        {1, "small", "2,0,3", "every:2,full,none", "fp32,bf16,bf16", NULL},
+        {2, "small", "0", "none", "bf16", "0.1"},       {1, "tiny", "3", "every:2", "bf16", "0.1"},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         int rc = run_case(argv[1], &more[i], filter);

@@ -14,7 +14,7 @@ local memplan = require 'ds.memplan'
 
 local S = {zero = '0', checkpoint = 'none', precision = 'fp32', size = 'tiny', steps = 2,
            batch = 4, accum = 1, tol = 0, bucket = 0, name = 'case', json = '', check = 1,
-           threads = 0}
+           threads = 0, dropout = 0}
 for _, a in ipairs(arg) do
   local k, v = a:match('^([%w_]+)=(.*)$')
   S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
@@ -25,7 +25,9 @@ local SIZES = {
   gpt2 = {vocab = 50257, context = 256, layers = 12, heads = 12, d = 768}, -- GPT-2 124M, T = 256
 }
 if S.threads > 0 then ds.set_threads(S.threads) end
-local cfg = gpt.config(assert(SIZES[S.size], 'size: tiny or small'))
+local size = assert(SIZES[S.size], 'size: tiny or small')
+size.dropout = S.dropout -- > 0: the attention's [B,H,T,T] kernels, the Dropout layers' masks
+local cfg = gpt.config(size)
 
 local function per_stage(v)
   local t = {}

@@ -5,8 +5,10 @@
  * lm_head) are stored in the stage's format and every other output, the residual stream,
  * the logits and every activation gradient in fp32; checkpoint spans cut no pair, so a
  * bf16 stage's numbers do not depend on its checkpointing; a layer refuses a 16-bit input
- * it does not take. And the bf16 stage's gradients follow the fp32 stage's on the same
- * (rounded) weights within bf16's error.
+ * it does not take. GELU, the attention and the 16-bit LayerNorms, which take and give
+ * 16-bit activations natively, have the bits of the composition they replaced (the fp32
+ * kernels on widened copies, the output rounded). And the bf16 stage's gradients follow
+ * the fp32 stage's on the same (rounded) weights within bf16's error.
  * Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,7 +28,7 @@ enum { B = 2, T = 8, C = 16, NH = 2, V = 24 };
 /* The layers whose output type the tests check, kept as the stage is built. */
 typedef struct block {
     ds_layer *ln_1, *c_attn, *att, *a_proj, *a_drop, *res1, *ln_2, *c_fc, *gelu, *m_proj,
-        *res2, *h, *ln_f, *head;
+        *res2, *h, *ln_f, *head, *attn, *mlp;
 } block;
 
 static ds_layer *named(ds_layer *l, const char *name) {
@@ -52,13 +54,13 @@ static ds_stage *gpt_stage(ds_dtype prec, int checkpoint, block *k) {
     k->att = ds_attention_new(NH, 0.0f, &err);
     k->a_proj = named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj");
     k->a_drop = ds_dropout_new(0.0f, &err);
-    ds_layer *attn = seq((ds_layer *[]){k->c_attn, k->att, k->a_proj}, 3, "attn");
+    ds_layer *attn = k->attn = seq((ds_layer *[]){k->c_attn, k->att, k->a_proj}, 3, "attn");
     k->res1 = ds_residual_new(seq((ds_layer *[]){k->ln_1, attn, k->a_drop}, 3, NULL), &err);
     k->ln_2 = named(ds_layernorm_new(C, 1e-5f, &err), "ln_2");
     k->c_fc = named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc");
     k->gelu = ds_gelu_new(&err);
     k->m_proj = named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj");
-    ds_layer *mlp = seq((ds_layer *[]){k->c_fc, k->gelu, k->m_proj}, 3, "mlp");
+    ds_layer *mlp = k->mlp = seq((ds_layer *[]){k->c_fc, k->gelu, k->m_proj}, 3, "mlp");
     k->res2 = ds_residual_new(seq((ds_layer *[]){k->ln_2, mlp, ds_dropout_new(0.0f, &err)}, 3, NULL),
                               &err);
     assert_non_null(k->res1);
@@ -224,6 +226,115 @@ static void test_bf16_checkpoint_is_exact(void **state) {
     ds_layer_images_free();
 }
 
+/* ---- the composed reference: what the layers computed before the gelu16, attention16
+ * and 16-bit layernorm16 entries (a 16-bit input widened with half_to_f32, the fp32
+ * kernel, its output rounded with half_from_f32), through the device's kernels ---------- */
+
+static ds_tensor *dev_tensor(ds_dtype t, int64_t n) {
+    ds_err err = {{0}};
+    ds_tensor *x = ds_tensor_new(t, DS_MEM_WORKSPACE, 1, &n, &err);
+    if (!x) fail_msg("%s", err.msg);
+    return x;
+}
+
+/* n elements at p (format h) widened into a new fp32 tensor */
+static ds_tensor *widened(ds_half h, const void *p, int64_t n) {
+    ds_tensor *w = dev_tensor(DS_F32, n);
+    DS_K->half_to_f32(h, w->data, p, (size_t)n);
+    return w;
+}
+
+static ds_tensor *widened_t(const ds_tensor *t) {
+    assert_int_not_equal(t->dtype, DS_F32);
+    return widened(ds_half_of(t->dtype), t->data, t->numel);
+}
+
+/* y rounded into a new tensor of format t */
+static ds_tensor *rounded(const ds_tensor *y, ds_dtype t) {
+    ds_tensor *r = dev_tensor(t, y->numel);
+    DS_K->half_from_f32(ds_half_of(t), r->data, y->data, (size_t)y->numel);
+    return r;
+}
+
+/* t's bytes equal to ref's (fp32, or 16-bit compared widened: exact) */
+static void exact(const ds_tensor *ref, const ds_tensor *t, const char *what) {
+    assert_int_equal(ref->numel, t->numel);
+    assert_int_equal(ref->dtype, t->dtype);
+    float *a = values(ref), *b = values(t);
+    for (int64_t i = 0; i < ref->numel; i++)
+        if (memcmp(&a[i], &b[i], sizeof *a))
+            fail_msg("%s: element %lld is %.9g, the composed reference's %.9g", what,
+                     (long long)i, (double)b[i], (double)a[i]);
+    free(a);
+    free(b);
+}
+
+/* LayerNorm l on its fp32 input x: its 16-bit output and statistics */
+static void exact_layernorm(const ds_layer *l, const ds_tensor *x, const char *what) {
+    const ds_param *w = l->param[0], *b = l->param[1];
+    ds_half h = ds_half_of(w->dtype);
+    ds_tensor *wf = widened(h, w->half, w->numel), *bf = widened(h, b->half, b->numel);
+    ds_tensor *y = dev_tensor(DS_F32, x->numel), *mean = dev_tensor(DS_F32, ds_rows(x)),
+              *rstd = dev_tensor(DS_F32, ds_rows(x));
+    DS_K->layernorm_forward(y->data, mean->data, rstd->data, x->data, wf->data, bf->data,
+                            (int)ds_rows(x), (int)C, 1e-5f);
+    ds_tensor *r = rounded(y, l->out->dtype);
+    exact(r, l->out, what);
+    exact(mean, l->buf[0], what);
+    exact(rstd, l->buf[1], what);
+    ds_tensor *all[] = {wf, bf, y, mean, rstd, r};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ds_tensor_free(all[i]);
+}
+
+/* GELU (mlp's child 1) forward and backward, from c_fc's 16-bit output */
+static void exact_gelu(const block *k) {
+    const ds_tensor *x = k->c_fc->out, *dy = k->mlp->gbuf[1], *dx = k->mlp->gbuf[0];
+    ds_tensor *xf = widened_t(x), *y = dev_tensor(DS_F32, x->numel);
+    DS_K->gelu_forward(y->data, xf->data, (size_t)x->numel);
+    ds_tensor *r = rounded(y, k->gelu->out->dtype), *g = dev_tensor(DS_F32, x->numel);
+    exact(r, k->gelu->out, "GELU forward");
+    DS_K->gelu_backward(g->data, xf->data, dy->data, (size_t)x->numel);
+    exact(g, dx, "GELU backward");
+    ds_tensor_free(xf), ds_tensor_free(y), ds_tensor_free(r), ds_tensor_free(g);
+}
+
+/* attention (attn's child 1), fused, forward and backward from c_attn's 16-bit qkv */
+static void exact_attention(const block *k) {
+    const ds_tensor *qkv = k->c_attn->out, *dy = k->attn->gbuf[1], *dx = k->attn->gbuf[0];
+    const ds_tensor *out = k->att->out, *lse = k->att->buf[0];
+    ds_tensor *qf = widened_t(qkv), *y = dev_tensor(DS_F32, out->numel);
+    ds_tensor *l = dev_tensor(DS_F32, lse->numel), *scr = dev_tensor(DS_F32, lse->numel);
+    DS_K->attention_forward_fused(y->data, l->data, qf->data, B, T, C, NH);
+    ds_tensor *r = rounded(y, out->dtype), *of = widened_t(out);
+    ds_tensor *g = dev_tensor(DS_F32, qkv->numel);
+    exact(r, out, "attention forward");
+    exact(l, lse, "attention forward (lse)");
+    DS_K->attention_backward_fused(g->data, scr->data, dy->data, qf->data, of->data, lse->data, B,
+                                   T, C, NH);
+    exact(g, dx, "attention backward");
+    ds_tensor *all[] = {qf, y, l, scr, r, of, g};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ds_tensor_free(all[i]);
+}
+
+/* A bf16 and an fp16 GPT block, forward and backward: every output and input gradient of
+ * GELU, the attention and the 16-bit LayerNorms has the bits of the composition the
+ * engine ran before those layers took 16-bit activations natively. */
+static void test_native_equals_composed(void **state) {
+    (void)state;
+    ds_dtype hs[2] = {DS_BF16, DS_F16};
+    for (int i = 0; i < 2; i++) {
+        block k;
+        ds_stage *s = gpt_stage(hs[i], 0, &k);
+        run(s);
+        exact_gelu(&k);
+        exact_attention(&k);
+        exact_layernorm(k.ln_2, k.res1->out, "ln_2 forward");
+        exact_layernorm(k.ln_f, k.h->out, "ln_f forward");
+        ds_stage_free(s);
+        ds_layer_images_free();
+    }
+}
+
 /* A 16-bit input to a layer that does not take it: the layer's clear error. */
 static void test_refuses_half_input(void **state) {
     (void)state;
@@ -308,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_block_types),
         cmocka_unit_test(test_fp32_and_checkpoint_types),
         cmocka_unit_test(test_bf16_checkpoint_is_exact),
+        cmocka_unit_test(test_native_equals_composed),
         cmocka_unit_test(test_refuses_half_input),
         cmocka_unit_test(test_bf16_gradients_follow_fp32),
     };

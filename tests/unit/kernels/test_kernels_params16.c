@@ -1,5 +1,6 @@
 /* The CPU's embedding16, posemb16 and layernorm16 pairs (kernel_table.h) against plain
- * references: the fp32 kernels on fp32 copies of the 16-bit parameters, their
+ * references: the fp32 kernels on fp32 copies of the 16-bit parameters (LayerNorm's
+ * 16-bit output: the fp32 output rounded with ds_half_from_f32), their
  * gradients in a zeroed fp32 buffer added into the 16-bit ones with ds_half_acc_f32 (the
  * engine's fp32 images before these entries): the same bits, in bf16 and fp16. Also: an
  * embedding's repeated ids summed in order, rows of ids not in the batch untouched to
@@ -111,11 +112,18 @@ static void check_layernorm(ds_half h, int wanted) {
     float *wimg = widened(h, w, C), *bimg = widened(h, b, C);
     ds_layernorm_forward(want, wmean, wrstd, inp, wimg, bimg, N, C, 1e-5f);
     void *ws = nan_ws(ds_layernorm16_workspace(0, C));
-    ds_layernorm16_forward(h, out, mean, rstd, inp, w, b, N, C, 1e-5f, ws);
+    ds_layernorm16_forward(h, out, mean, rstd, inp, w, b, N, C, 1e-5f, 0, ws);
     assert_memory_equal(out, want, n * 4);
     assert_memory_equal(mean, wmean, sizeof mean);
     assert_memory_equal(rstd, wrstd, sizeof rstd);
     free(ws);
+    /* a 16-bit output: the fp32 one rounded, element for element */
+    uint16_t *out16 = malloc(n * 2), *want16 = malloc(n * 2);
+    ds_half_from_f32(h, want16, want, n);
+    ws = nan_ws(ds_layernorm16_workspace(0, C));
+    ds_layernorm16_forward(h, out16, NULL, NULL, inp, w, b, N, C, 1e-5f, 1, ws);
+    assert_memory_equal(out16, want16, n * 2);
+    free(ws), free(out16), free(want16);
 
     int want_dinp = wanted & 1, want_dw = wanted & 2, want_db = wanted & 4;
     float *dout = tu_randf(n, -1, 1), *dinp = tu_randf(n, -1, 1), *wdinp = tu_copyf(dinp, n);

@@ -126,6 +126,8 @@ static void c_embedding_backward(const ds_kernel_table *k, void **b, ds_half h) 
 #define PART(bytes) ((((bytes) + 255) & ~255) / 4)
 #define WSE (PART(8 * BN) + PART(4 * BC))
 #define WSL(bwd) ((2 + (bwd)) * PART(4 * LC))
+/* attention16's on the CPU: qkv widened, and in forward the fp32 output (floats) */
+#define WSA(bwd) (QKV + ((bwd) ? 0 : ACT))
 static void c_embedding16_forward(const ds_kernel_table *k, void **b, ds_half h) {
     k->embedding16_forward(h, b[0], b[1], b[2], BN, BC);
 }
@@ -139,7 +141,41 @@ static void c_posemb16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->posemb16_backward(h, b[0], b[1], PB, PT, PC);
 }
 static void c_layernorm16_forward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->layernorm16_forward(h, b[0], b[1], b[2], b[3], b[4], b[5], LN, LC, 1e-5f, b[6]);
+    k->layernorm16_forward(h, b[0], b[1], b[2], b[3], b[4], b[5], LN, LC, 1e-5f, 0, b[6]);
+}
+static void c_layernorm16_forward_out16(const ds_kernel_table *k, void **b, ds_half h) {
+    k->layernorm16_forward(h, b[0], b[1], b[2], b[3], b[4], b[5], LN, LC, 1e-5f, 1, b[6]);
+}
+/* the 16-bit activation entries, one caller per combination of a 16-bit input (I) and
+ * output (O) */
+static void c_gelu16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
+    k->gelu16_forward(h, b[0], b[1], EN, 1, 1);
+}
+static void c_gelu16_forward_i(const ds_kernel_table *k, void **b, ds_half h) {
+    k->gelu16_forward(h, b[0], b[1], EN, 1, 0);
+}
+static void c_gelu16_forward_o(const ds_kernel_table *k, void **b, ds_half h) {
+    k->gelu16_forward(h, b[0], b[1], EN, 0, 1);
+}
+static void c_gelu16_backward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->gelu16_backward(h, b[0], b[1], b[2], EN);
+}
+static void c_attention16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 1, b[3]);
+}
+static void c_attention16_forward_i(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 0, b[3]);
+}
+static void c_attention16_forward_o(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0, 1, b[3]);
+}
+static void c_attention16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_backward_fused(h, b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 1, 1,
+                                  b[6]);
+}
+static void c_attention16_backward_o(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_backward_fused(h, b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0, 1,
+                                  b[6]);
 }
 static void c_layernorm16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->layernorm16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
@@ -261,6 +297,29 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"layernorm16_forward", SLOT(layernorm16_forward), h, c_layernorm16_forward,               \
      {B_F32(LN * LC), B_F32(LN), B_F32(LN), B_F32(LN * LC), B_U16(LC), B_U16(LC),              \
       B_F32(WSL(0))}},                                                                          \
+    {"layernorm16_forward (16-bit out)", SLOT(layernorm16_forward), h,                         \
+     c_layernorm16_forward_out16,                                                              \
+     {B_U16(LN * LC), B_F32(LN), B_F32(LN), B_F32(LN * LC), B_U16(LC), B_U16(LC),              \
+      B_F32(WSL(0))}},                                                                          \
+    {"gelu16_forward", SLOT(gelu16_forward), h, c_gelu16_forward_io, {B_U16(EN), B_U16(EN)}},  \
+    {"gelu16_forward (16-bit in)", SLOT(gelu16_forward), h, c_gelu16_forward_i,                \
+     {B_F32(EN), B_U16(EN)}},                                                                  \
+    {"gelu16_forward (16-bit out)", SLOT(gelu16_forward), h, c_gelu16_forward_o,               \
+     {B_U16(EN), B_F32(EN)}},                                                                  \
+    {"gelu16_backward", SLOT(gelu16_backward), h, c_gelu16_backward,                           \
+     {B_F32(EN), B_U16(EN), B_F32(EN)}},                                                       \
+    {"attention16_forward_fused", SLOT(attention16_forward_fused), h, c_attention16_forward_io, \
+     {B_U16(ACT), B_F32(LSE), B_U16(QKV), B_F32(WSA(0))}},                                     \
+    {"attention16_forward_fused (16-bit qkv)", SLOT(attention16_forward_fused), h,             \
+     c_attention16_forward_i, {B_F32(ACT), B_F32(LSE), B_U16(QKV), B_F32(QKV)}},               \
+    {"attention16_forward_fused (16-bit out)", SLOT(attention16_forward_fused), h,             \
+     c_attention16_forward_o, {B_U16(ACT), B_F32(LSE), B_F32(QKV), B_F32(ACT)}},               \
+    {"attention16_backward_fused", SLOT(attention16_backward_fused), h,                        \
+     c_attention16_backward_io,                                                                \
+     {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_U16(QKV), B_U16(ACT), B_POS(LSE), B_F32(WSA(1))}}, \
+    {"attention16_backward_fused (16-bit out: no workspace)", SLOT(attention16_backward_fused), \
+     h, c_attention16_backward_o,                                                              \
+     {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_F32(QKV), B_U16(ACT), B_POS(LSE), B_NONE}},        \
     {"layernorm16_backward", SLOT(layernorm16_backward), h, c_layernorm16_backward,            \
      {B_F32(LN * LC), B_U16(LC), B_U16(LC), B_F32(LN * LC), B_F32(LN * LC), B_U16(LC),         \
       B_F32(LN), B_POS(LN), B_F32(WSL(1))}},                                                    \
@@ -414,6 +473,12 @@ static void test_every_entry_covered(void **state) {
         assert_int_equal(ds_layernorm16_workspace(bwd, LC), 4 * WSL(bwd));
     }
     assert_int_equal(ds_embedding16_workspace(BN, BC), 4 * WSE);
+    for (int bwd = 0; bwd < 2; bwd++)
+        assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, bwd, AB * AT, AC, 1, 1),
+                         4 * WSA(bwd));
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 1, 0), 4 * QKV);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 0, 1), 4 * ACT);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, AB * AT, AC, 0, 1), 0);
     int covered[NSLOTS] = {0};
     for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
     ds_device *d = open_sim("256MiB", NULL);
