@@ -291,6 +291,7 @@ int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *
     /* Again each forward (a walk of the tree): a weight tied to a stage built after this
      * one has its format only once that stage exists. */
     ds_layer_plan_outputs(s->root, s->opts.precision);
+    if (s->half_output) ds_layer_plan_last(s->root, s->opts.precision);
     if (ds_layer_forward(s->root, r, in, err) != 0)
         return ds_err_prefix(err, "stage '%s' forward", s->name);
     s->last_in = in;
