@@ -194,8 +194,8 @@ static void test_fp32_output_otherwise(void **state) {
     ds_layer_images_free();
 }
 
-/* A Linear given a 16-bit output gradient of another format than its weight's: the
- * layer's clear error. */
+/* A 16-bit gradient of another format than the stage's 16-bit output, or for an fp32
+ * output: the stage's clear error (no layer reads it as fp32). */
 static void test_refuses_other_half_grad(void **state) {
     (void)state;
     ds_err err = {{0}};
@@ -208,8 +208,17 @@ static void test_refuses_other_half_grad(void **state) {
     assert_non_null(d);
     ds_tensor_zero(d);
     assert_int_not_equal(ds_stage_backward(s, d, &err), 0);
-    if (!strstr(err.msg, "output gradient is fp16, expected fp32 or bf16"))
+    if (!strstr(err.msg, "gradient is fp16, expected fp32 or bf16"))
         fail_msg("unexpected error: %s", err.msg);
+    /* a stage whose output is fp32 refuses any 16-bit gradient (its layers read fp32) */
+    ds_stage_half_output(s, 0);
+    forward(s, x);
+    ds_tensor *b = ds_tensor_new(DS_BF16, DS_MEM_ACTIVATIONS, 3, shape, &err);
+    assert_non_null(b);
+    assert_int_not_equal(ds_stage_backward(s, b, &err), 0);
+    if (!strstr(err.msg, "gradient is bf16, expected fp32"))
+        fail_msg("unexpected error: %s", err.msg);
+    ds_tensor_free(b);
     ds_tensor_free(d);
     ds_tensor_free(x);
     ds_stage_free(s);
