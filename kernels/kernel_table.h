@@ -42,18 +42,32 @@ static inline size_t ds_matmul16_cols(size_t OC) {
     return OC < (size_t)DS_MATMUL16_COLS ? OC : (size_t)DS_MATMUL16_COLS;
 }
 
+/* Which activations of a matmul16 call are 16-bit, in the weight's format h (the others
+ * fp32): its input (both directions), and its output (forward) or output gradient
+ * (backward). A Linear inside a 16-bit stage passes its 16-bit activations as they are,
+ * and the head of a model with 16-bit logits gets their 16-bit gradient. */
+enum { DS_MM16_IN = 1, DS_MM16_OUT = 2 };
+
 /* The bytes of workspace matmul16_forward (backward = 0) or _backward (1) needs for N
- * rows, C inputs and OC outputs, whatever pointers are NULL: the planner
- * (runtime/memplan) and the caller use the same number. K: the largest chunk's columns. */
+ * rows, C inputs, OC outputs and the activations io16 says are 16-bit, whatever pointers
+ * are NULL: the planner (runtime/memplan) and the caller use the same number. K: the
+ * largest chunk's columns. */
 static inline size_t ds_matmul16_workspace(ds_gemm16_form f, int backward, size_t N, size_t C,
-                                           size_t OC) {
+                                           size_t OC, int io16) {
     size_t K = ds_matmul16_cols(OC);
-    if (f == DS_GEMM16_HALF) /* the forward's one GEMM over all OC needs no N x OC part */
-        return backward ? ds_ws_part(2 * N * K) + ds_ws_part(2 * N * C)
-                        : ds_ws_part(2 * N * C) + ds_ws_part(4 * OC);
-    /* backward: the weight chunk's image becomes its gradient once dinp's part is done */
+    int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+    /* cuBLASLt reads 16-bit activations as they are (a 16-bit output gradient chunk
+     * through its leading dimension) and writes a 16-bit output itself, its bias then in
+     * the output's type; the forward's one GEMM over all OC needs no N x OC part */
+    if (f == DS_GEMM16_HALF)
+        return backward ? (out16 ? 0 : ds_ws_part(2 * N * K)) + (in16 ? 0 : ds_ws_part(2 * N * C))
+                        : (in16 ? 0 : ds_ws_part(2 * N * C)) + (out16 ? 0 : ds_ws_part(4 * OC));
+    /* sgemm takes fp32 operands whatever the activations' type: the weight chunk's image
+     * (backward: then its gradient once dinp's part is done), the input rounded or
+     * widened, the bias chunk widened, and one chunk of the output gradient rounded or
+     * widened (backward) or of the fp32 output before its rounding (forward, 16-bit) */
     return ds_ws_part(4 * K * C) + ds_ws_part(4 * N * C) + ds_ws_part(4 * K) +
-           (backward ? ds_ws_part(4 * N * K) : 0);
+           (backward || out16 ? ds_ws_part(4 * N * K) : 0);
 }
 
 /* The bytes of workspace embedding16_backward needs for N positions of C columns: the
@@ -98,19 +112,24 @@ typedef struct ds_kernel_table {
                            int N, int C, int OC);
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
-    /* dense with a 16-bit weight and bias (h; bias may be NULL), fp32 activations, fp32
-     * accumulation: out = round16(inp) @ W^T + b; backward: dinp += round16(dout) @ W, and
-     * dweight, dbias get round16(them + the fp32 result of round16(dout)^T @ round16(inp)
-     * and of round16(dout)'s column sums): one rounding per element and call, as the
-     * 16-bit gradients of an fp32 image would. Any of dinp, dweight, dbias may be NULL
-     * (inp is read only for dweight, weight only for dinp). Both work in chunks of
-     * DS_MATMUL16_COLS output columns, dinp's fp32 sum accumulated chunk after chunk.
-     * ws: the device's ds_matmul16_workspace bytes, clobbered. */
-    void (*matmul16_forward)(ds_half h, float *out, const float *inp, const uint16_t *weight,
-                             const uint16_t *bias, int N, int C, int OC, void *ws);
+    /* dense with a 16-bit weight and bias (h; bias may be NULL), fp32 accumulation, the
+     * activations fp32 or 16-bit in h as io16 (DS_MM16_*) says: out = round16(inp) @ W^T
+     * + b (a 16-bit out: that fp32 result rounded once per element); backward: dinp +=
+     * round16(dout) @ W, and dweight, dbias get round16(them + the fp32 result of
+     * round16(dout)^T @ round16(inp) and of round16(dout)'s column sums): one rounding per
+     * element and call, as the 16-bit gradients of an fp32 image would. round16 of a
+     * 16-bit activation is the activation: a 16-bit input or output gradient gives the
+     * bits of its widened fp32 copy, a 16-bit output the bits of the fp32 output rounded.
+     * dinp is fp32. Any of dinp, dweight, dbias may be NULL (inp is read only for
+     * dweight, weight only for dinp). Both work in chunks of DS_MATMUL16_COLS output
+     * columns, dinp's fp32 sum accumulated chunk after chunk, no [N, OC] fp32 copy of out
+     * or dout on any device. ws: the device's ds_matmul16_workspace bytes, clobbered. */
+    void (*matmul16_forward)(ds_half h, void *out, const void *inp, int io16,
+                             const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
+                             void *ws);
     void (*matmul16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                              const float *dout, const float *inp, const uint16_t *weight,
-                              int N, int C, int OC, void *ws);
+                              const void *dout, const void *inp, int io16,
+                              const uint16_t *weight, int N, int C, int OC, void *ws);
     /* elementwise */
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n);
@@ -198,6 +217,12 @@ typedef struct ds_kernel_table {
     void (*crossentropy_forward_backward)(float *losses, float *dlogits, const float *logits,
                                           const int32_t *targets, float dloss, int N, int V,
                                           double *sum);
+    /* over 16-bit logits (h): each row's statistics, its loss and the sum in fp32 from the
+     * widened logits (the bits crossentropy_* give on a widened fp32 copy); dlogits, when
+     * not NULL, written (=) in h: that fp32 gradient rounded once per element (dlogits
+     * may be logits). losses and sum NULL: the gradient alone (backward). */
+    void (*crossentropy16)(ds_half h, float *losses, uint16_t *dlogits, const uint16_t *logits,
+                           const int32_t *targets, float dloss, int N, int V, double *sum);
     /* dropout */
     void (*dropout_forward)(float *out, const float *inp, size_t n, float p, ds_rng_key key);
     void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);

@@ -160,14 +160,21 @@ void ds_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad
                         float *master, float *buf, size_t n, float lr, float momentum,
                         float weight_decay);
 
-/* Dense with a 16-bit weight and bias (kernel_table.h's matmul16 pair, semantics there):
- * the inputs rounded to 16 bits, then the fp32 GEMMs above. ws: the bytes
- * ds_matmul16_workspace(DS_GEMM16_F32, ...) gives (kernel_table.h). */
-void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+/* Dense with a 16-bit weight and bias (kernel_table.h's matmul16 pair, semantics there;
+ * io16: its DS_MM16_* flags): the fp32 inputs rounded to 16 bits, 16-bit ones widened,
+ * then the fp32 GEMMs above, a 16-bit output rounded from each chunk's fp32 result. ws:
+ * the bytes ds_matmul16_workspace(DS_GEMM16_F32, ...) gives (kernel_table.h). */
+void ds_matmul16_forward(ds_half h, void *out, const void *inp, int io16, const uint16_t *weight,
                          const uint16_t *bias, int N, int C, int OC, void *ws);
 void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                          const float *dout, const float *inp, const uint16_t *weight, int N,
-                          int C, int OC, void *ws);
+                          const void *dout, const void *inp, int io16, const uint16_t *weight,
+                          int N, int C, int OC, void *ws);
+
+/* Over 16-bit logits (kernel_table.h's crossentropy16, semantics there): losses and the
+ * returned sum (0 when losses is NULL) have the bits forward gives on the widened logits,
+ * dlogits (NULL: none; may be logits) the rounding of backward's fp32 gradient. */
+double ds_crossentropy16(ds_half h, float *losses, uint16_t *dlogits, const uint16_t *logits,
+                         const int32_t *targets, float dloss, int N, int V);
 
 /* Embeddings and LayerNorm with 16-bit parameters (kernel_table.h's *16 entries,
  * semantics and workspaces there). */

@@ -90,15 +90,16 @@ int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, ui
                                  const uint16_t *weight, const uint16_t *pre_gelu, int N, int C,
                                  int OC);
 
-/* fp32 activations with a 16-bit weight and bias: kernel_table.h's matmul16 pair (its
- * semantics), inp and dout (one chunk of DS_MATMUL16_COLS columns at a time) rounded to
- * 16 bits into ws (ds_matmul16_workspace's DS_GEMM16_HALF bytes), then the GEMMs above
- * with fp32 results for the activations. */
-int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
+/* 16-bit weight and bias, fp32 or 16-bit activations (io16: DS_MM16_*): kernel_table.h's
+ * matmul16 pair (its semantics). fp32 inp and dout (one chunk of DS_MATMUL16_COLS columns
+ * at a time) are rounded to 16 bits into ws (ds_matmul16_workspace's DS_GEMM16_HALF
+ * bytes; NULL where those are 0), 16-bit ones read in place, then the GEMMs above with
+ * fp32 results for dinp and an fp32 out, a 16-bit out written by the GEMM. */
+int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, int io16,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
                              void *ws);
 int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
-                              uint16_t *dbias, const float *dout, const float *inp,
+                              uint16_t *dbias, const void *dout, const void *inp, int io16,
                               const uint16_t *weight, int N, int C, int OC, void *ws);
 
 /* ---- elementwise ------------------------------------------------------------------- */
@@ -196,6 +197,11 @@ int ds_cuda_crossentropy_backward(ds_cuda_ctx *ctx, float *dlogits, const float 
 int ds_cuda_crossentropy_forward_backward(ds_cuda_ctx *ctx, float *losses, float *dlogits,
                                           const float *logits, const int32_t *targets,
                                           float dloss, int N, int V, double *total);
+/* Over 16-bit logits (kernel_table.h's crossentropy16): losses (may be NULL) from the
+ * widened logits in fp32, dlogits (may be NULL, may be logits) rounded once per element. */
+int ds_cuda_crossentropy16(ds_cuda_ctx *ctx, ds_half h, float *losses, uint16_t *dlogits,
+                           const uint16_t *logits, const int32_t *targets, float dloss, int N,
+                           int V);
 
 /* ---- dropout (the CPU kernel's Philox stream: same key => same mask, bit for bit) ---- */
 int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n, float p,

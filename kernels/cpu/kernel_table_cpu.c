@@ -13,6 +13,12 @@ static void xent_forward_backward(float *losses, float *dlogits, const float *lo
     *sum = ds_crossentropy_forward_backward(losses, dlogits, logits, targets, dloss, N, V);
 }
 
+static void xent16(ds_half h, float *losses, uint16_t *dlogits, const uint16_t *logits,
+                   const int32_t *targets, float dloss, int N, int V, double *sum) {
+    double total = ds_crossentropy16(h, losses, dlogits, logits, targets, dloss, N, V);
+    if (sum) *sum = total;
+}
+
 /* the CPU recomputes from qkv and lse alone (attention_fused.c) */
 static void attention_backward_fused(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse,
@@ -68,6 +74,7 @@ const ds_kernel_table ds_cpu_kernels = {
     .crossentropy_forward = xent_forward,
     .crossentropy_backward = ds_crossentropy_backward,
     .crossentropy_forward_backward = xent_forward_backward,
+    .crossentropy16 = xent16,
     .dropout_forward = ds_dropout_forward,
     .dropout_backward = ds_dropout_backward,
     .adamw_update = ds_adamw_update,

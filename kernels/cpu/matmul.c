@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernel_table.h" /* ds_matmul16_workspace's layout */
+#include "half_block.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -100,44 +101,69 @@ void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
  * weight's image is one chunk's rows; each output element is still one sgemm's dot
  * product, so only backward's dinp (summed over OC) depends on the chunking. */
 
-/* d[n, j] = round16(src[n, o0 + j]) for j < K: a chunk of columns of an [N, OC] matrix */
-static void round_cols(ds_half h, float *d, const float *src, int N, int OC, int o0, int K) {
-#pragma omp parallel for schedule(static) if ((size_t)N * K > DS_PAR_MIN)
-    for (int n = 0; n < N; n++)
-        ds_half_round_f32(h, d + (size_t)n * K, src + (size_t)n * OC + o0, (size_t)K);
+/* d = round16(src) over n elements, src fp32 or (half16) already 16-bit, then widened:
+ * the same values either way */
+static void rounded(ds_half h, float *d, const void *src, int half16, size_t n) {
+    if (half16) ds_half_to_f32(h, d, src, n);
+    else ds_half_round_f32(h, d, src, n);
 }
 
-void ds_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
+/* d[n, j] = round16(src[n, o0 + j]) for j < K: a chunk of columns of an [N, OC] matrix,
+ * fp32 or (half16) 16-bit */
+static void round_cols(ds_half h, float *d, const void *src, int half16, int N, int OC, int o0,
+                       int K) {
+#pragma omp parallel for schedule(static) if ((size_t)N * K > DS_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        size_t at = (size_t)n * OC + o0;
+        if (half16) ds_half_widen(h, d + (size_t)n * K, (const uint16_t *)src + at, (size_t)K);
+        else ds_half_round_f32(h, d + (size_t)n * K, (const float *)src + at, (size_t)K);
+    }
+}
+
+/* dst[n, o0 + j] = round16(y[n, j]) for j < K: a chunk's fp32 result into a 16-bit output */
+static void narrow_cols(ds_half h, uint16_t *dst, const float *y, int N, int OC, int o0, int K) {
+#pragma omp parallel for schedule(static) if ((size_t)N * K > DS_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        ds_half_narrow(h, dst + (size_t)n * OC + o0, y + (size_t)n * K, (size_t)K);
+}
+
+void ds_matmul16_forward(ds_half h, void *out, const void *inp, int io16, const uint16_t *weight,
                          const uint16_t *bias, int N, int C, int OC, void *ws) {
     size_t K = ds_matmul16_cols((size_t)OC), xn = (size_t)N * C;
+    int out16 = io16 & DS_MM16_OUT;
     float *w = ws;
     float *x = (float *)((char *)w + ds_ws_part(K * C * 4));
     float *b = (float *)((char *)x + ds_ws_part(xn * 4));
-    ds_half_round_f32(h, x, inp, xn);
+    float *part = (float *)((char *)b + ds_ws_part(K * 4)); /* a chunk's fp32 result */
+    rounded(h, x, inp, io16 & DS_MM16_IN, xn);
     for (int o0 = 0; o0 < OC; o0 += (int)K) {
         int k = OC - o0 < (int)K ? OC - o0 : (int)K;
+        /* a 16-bit out: the chunk in the workspace, then rounded into out */
+        float *y = out16 ? part : (float *)out + o0;
+        int ldy = out16 ? k : OC;
         ds_half_to_f32(h, w, weight + (size_t)o0 * C, (size_t)k * C);
         if (bias) {
             ds_half_to_f32(h, b, bias + o0, (size_t)k);
-            fill_bias(out + o0, OC, b, N, k);
+            fill_bias(y, ldy, b, N, k);
         }
-        sgemm_parallel(0, 1, N, k, C, x, C, w, C, bias ? 1.0f : 0.0f, out + o0, OC);
+        sgemm_parallel(0, 1, N, k, C, x, C, w, C, bias ? 1.0f : 0.0f, y, ldy);
+        if (out16) narrow_cols(h, out, y, N, OC, o0, k);
     }
 }
 
 void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                          const float *dout, const float *inp, const uint16_t *weight, int N,
-                          int C, int OC, void *ws) {
+                          const void *dout, const void *inp, int io16, const uint16_t *weight,
+                          int N, int C, int OC, void *ws) {
     size_t K = ds_matmul16_cols((size_t)OC), xn = (size_t)N * C;
     float *w = ws; /* the weight chunk's image, then its gradient */
     float *x = (float *)((char *)w + ds_ws_part(K * C * 4));
     float *db = (float *)((char *)x + ds_ws_part(xn * 4));
     float *d = (float *)((char *)db + ds_ws_part(K * 4));
-    if (dweight) ds_half_round_f32(h, x, inp, xn);
+    if (dweight) rounded(h, x, inp, io16 & DS_MM16_IN, xn);
     for (int o0 = 0; o0 < OC; o0 += (int)K) {
         int k = OC - o0 < (int)K ? OC - o0 : (int)K;
         size_t wn = (size_t)k * C;
-        round_cols(h, d, dout, N, OC, o0, k);
+        round_cols(h, d, dout, io16 & DS_MM16_OUT, N, OC, o0, k);
         if (dinp) {
             ds_half_to_f32(h, w, weight + (size_t)o0 * C, wn);
             sgemm_parallel(0, 0, N, C, k, d, k, w, C, 1.0f, dinp, C);

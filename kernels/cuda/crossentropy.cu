@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
+#include "half_math.cuh"
 
 #define CE_THREADS 512
 
@@ -11,7 +12,8 @@ struct row_stats {
     float max, sum; // sum of exp(x - max)
 };
 
-__device__ static row_stats row_stats_of(const float *x, int V, float *sh) {
+// a row read as x[i]: fp32 logits (a pointer), or 16-bit ones widened (half_row)
+template <typename Row> __device__ static row_stats row_stats_of(Row x, int V, float *sh) {
     float m = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i]);
     m = ds_cu_block_max(m, sh, -INFINITY);
@@ -78,6 +80,38 @@ __global__ static void forward_backward_k(float *losses, float *dlogits, const f
     row_grad(dx, x, lse, tg, dloss, V);
 }
 
+struct half_row {
+    const uint16_t *x;
+    ds_half h;
+    __device__ float operator[](int i) const { return ds_cu_widen(h, x[i]); }
+};
+
+// 16-bit logits: the fp32 kernels' arithmetic on the widened row, the gradient rounded
+// once per element; the same read-before-write order, so dlogits may be logits.
+__global__ static void crossentropy16_k(ds_half h, float *losses, uint16_t *dlogits,
+                                        const uint16_t *logits, const int32_t *targets,
+                                        float dloss, int V) {
+    __shared__ float sh[32];
+    int n = blockIdx.x, tg = targets[n];
+    half_row x{logits + (size_t)n * V, h};
+    uint16_t *dx = dlogits ? dlogits + (size_t)n * V : NULL;
+    if (tg < 0) {
+        if (threadIdx.x == 0 && losses) losses[n] = 0.0f;
+        if (dx)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0;
+        return;
+    }
+    float x_target = x[tg]; // before the barriers in row_stats_of, so before any write
+    row_stats st = row_stats_of(x, V, sh);
+    float lse = st.max + logf(st.sum);
+    if (threadIdx.x == 0 && losses) losses[n] = lse - x_target;
+    if (!dx) return;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float g = dloss * ds_km_expf(x[i] - lse);
+        dx[i] = ds_cu_narrow(h, i == tg ? g - dloss : g);
+    }
+}
+
 static int total_of(ds_cuda_ctx *ctx, const float *losses, int N, double *total) {
     if (!total) return 0;
     float *h = (float *)malloc((size_t)N * sizeof *h);
@@ -117,4 +151,14 @@ extern "C" int ds_cuda_crossentropy_forward_backward(ds_cuda_ctx *ctx, float *lo
                                                           dloss, V);
     DS_CU_LAUNCHED(ctx, "crossentropy forward_backward");
     return total_of(ctx, losses, N, total);
+}
+
+extern "C" int ds_cuda_crossentropy16(ds_cuda_ctx *ctx, ds_half h, float *losses,
+                                      uint16_t *dlogits, const uint16_t *logits,
+                                      const int32_t *targets, float dloss, int N, int V) {
+    DS_CU_ARG(ctx, logits && targets && N > 0 && V > 0);
+    crossentropy16_k<<<N, CE_THREADS, 0, ctx->stream>>>(h, losses, dlogits, logits, targets,
+                                                        dloss, V);
+    DS_CU_LAUNCHED(ctx, "crossentropy16");
+    return 0;
 }

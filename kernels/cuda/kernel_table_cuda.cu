@@ -23,16 +23,17 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
     RUN("matmul_backward",
         ds_cuda_matmul_backward(ctx_of(), dinp, dweight, dbias, dout, inp, weight, N, C, OC));
 }
-static void matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
-                             const uint16_t *bias, int N, int C, int OC, void *ws) {
+static void matmul16_forward(ds_half h, void *out, const void *inp, int io16,
+                             const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
+                             void *ws) {
     RUN("matmul16_forward",
-        ds_cuda_matmul16_forward(ctx_of(), h, out, inp, weight, bias, N, C, OC, ws));
+        ds_cuda_matmul16_forward(ctx_of(), h, out, inp, io16, weight, bias, N, C, OC, ws));
 }
 static void matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                              const float *dout, const float *inp, const uint16_t *weight, int N,
-                              int C, int OC, void *ws) {
+                              const void *dout, const void *inp, int io16, const uint16_t *weight,
+                              int N, int C, int OC, void *ws) {
     RUN("matmul16_backward", ds_cuda_matmul16_backward(ctx_of(), h, dinp, dweight, dbias, dout,
-                                                       inp, weight, N, C, OC, ws));
+                                                       inp, io16, weight, N, C, OC, ws));
 }
 static void add_forward(float *out, const float *a, const float *b, size_t n) {
     RUN("add_forward", ds_cuda_add_forward(ctx_of(), out, a, b, n));
@@ -180,6 +181,14 @@ static void crossentropy_forward_backward(float *losses, float *dlogits, const f
     check(rc, "crossentropy_forward_backward");
 }
 
+static void crossentropy16(ds_half h, float *losses, uint16_t *dlogits, const uint16_t *logits,
+                           const int32_t *targets, float dloss, int N, int V, double *sum) {
+    ds_cuda_ctx *cx = ctx_of();
+    int rc = ds_cuda_crossentropy16(cx, h, losses, dlogits, logits, targets, dloss, N, V);
+    if (rc == 0 && sum && losses) rc = ds_cuda_sum(cx, losses, (size_t)N, sum);
+    check(rc, "crossentropy16");
+}
+
 // ---- dropout, optimizers ---------------------------------------------------------------
 static void dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key) {
     RUN("dropout_forward", ds_cuda_dropout_forward(ctx_of(), out, inp, n, p, key));
@@ -275,6 +284,7 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     crossentropy_forward,
     crossentropy_backward,
     crossentropy_forward_backward,
+    crossentropy16,
     dropout_forward,
     dropout_backward,
     adamw_update,
@@ -292,5 +302,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 46 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 47 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

@@ -173,6 +173,30 @@ struct col_of_half {
     }
 };
 
+// dweight[OC,C] += dout^T @ inp and dbias += dout's column sums, dout's rows ldo apart (a
+// chunk of a wider output gradient's columns, read in place)
+static int weight_grads_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dweight, uint16_t *dbias,
+                             const uint16_t *dout, int ldo, const uint16_t *inp, int N, int C,
+                             int OC) {
+    if (dweight) { // dW[OC,C] += dout^T @ inp
+        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, dout, dweight, C, ldo, C, 1.0f,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0};
+        if (lt_matmul(ctx, h, &c) != 0) return -1;
+    }
+    if (!dbias) return 0;
+    // the column sums go to fp32 after colsum's partials, in the same scratch buffer
+    int R = ds_cu_colsum_rows(N), P = (N + R - 1) / R;
+    size_t part = ((size_t)P * OC * sizeof(float2) + 255) & ~(size_t)255;
+    char *buf = (char *)ds_cu_scratch(ctx, part + (size_t)OC * sizeof(float));
+    if (!buf) return -1;
+    float *sums = (float *)(buf + part);
+    DS_CU_CHECK(ctx, cudaMemsetAsync(sums, 0, (size_t)OC * sizeof(float), ctx->stream));
+    if (ds_cu_colsum2(ctx, sums, (float *)NULL, N, OC, col_of_half{dout, ldo, h}) != 0) return -1;
+    add_sums_k<<<(OC + 255) / 256, 256, 0, ctx->stream>>>(h, dbias, sums, OC);
+    DS_CU_LAUNCHED(ctx, "matmul dbias (16-bit)");
+    return 0;
+}
+
 extern "C" int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp,
                                             uint16_t *dweight, uint16_t *dbias,
                                             const uint16_t *dout, const uint16_t *inp,
@@ -188,38 +212,35 @@ extern "C" int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_
                      NULL, pre_gelu, C, 0};
         if (lt_matmul(ctx, h, &c) != 0) return -1;
     }
-    if (dweight) { // dW[OC,C] += dout^T @ inp
-        lt_call c = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, dout, dweight, C, OC, C, 1.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0};
-        if (lt_matmul(ctx, h, &c) != 0) return -1;
-    }
-    if (!dbias) return 0;
-    // the column sums go to fp32 after colsum's partials, in the same scratch buffer
-    int R = ds_cu_colsum_rows(N), P = (N + R - 1) / R;
-    size_t part = ((size_t)P * OC * sizeof(float2) + 255) & ~(size_t)255;
-    char *buf = (char *)ds_cu_scratch(ctx, part + (size_t)OC * sizeof(float));
-    if (!buf) return -1;
-    float *sums = (float *)(buf + part);
-    DS_CU_CHECK(ctx, cudaMemsetAsync(sums, 0, (size_t)OC * sizeof(float), ctx->stream));
-    if (ds_cu_colsum2(ctx, sums, (float *)NULL, N, OC, col_of_half{dout, OC, h}) != 0) return -1;
-    add_sums_k<<<(OC + 255) / 256, 256, 0, ctx->stream>>>(h, dbias, sums, OC);
-    DS_CU_LAUNCHED(ctx, "matmul dbias (16-bit)");
-    return 0;
+    return weight_grads_half(ctx, h, dweight, dbias, dout, OC, inp, N, C, OC);
 }
 
-// ---- fp32 activations, 16-bit weights (kernel_table.h's matmul16 pair) -----------------
-// The activations are rounded to 16 bits into the workspace (ds_matmul16_workspace's
-// DS_GEMM16_HALF layout), the GEMMs take them with the 16-bit weight as it is; results
-// for activations are fp32 (D in fp32, bias widened to fp32 for the epilogue), the
-// weight gradient is the 16-bit GEMM above with beta = 1 (one rounding).
+// ---- 16-bit weights, fp32 or 16-bit activations (kernel_table.h's matmul16 pair) -------
+// fp32 activations are rounded to 16 bits into the workspace (ds_matmul16_workspace's
+// DS_GEMM16_HALF layout: its parts in the order below, a 16-bit activation's part
+// absent), 16-bit ones go to the GEMMs as they are, with the 16-bit weight. An fp32
+// output is D in fp32 with the bias widened to fp32 for the epilogue; a 16-bit one is D in
+// that format, the bias then read in it (cublasLt.h: the bias takes D's type by default).
+// dinp is fp32; the weight gradient is the 16-bit GEMM above with beta = 1 (one rounding).
 
-extern "C" int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, float *out, const float *inp,
-                                        const uint16_t *weight, const uint16_t *bias, int N,
-                                        int C, int OC, void *ws) {
-    DS_CU_ARG(ctx, out && inp && weight && ws && N > 0 && C > 0 && OC > 0);
-    uint16_t *x = (uint16_t *)ws;
-    float *b = bias ? (float *)((char *)ws + ds_ws_part((size_t)N * C * 2)) : NULL;
-    if (ds_cuda_half_from_f32(ctx, h, x, inp, (size_t)N * C) != 0) return -1;
+extern "C" int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp,
+                                        int io16, const uint16_t *weight, const uint16_t *bias,
+                                        int N, int C, int OC, void *ws) {
+    int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+    DS_CU_ARG(ctx, out && inp && weight && N > 0 && C > 0 && OC > 0);
+    DS_CU_ARG(ctx, ws || (in16 && (out16 || !bias)));
+    char *at = (char *)ws;
+    const uint16_t *x = (const uint16_t *)inp;
+    if (!in16) {
+        uint16_t *r = (uint16_t *)at;
+        at += ds_ws_part((size_t)N * C * 2);
+        if (ds_cuda_half_from_f32(ctx, h, r, (const float *)inp, (size_t)N * C) != 0) return -1;
+        x = r;
+    }
+    if (out16)
+        return ds_cuda_matmul_forward_half(ctx, h, (uint16_t *)out, x, weight, bias, NULL, N, C,
+                                           OC);
+    float *b = bias ? (float *)at : NULL;
     if (b && ds_cuda_half_to_f32(ctx, h, b, bias, (size_t)OC) != 0) return -1;
     lt_call c = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, x, out, C, C, OC, 0.0f,
                  b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, b, NULL, 0, 1};
@@ -232,32 +253,50 @@ __global__ static void round_cols_k(ds_half h, uint16_t *d, const float *dout, i
     GRID_STRIDE(i, (size_t)N * K) d[i] = ds_cu_narrow(h, dout[i / K * OC + o0 + i % K]);
 }
 
-// In chunks of DS_MATMUL16_COLS output columns (kernel_table.h), as the CPU reference:
-// the chunk's rounded output gradient is the workspace's N x OC part.
+// In chunks of DS_MATMUL16_COLS output columns (kernel_table.h), as the CPU reference: an
+// fp32 output gradient's chunk rounded into the workspace, a 16-bit one read in place
+// (its rows OC apart: the chunk's leading dimension).
 extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
-                                         uint16_t *dweight, uint16_t *dbias, const float *dout,
-                                         const float *inp, const uint16_t *weight, int N, int C,
-                                         int OC, void *ws) {
-    DS_CU_ARG(ctx, dout && ws && N > 0 && C > 0 && OC > 0);
+                                         uint16_t *dweight, uint16_t *dbias, const void *dout,
+                                         const void *inp, int io16, const uint16_t *weight,
+                                         int N, int C, int OC, void *ws) {
+    int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+    DS_CU_ARG(ctx, dout && N > 0 && C > 0 && OC > 0);
+    DS_CU_ARG(ctx, ws || (out16 && (in16 || !dweight)));
     DS_CU_ARG(ctx, !dinp || weight);
     DS_CU_ARG(ctx, !dweight || inp);
     int K = (int)ds_matmul16_cols((size_t)OC);
-    uint16_t *d = (uint16_t *)ws;
-    uint16_t *x = (uint16_t *)((char *)ws + ds_ws_part((size_t)N * K * 2));
-    if (dweight && ds_cuda_half_from_f32(ctx, h, x, inp, (size_t)N * C) != 0) return -1;
+    char *at = (char *)ws;
+    uint16_t *d = NULL;
+    if (!out16) {
+        d = (uint16_t *)at;
+        at += ds_ws_part((size_t)N * K * 2);
+    }
+    const uint16_t *x = (const uint16_t *)inp;
+    if (dweight && !in16) {
+        uint16_t *r = (uint16_t *)at;
+        if (ds_cuda_half_from_f32(ctx, h, r, (const float *)inp, (size_t)N * C) != 0) return -1;
+        x = r;
+    }
     for (int o0 = 0; o0 < OC; o0 += K) {
         int k = OC - o0 < K ? OC - o0 : K;
-        size_t n = (size_t)N * k;
-        round_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(h, d, dout, N, OC, o0, k);
-        DS_CU_LAUNCHED(ctx, "matmul16 output gradient chunk to 16 bits");
+        const uint16_t *dc = (const uint16_t *)dout + o0;
+        int ldo = OC;
+        if (!out16) {
+            size_t n = (size_t)N * k;
+            round_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(
+                h, d, (const float *)dout, N, OC, o0, k);
+            DS_CU_LAUNCHED(ctx, "matmul16 output gradient chunk to 16 bits");
+            dc = d, ldo = k;
+        }
         if (dinp) { // dinp[N,C] += dout16[N,k] @ W[o0:o0+k, C], in fp32
-            lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, k, weight + (size_t)o0 * C, d, dinp, C, k,
-                         C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
+            lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, k, weight + (size_t)o0 * C, dc, dinp, C,
+                         ldo, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
             if (lt_matmul(ctx, h, &c) != 0) return -1;
         }
-        if (ds_cuda_matmul_backward_half(ctx, h, NULL, dweight ? dweight + (size_t)o0 * C : NULL,
-                                         dbias ? dbias + o0 : NULL, d, dweight ? x : NULL, NULL,
-                                         NULL, N, C, k) != 0)
+        if (weight_grads_half(ctx, h, dweight ? dweight + (size_t)o0 * C : NULL,
+                              dbias ? dbias + o0 : NULL, dc, ldo, dweight ? x : NULL, N, C,
+                              k) != 0)
             return -1;
     }
     return 0;

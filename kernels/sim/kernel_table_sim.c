@@ -119,33 +119,41 @@ static void sim_matmul_backward(float *dinp, float *dweight, float *dbias, const
 }
 
 /* the workspace is the CPU's (sim runs its kernels): checked to its full extent */
-#define WS16(bwd) ds_matmul16_workspace(DS_GEMM16_F32, (bwd), (size_t)N, (size_t)C, (size_t)OC)
+#define WS16(bwd) \
+    ds_matmul16_workspace(DS_GEMM16_F32, (bwd), (size_t)N, (size_t)C, (size_t)OC, io16)
+/* an activation's bytes: 16-bit or fp32 as io16's flag says */
+#define ACT(flag, n) ((io16 & (flag)) ? U16(n) : F32(n))
 
 static void k_matmul16_forward(const launch *L) {
-    CPU.matmul16_forward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->i[0], L->i[1], L->i[2],
-                         L->p[4]);
+    CPU.matmul16_forward(L->h, L->p[0], L->p[1], L->i[3], L->p[2], L->p[3], L->i[0], L->i[1],
+                         L->i[2], L->p[4]);
 }
-static void sim_matmul16_forward(ds_half h, float *out, const float *inp, const uint16_t *weight,
-                                 const uint16_t *bias, int N, int C, int OC, void *ws) {
-    launch L = {.call = k_matmul16_forward, .i = {N, C, OC}, .h = h};
-    sim_arg args[] = {ARG(out, F32(MUL(N, OC))),    ARG(inp, F32(MUL(N, C))),
+static void sim_matmul16_forward(ds_half h, void *out, const void *inp, int io16,
+                                 const uint16_t *weight, const uint16_t *bias, int N, int C,
+                                 int OC, void *ws) {
+    launch L = {.call = k_matmul16_forward, .i = {N, C, OC, io16}, .h = h};
+    sim_arg args[] = {ARG(out, ACT(DS_MM16_OUT, MUL(N, OC))),
+                      ARG(inp, ACT(DS_MM16_IN, MUL(N, C))),
                       ARG(weight, U16(MUL(OC, C))), OPT(bias, U16(OC)),
                       ARG(ws, WS16(0))};
     submit(&L, "matmul16_forward", args, NARGS(args));
 }
 
 static void k_matmul16_backward(const launch *L) {
-    CPU.matmul16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
-                          L->i[1], L->i[2], L->p[6]);
+    CPU.matmul16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->i[3], L->p[5],
+                          L->i[0], L->i[1], L->i[2], L->p[6]);
 }
 static void sim_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                  const float *dout, const float *inp, const uint16_t *weight,
-                                  int N, int C, int OC, void *ws) {
-    launch L = {.call = k_matmul16_backward, .i = {N, C, OC}, .h = h};
+                                  const void *dout, const void *inp, int io16,
+                                  const uint16_t *weight, int N, int C, int OC, void *ws) {
+    launch L = {.call = k_matmul16_backward, .i = {N, C, OC, io16}, .h = h};
     /* inp is read only for dweight, weight only for dinp */
-    sim_arg args[] = {OPT(dinp, F32(MUL(N, C))),   OPT(dweight, U16(MUL(OC, C))),
-                      OPT(dbias, U16(OC)),         ARG(dout, F32(MUL(N, OC))),
-                      OPT(inp, F32(MUL(N, C))),    OPT(weight, U16(MUL(OC, C))),
+    sim_arg args[] = {OPT(dinp, F32(MUL(N, C))),
+                      OPT(dweight, U16(MUL(OC, C))),
+                      OPT(dbias, U16(OC)),
+                      ARG(dout, ACT(DS_MM16_OUT, MUL(N, OC))),
+                      OPT(inp, ACT(DS_MM16_IN, MUL(N, C))),
+                      OPT(weight, U16(MUL(OC, C))),
                       ARG(ws, WS16(1))};
     submit(&L, "matmul16_backward", args, NARGS(args));
 }
@@ -498,6 +506,19 @@ static void sim_crossentropy_forward_backward(float *losses, float *dlogits, con
     submit(&L, "crossentropy_forward_backward", args, NARGS(args));
 }
 
+static void k_crossentropy16(const launch *L) {
+    CPU.crossentropy16(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->f[0], L->i[0], L->i[1],
+                       L->p[4]);
+}
+static void sim_crossentropy16(ds_half h, float *losses, uint16_t *dlogits,
+                               const uint16_t *logits, const int32_t *targets, float dloss, int N,
+                               int V, double *sum) {
+    launch L = {.call = k_crossentropy16, .i = {N, V}, .f = {dloss}, .h = h};
+    sim_arg args[] = {OPT(losses, F32(N)), OPT(dlogits, U16(MUL(N, V))),
+                      ARG(logits, U16(MUL(N, V))), ARG(targets, I32(N)), OPT(sum, F64(1))};
+    submit(&L, "crossentropy16", args, NARGS(args));
+}
+
 /* ---- dropout ---------------------------------------------------------------------- */
 
 static void k_dropout_forward(const launch *L) {
@@ -674,6 +695,7 @@ const ds_kernel_table ds_sim_kernels = {
     .crossentropy_forward = sim_crossentropy_forward,
     .crossentropy_backward = sim_crossentropy_backward,
     .crossentropy_forward_backward = sim_crossentropy_forward_backward,
+    .crossentropy16 = sim_crossentropy16,
     .dropout_forward = sim_dropout_forward,
     .dropout_backward = sim_dropout_backward,
     .adamw_update = sim_adamw_update,

@@ -108,6 +108,13 @@ end
 local Model = {}
 Model.__index = Model
 
+-- A CrossEntropy takes 16-bit logits: the last stage, when 16-bit and ending in a Linear
+-- (the head), writes them in its precision (the loss in fp32 from them, d(logits) in
+-- their type: docs/precision.md). Any other criterion gets the stage's fp32 output.
+local function ask_logits16(m)
+  m.stages[#m.stages]:half_output(m.criterion.kind == 'CrossEntropy')
+end
+
 -- ds.Model{stage1, stage2, ..., criterion = nn.CrossEntropy(), zero_bucket = elements,
 -- zero_prefetch = true, loss_scaler = {init_scale=, scale_window=, hysteresis=,
 -- min_scale=, ...}}. A model trains through its ZeRO object, ds._core.zero_new
@@ -126,6 +133,7 @@ function M.Model(spec)
     m.stages[i] = s
   end
   if #m.stages == 0 then util.error('ds.Model: no stages') end
+  ask_logits16(m)
   local bucket = spec.zero_bucket
   if bucket ~= nil then bucket = core.engine_option('reduce_bucket_size', bucket, 'ds.Model zero_bucket') end
   bucket = M.job_value('reduce_bucket_size', bucket, 'ds.Model zero_bucket')
@@ -147,6 +155,7 @@ end
 
 -- The loss scaler (a model with an fp16 stage) and the ZeRO object over the stages.
 function M.attach_zero(m)
+  ask_logits16(m) -- the planner may have built the stages again
   local spec = {loss_scaler = m.loss_scaler_opts}
   local bucket = m.zero_bucket
   local fp16 = false
@@ -162,7 +171,8 @@ function M.attach_zero(m)
   return m
 end
 
--- Output of the last stage (logits for a GPT). run: {train=, step=, micro=, row0=}; row0:
+-- Output of the last stage (logits for a GPT: 16-bit when the last stage is, see
+-- ask_logits16; the tensor API reads them widened). run: {train=, step=, micro=, row0=}; row0:
 -- global batch row of x's first row (data parallel: rank * local rows), keys dropout.
 function Model:predict(x, run)
   run = run or {}

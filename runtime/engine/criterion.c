@@ -5,6 +5,9 @@
 
 #include "kernels.h"
 #include "layer.h"
+#include "tensor_half.h"
+
+static int is_half(ds_dtype t) { return t == DS_BF16 || t == DS_F16; }
 
 ds_xent *ds_xent_new(ds_err *err) {
     ds_xent *x = calloc(1, sizeof *x);
@@ -32,8 +35,9 @@ static int take_inputs(ds_xent *x, ds_tensor *logits, const ds_tensor *targets, 
     x->logits = NULL;
     x->targets = NULL;
     x->spent = 0;
-    if (logits->dtype != DS_F32)
-        return ds_err_set(err, "CrossEntropy: logits are %s, expected fp32", ds_dtype_name(logits->dtype));
+    if (logits->dtype != DS_F32 && !is_half(logits->dtype))
+        return ds_err_set(err, "CrossEntropy: logits are %s, expected fp32, bf16 or fp16",
+                          ds_dtype_name(logits->dtype));
     if (targets->dtype != DS_I32)
         return ds_err_set(err, "CrossEntropy: targets are %s, expected int32", ds_dtype_name(targets->dtype));
     int64_t V = ds_last(logits), N = ds_rows(logits);
@@ -74,13 +78,34 @@ static int read_loss(ds_xent *x, double *dsum, double *loss, ds_err *err) {
     return 0;
 }
 
+/* The kernel over x's logits: forward (dloss unused, no gradient), backward (no losses,
+ * no sum) or both; 16-bit logits through crossentropy16 (fp32 statistics and loss, the
+ * gradient rounded once per element into the logits). */
+enum { XENT_FWD = 1, XENT_BWD = 2 };
+static void run_kernel(const ds_xent *x, int what, float dloss, double *dsum) {
+    ds_tensor *lg = x->logits;
+    int N = (int)ds_rows(lg), V = (int)ds_last(lg);
+    float *losses = what & XENT_FWD ? x->losses->data : NULL;
+    if (is_half(lg->dtype)) {
+        DS_K->crossentropy16(ds_half_of(lg->dtype), losses, what & XENT_BWD ? lg->data : NULL,
+                             lg->data, x->targets->data, dloss, N, V,
+                             what & XENT_FWD ? dsum : NULL);
+    } else if (what == XENT_FWD) {
+        DS_K->crossentropy_forward(losses, lg->data, x->targets->data, N, V, dsum);
+    } else if (what == XENT_BWD) {
+        DS_K->crossentropy_backward(lg->data, lg->data, x->targets->data, dloss, N, V);
+    } else {
+        DS_K->crossentropy_forward_backward(losses, lg->data, lg->data, x->targets->data, dloss,
+                                            N, V, dsum);
+    }
+}
+
 int ds_xent_forward(ds_xent *x, ds_tensor *logits, const ds_tensor *targets, double *loss,
                     ds_err *err) {
     if (take_inputs(x, logits, targets, err) != 0) return -1;
     double *dsum = ds_device_scalars(1, err);
     if (!dsum) return -1;
-    DS_K->crossentropy_forward(x->losses->data, logits->data, x->targets->data,
-                               (int)ds_rows(logits), (int)ds_last(logits), dsum);
+    run_kernel(x, XENT_FWD, 0.0f, dsum);
     return read_loss(x, dsum, loss, err);
 }
 
@@ -89,9 +114,7 @@ int ds_xent_forward_backward(ds_xent *x, ds_tensor *logits, const ds_tensor *tar
     if (take_inputs(x, logits, targets, err) != 0) return -1;
     double *dsum = ds_device_scalars(1, err);
     if (!dsum) return -1;
-    DS_K->crossentropy_forward_backward(x->losses->data, logits->data, logits->data,
-                                        x->targets->data, dloss_of(x, scale),
-                                        (int)ds_rows(logits), (int)ds_last(logits), dsum);
+    run_kernel(x, XENT_FWD | XENT_BWD, dloss_of(x, scale), dsum);
     x->spent = 1;
     return read_loss(x, dsum, loss, err);
 }
@@ -102,10 +125,10 @@ int ds_xent_backward(ds_xent *x, float scale, ds_tensor **dlogits, ds_err *err) 
         return ds_err_set(err, "CrossEntropy: backward ran already: the logits hold its gradient "
                                "now (run forward again)");
     ds_tensor *lg = x->logits;
-    if (!lg->data || lg->dtype != DS_F32 || x->targets->numel != ds_rows(lg))
+    if (!lg->data || (lg->dtype != DS_F32 && !is_half(lg->dtype)) ||
+        x->targets->numel != ds_rows(lg))
         return ds_err_set(err, "CrossEntropy: the logits changed since forward (run forward again)");
-    DS_K->crossentropy_backward(lg->data, lg->data, x->targets->data, dloss_of(x, scale),
-                                (int)ds_rows(lg), (int)ds_last(lg));
+    run_kernel(x, XENT_BWD, dloss_of(x, scale), NULL);
     x->spent = 1;
     *dlogits = lg;
     return 0;

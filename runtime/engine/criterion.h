@@ -1,7 +1,10 @@
 /* Cross-entropy criterion on logits [..., V] and int32 targets [...]: the loss is the mean
  * over the rows whose target is >= 0 (a negative target is ignored). The gradient is
  * written over the logits (no second [N, V] buffer: 1.6 GB for GPT-2 at B = 8, T = 1024),
- * so after a backward the logits tensor holds d(loss)/d(logits) and no longer the logits. */
+ * so after a backward the logits tensor holds d(loss)/d(logits) and no longer the logits.
+ * Logits may be fp32, bf16 or fp16 (a 16-bit stage's head, ds_stage_half_output): the
+ * softmax, the loss and its sum are fp32 from the widened logits, and d(logits) takes the
+ * logits' type, one rounding per element. */
 #ifndef DS_CRITERION_H
 #define DS_CRITERION_H
 

@@ -297,6 +297,15 @@ static void plan_outputs(ds_layer *l, ds_dtype h) {
 
 void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision) { plan_outputs(root, precision); }
 
+/* The output gradient of a stage's last layer comes in its output's type: Linear's
+ * backward is the one that takes a 16-bit one (matmul16), so only a Linear ends a stage
+ * in 16 bits (the head, whose output is the logits). */
+void ds_layer_plan_last(ds_layer *root, ds_dtype h) {
+    ds_layer *p = end_leaf(root, 1);
+    if (h != DS_F32 && p && !strcmp(p->ops->kind, "Linear") && p->ops->emits_half(p, h))
+        p->out_dtype = h;
+}
+
 int ds_layer_any_half(const ds_layer *l, ds_dtype h) {
     (void)l, (void)h;
     return 1;

@@ -156,6 +156,10 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
  * type; Residual is neither, so its input and output, the root's input and output (the
  * stage's) and every gradient stay fp32. */
 void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision);
+/* After it, for a stage asked for a 16-bit output (ds_stage_half_output): the root's last
+ * leaf writes its output in format h (a 16-bit precision) when it is a Linear that emits
+ * it; its output gradient then comes in h too. */
+void ds_layer_plan_last(ds_layer *root, ds_dtype h);
 /* emits_half / takes_half of a layer without parameters (GELU, Attention): any format */
 int ds_layer_any_half(const ds_layer *l, ds_dtype h);
 /* in's values as fp32: in's own data, or them widened into ws (numel floats, exact) */

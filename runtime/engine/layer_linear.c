@@ -2,9 +2,9 @@
  * weight and bias stay 16-bit: the matmul16 kernels round the fp32 activations to 16
  * bits and multiply them by the 16-bit weight with fp32 accumulation (tensor cores on
  * cuda), in the layer workspace (ds_layer_workspace) rather than on fp32 images. Inside
- * a 16-bit stage its input and output may be 16-bit too (ds_layer_plan_outputs): the
- * input is widened into the workspace (matmul16's rounding of it is then exact) and the
- * fp32 output rounded into out. */
+ * a 16-bit stage its input and output may be 16-bit too (ds_layer_plan_outputs), and at
+ * the end of a stage with a 16-bit output (16-bit logits) its output gradient: matmul16
+ * takes and gives them as they are. */
 #include "kernels.h"
 #include "layer.h"
 #include "layer_workspace.h"
@@ -22,18 +22,24 @@ static int half_io(const ds_layer *l, ds_dtype h) {
     return native_half(l) && l->param[0]->dtype == h;
 }
 
-/* the parameters (and in backward their gradients) resident; the workspace of
- * layer_workspace.h, its parts laid out in *io */
-static void *workspace16(const ds_layer *l, int backward, const ds_tensor *in, ds_ws_io *io,
-                         ds_err *err) {
+/* the DS_MM16_* flags of a native Linear's 16-bit activations: its input, and its
+ * output (forward) or output gradient (backward: 16-bit only at the end of a stage whose
+ * output is 16-bit, ds_layer_plan_last) */
+static int io16_of(ds_dtype in, ds_dtype out) {
+    return (in != DS_F32 ? DS_MM16_IN : 0) | (out != DS_F32 ? DS_MM16_OUT : 0);
+}
+
+/* the parameters (and in backward their gradients) resident; the kernels' workspace
+ * (layer_workspace.h) in *ws, NULL where it is empty (cuda with 16-bit activations) */
+static int workspace16(const ds_layer *l, int backward, const ds_tensor *in, int io16, void **ws,
+                       ds_err *err) {
     for (int i = 0; i < l->nparam; i++)
         if (!l->param[i]->half || (backward && !l->param[i]->half_grad))
             return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)",
-                              l->param[i]->name), NULL;
-    *io = ds_linear_ws(ds_device_gemm16(ds_device_get()), backward, (size_t)ds_rows(in),
-                       (size_t)l->in_dim, (size_t)l->out_dim, in->dtype != DS_F32,
-                       l->out_dtype != DS_F32);
-    return ds_layer_workspace(io->total, err);
+                              l->param[i]->name);
+    ds_ws_io io = ds_linear_ws(ds_device_gemm16(ds_device_get()), backward, (size_t)ds_rows(in),
+                               (size_t)l->in_dim, (size_t)l->out_dim, io16);
+    return ds_layer_workspace_io(&io, ws, err);
 }
 
 static int linear_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
@@ -42,14 +48,13 @@ static int linear_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
     const ds_param *w = l->param[0], *b = l->has_bias ? l->param[1] : NULL;
     int N = (int)ds_rows(in);
     if (native_half(l)) {
-        ds_ws_io io = {0};
-        char *ws = workspace16(l, 0, in, &io, err); /* before out: the planner's order */
-        if (!ws || ds_out_like(l, in, l->out_dim, err) != 0) return -1;
-        float *y = ds_out_f32(l, ds_ws_at(ws, io.out));
-        const float *x = ds_in_f32(in, ds_ws_at(ws, io.in));
-        DS_K->matmul16_forward(ds_half_of(w->dtype), y, x, w->half, b ? b->half : NULL, N,
-                               l->in_dim, l->out_dim, ws);
-        ds_out_round(l, y);
+        int io16 = io16_of(in->dtype, l->out_dtype);
+        void *ws;
+        if (workspace16(l, 0, in, io16, &ws, err) != 0 || /* before out: the planner's order */
+            ds_out_like(l, in, l->out_dim, err) != 0)
+            return -1;
+        DS_K->matmul16_forward(ds_half_of(w->dtype), l->out->data, in->data, io16, w->half,
+                               b ? b->half : NULL, N, l->in_dim, l->out_dim, ws);
         return 0;
     }
     if (ds_out_like(l, in, l->out_dim, err) != 0) return -1;
@@ -63,14 +68,17 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     (void)r;
     const ds_param *w = l->param[0], *b = l->has_bias ? l->param[1] : NULL;
     int N = (int)ds_rows(in);
+    if (dout->dtype != DS_F32 && !(native_half(l) && dout->dtype == w->dtype))
+        return ds_err_set(err, "output gradient is %s, expected fp32%s%s",
+                          ds_dtype_name(dout->dtype), native_half(l) ? " or " : "",
+                          native_half(l) ? ds_dtype_name(w->dtype) : "");
     if (native_half(l)) {
-        ds_ws_io io = {0};
-        char *ws = workspace16(l, 1, in, &io, err);
-        if (!ws) return -1;
-        const float *x = ds_in_f32(in, ds_ws_at(ws, io.in));
+        int io16 = io16_of(in->dtype, dout->dtype);
+        void *ws;
+        if (workspace16(l, 1, in, io16, &ws, err) != 0) return -1;
         DS_K->matmul16_backward(ds_half_of(w->dtype), din ? din->data : NULL, w->half_grad,
-                                b ? b->half_grad : NULL, dout->data, x, w->half, N, l->in_dim,
-                                l->out_dim, ws);
+                                b ? b->half_grad : NULL, dout->data, in->data, io16, w->half, N,
+                                l->in_dim, l->out_dim, ws);
         return 0;
     }
     DS_K->matmul_backward(din ? din->data : NULL, w->grad, b ? b->grad : NULL, dout->data,

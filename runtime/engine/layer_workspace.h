@@ -34,12 +34,12 @@ static inline void *ds_ws_at(void *ws, size_t off) { return ws ? (char *)ws + of
  * -1 with err when it cannot be had. */
 int ds_layer_workspace_io(const ds_ws_io *io, void **ws, ds_err *err);
 
-/* A native 16-bit Linear (matmul16): N rows, C inputs, OC outputs; in16 / out16: its
- * input / output is 16-bit. Backward reads the input again, never the output. */
+/* A native 16-bit Linear (matmul16): N rows, C inputs, OC outputs; io16: its 16-bit
+ * activations (kernel_table.h's DS_MM16_*), which matmul16 takes and gives as they are,
+ * so the kernels' part is all. */
 static inline ds_ws_io ds_linear_ws(ds_gemm16_form f, int backward, size_t N, size_t C,
-                                    size_t OC, int in16, int out16) {
-    return ds_ws_io_after(ds_matmul16_workspace(f, backward, N, C, OC), in16 ? 4 * N * C : 0,
-                          !backward && out16 ? 4 * N * OC : 0);
+                                    size_t OC, int io16) {
+    return ds_ws_io_after(ds_matmul16_workspace(f, backward, N, C, OC, io16), 0, 0);
 }
 
 /* A LayerNorm on 16-bit parameters (layernorm16): its kernels' part only (its input is

@@ -291,6 +291,7 @@ int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *
     /* Again each forward (a walk of the tree): a weight tied to a stage built after this
      * one has its format only once that stage exists. */
     ds_layer_plan_outputs(s->root, s->opts.precision);
+    if (s->half_output) ds_layer_plan_last(s->root, s->opts.precision);
     if (ds_layer_forward(s->root, r, in, err) != 0)
         return ds_err_prefix(err, "stage '%s' forward", s->name);
     s->last_in = in;
@@ -301,6 +302,13 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
     if (s->described) return refuse_description(s, "backward", err);
     if (!s->last_in)
         return ds_err_set(err, "stage '%s' backward: no forward to go back through", s->name);
+    /* a 16-bit gradient only in the 16-bit output's own format: the one layer that ends
+     * a stage in 16 bits (ds_layer_plan_last) takes it, no other layer reads 16 bits */
+    const ds_tensor *out = ds_stage_output(s);
+    if (dout->dtype != DS_F32 && !(out && dout->dtype == out->dtype))
+        return ds_err_set(err, "stage '%s' backward: gradient is %s, expected fp32%s%s", s->name,
+                          ds_dtype_name(dout->dtype), out && out->dtype != DS_F32 ? " or " : "",
+                          out && out->dtype != DS_F32 ? ds_dtype_name(out->dtype) : "");
     if (!(dout = ds_tensor_stage(&s->dout_staged, dout, DS_MEM_ACTIVATIONS, err)))
         return ds_err_prefix(err, "stage '%s' backward: gradient", s->name);
     const ds_tensor *in = s->last_in;

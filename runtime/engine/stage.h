@@ -36,6 +36,10 @@ typedef struct ds_stage {
     ds_tensor *in_staged;      /* a host input copied to the device (token ids) */
     ds_tensor *dout_staged;    /* a host gradient given to backward, copied to the device */
     ds_run run;                /* keys of the last forward */
+    /* 1: the output in the stage's 16-bit format where its last layer can write it
+     * (ds_layer_plan_last): what ds.Model asks of its last stage for a CrossEntropy, so
+     * the logits are 16-bit. 0 (a stage on its own): the output is fp32. */
+    int half_output;
 } ds_stage;
 
 /* Parameters start on 16-element boundaries inside the flat buffer. */
@@ -68,6 +72,8 @@ int ds_stage_refresh_master(ds_stage *s, ds_err *err);
 
 int ds_stage_forward(ds_stage *s, const ds_tensor *in, const ds_run *r, ds_err *err);
 static inline const ds_tensor *ds_stage_output(const ds_stage *s) { return s->root->out; }
+/* Asks for (on = 1) or refuses a 16-bit output from the next forward on (half_output). */
+static inline void ds_stage_half_output(ds_stage *s, int on) { s->half_output = on != 0; }
 /* Backward of the last forward; afterwards s->grad_in holds d(input), or is NULL when the
  * input was int32 token ids. */
 int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err);

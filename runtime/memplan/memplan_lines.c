@@ -24,10 +24,12 @@ static const struct {
                         "4 x the outputs and saved tensors of every layer outside checkpointed "
                         "spans (Linear B.T.out, LayerNorm B.T.d + 2.B.T, Attention B.T.d + "
                         "B.H.T, or + B.H.T^2 with attention dropout, ...), each span's output, "
-                        "the loss per row"},
+                        "the loss per row; 2 x for 16-bit ones (between 16-bit layers, "
+                        "16-bit logits)"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
-                         "and at each stage's input (d(logits) is written over the logits)"},
+                         "and at each stage's input (d(logits) is written over the logits, "
+                         "in their type)"},
     [DS_MP_RECOMPUTE] = {"recompute working set", DS_MEM_ACTIVATIONS,
                          "4 x the activations and boundary gradients of the checkpointed span "
                          "being recomputed (the largest span sets the peak)"},
@@ -38,9 +40,9 @@ static const struct {
     [DS_MP_IMAGES] = {"16-bit layer workspace", DS_MEM_WORKSPACE,
                       "the largest layer's 16-bit kernel workspace: a Linear's GEMM "
                       "workspace, an Embedding's 8 x B.T + 4 x d in backward, a LayerNorm's "
-                      "4 x d two or three times, attention's fp32 copies of a 16-bit qkv "
-                      "and output (cpu, sim), and the fp32 copies of a Linear's 16-bit "
-                      "input and output (docs/memory.md)"},
+                      "4 x d two or three times, and attention's fp32 copies of a 16-bit "
+                      "qkv and output (cpu and sim; every device with dropout: "
+                      "docs/memory.md)"},
     [DS_MP_INIT] = {"initialisation staging", DS_MEM_WORKSPACE,
                     "4 x the largest parameter, while stages are built"},
     [DS_MP_BUCKETS] = {"ZeRO-2/3 buckets", DS_MEM_COMM,

@@ -150,13 +150,26 @@ static mp_node *end_leaf(mp_node *n, int last) {
 }
 
 static void plan_outputs(const sim *S, mp_node *n, int h) {
-    n->out_half = 0;
+    n->out_half = n->grad_half = 0;
     for (int i = 0; i < n->nkids; i++) plan_outputs(S, n->kids[i], h);
     if (h == DS_F32 || n->kind != MP_SEQUENTIAL) return;
     for (int i = 0; i + 1 < n->nkids; i++) {
         mp_node *p = end_leaf(n->kids[i], 1), *c = end_leaf(n->kids[i + 1], 0);
         if (p && c && emits_half(S, p, h) && takes_half(S, c, h)) p->out_half = 1;
     }
+}
+
+/* layer.c's ds_layer_plan_last, for a stage asked for a 16-bit output (stage.c) */
+static void plan_last(const sim *S, mp_node *root, int h) {
+    mp_node *p = end_leaf(root, 1);
+    if (h != DS_F32 && p && p->kind == MP_LINEAR && emits_half(S, p, h))
+        p->out_half = p->grad_half = 1;
+}
+
+/* the DS_MM16_* flags of a native Linear (layer_linear.c's io16_of) */
+static int linear_io16(const mp_node *n, const mp_shape *in, int grads) {
+    int out16 = grads ? n->grad_half : n->out_half;
+    return (in->half ? DS_MM16_IN : 0) | (out16 ? DS_MM16_OUT : 0);
 }
 
 /* the layer workspace a layer takes (layer_workspace.h): a native 16-bit layer's
@@ -167,7 +180,7 @@ static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int 
     switch (n->kind) {
     case MP_LINEAR:
         return native ? ds_linear_ws(S->job->gemm16, grads, rows, (size_t)n->in_dim,
-                                     (size_t)n->out_dim, in->half, n->out_half).total : 0;
+                                     (size_t)n->out_dim, linear_io16(n, in, grads)).total : 0;
     case MP_EMBEDDING: /* ids [B,T]: one position per id */
         return native && grads
                    ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
@@ -559,8 +572,10 @@ static int setup(sim *S, const ds_mp_model *m, const ds_mp_choice *choice, mp_ar
         z->deps[z->ndeps++] = k; /* itself first, then owners of tied weights */
         collect_deps(z, z->root);
     }
-    for (int k = 0; k < m->n; k++) /* once every stage's precision is known (ties) */
+    for (int k = 0; k < m->n; k++) { /* once every stage's precision is known (ties) */
         plan_outputs(S, S->st[k].root, S->st[k].c.precision);
+        if (m->stages[k]->half_output) plan_last(S, S->st[k].root, S->st[k].c.precision);
+    }
     return 0;
 }
 

@@ -41,6 +41,7 @@ typedef struct mp_node {
     mp_slot *gbuf;          /* Sequential: one per child boundary */
     mp_shape out_shape;
     int out_half;           /* 1: the output is 16-bit (layer.c's ds_layer_plan_outputs) */
+    int grad_half;          /* 1: so is its output gradient (ds_layer_plan_last: the logits) */
 } mp_node;
 
 /* A stage's tree for checkpoint choice `every` (0: none), as a root Sequential over the

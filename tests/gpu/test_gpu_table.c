@@ -13,6 +13,9 @@
  *                sqrt(OC / 768) past 768 outputs); 16-bit gradients that plus one
  *                unit in the 16-bit type's last place (the rounding of two sums that
  *                differ in their last bits); fp16 overflow to inf bit for bit
+ *                16-bit activations (16-bit input, output, output gradient): the same,
+ *                a 16-bit output within the GEMM tolerance plus one unit in the last place
+ *   16-bit logits (crossentropy16) losses as fp32's; d(logits) one unit in the last place
  *   16-bit embeddings and LayerNorm (embedding16, posemb16, layernorm16) bit for bit
  *                but LayerNorm's sums (its fp32 tolerances; dweight, dbias as matmul16's)
  *   16-bit activations (gelu16, layernorm16's 16-bit output, attention16) the fp32
@@ -296,17 +299,17 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
     ds_half_from_f32(h, dw, dwf, nw), ds_half_from_f32(h, db, dbf, OC);
     void *X = up(x, nx * 4), *DY = up(dy, ny * 4), *DX = up(dx, nx * 4), *Y = zeros(ny * 4);
     void *W = up(w, nw * 2), *Bi = up(b, OC * 2), *DW = up(dw, nw * 2), *DB = up(db, OC * 2);
-    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC);
-    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC);
+    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0);
+    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC, 0);
     void *ws = gh_alloc(hws), *WS = zeros(dws);
-    CPU->matmul16_forward(h, y, x, w, b, N, C, OC, ws);
-    DEV->matmul16_forward(h, Y, X, W, Bi, N, C, OC, WS);
+    CPU->matmul16_forward(h, y, x, 0, w, b, N, C, OC, ws);
+    DEV->matmul16_forward(h, Y, X, 0, W, Bi, N, C, OC, WS);
     close_f(NAME("matmul16_forward"), Y, y, ny, 2e-4f, 1e-4f);
-    CPU->matmul16_forward(h, y, x, w, NULL, N, C, OC, ws); /* out is written, not added to */
-    DEV->matmul16_forward(h, Y, X, W, NULL, N, C, OC, WS);
+    CPU->matmul16_forward(h, y, x, 0, w, NULL, N, C, OC, ws); /* out is written, not added to */
+    DEV->matmul16_forward(h, Y, X, 0, W, NULL, N, C, OC, WS);
     close_f(NAME("matmul16_forward (no bias)"), Y, y, ny, 2e-4f, 1e-4f);
-    CPU->matmul16_backward(h, dx, dw, db, dy, x, w, N, C, OC, ws);
-    DEV->matmul16_backward(h, DX, DW, DB, DY, X, W, N, C, OC, WS);
+    CPU->matmul16_backward(h, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
+    DEV->matmul16_backward(h, DX, DW, DB, DY, X, 0, W, N, C, OC, WS);
     /* dinp sums OC products (GPT's head: 50,257, in 13 chunks): the absolute error of
      * two fp32 sums in other orders (tensor cores' accumulation truncates) grows with
      * sqrt(OC); 2e-4 holds for the 768-term sums above */
@@ -319,6 +322,93 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
     free(w), free(b), free(dw), free(db), free(ws);
     dfree(X, nx * 4), dfree(DY, ny * 4), dfree(DX, nx * 4), dfree(Y, ny * 4), dfree(W, nw * 2);
     dfree(Bi, OC * 2), dfree(DW, nw * 2), dfree(DB, OC * 2), dfree(WS, dws);
+}
+
+/* cross-entropy over 16-bit logits against the CPU's: losses and sum in fp32 as
+ * test_loss's, d(logits) within one unit in the last place of the 16-bit type (the
+ * rounding of two fp32 values within test_loss's tolerance); forward alone, backward
+ * alone and both in place over the logits, as the criterion calls them */
+static void test_loss16(ds_half h, int N, int V) {
+    char what[96];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s %dx%d", s, hn, N, V), what)
+    size_t nv = (size_t)N * V;
+    float *lgf = rnd(nv, -8, 8), *ls = gh_alloc((size_t)N * 4);
+    uint16_t *lg = gh_alloc(nv * 2), *dl = gh_alloc(nv * 2);
+    ds_half_from_f32(h, lg, lgf, nv);
+    int32_t *tg = gh_alloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) tg[n] = n % 5 == 2 ? -1 : (int32_t)(gh_rand_u32(&G) % (uint32_t)V);
+    void *LG = up(lg, nv * 2), *LS = zeros((size_t)N * 4), *TG = up(tg, (size_t)N * 4);
+    double *SUM = zeros(sizeof(double)), sum = 0;
+    CPU->crossentropy16(h, ls, NULL, lg, tg, 0.0f, N, V, &sum);
+    DEV->crossentropy16(h, LS, NULL, LG, TG, 0.0f, N, V, SUM);
+    close_f(NAME("crossentropy16 forward losses"), LS, ls, N, 1e-5f, 1e-5f);
+    close_double(NAME("crossentropy16 forward sum"), SUM, sum, 1e-5);
+    void *DL = up(lg, nv * 2);
+    CPU->crossentropy16(h, NULL, dl, lg, tg, 1.0f / N, N, V, NULL);
+    DEV->crossentropy16(h, NULL, DL, DL, TG, 1.0f / N, N, V, NULL); /* backward in place */
+    close_half_abs(NAME("crossentropy16 backward in place"), h, DL, dl, nv, 1e-7f);
+    CPU->crossentropy16(h, ls, lg, lg, tg, 1.0f / N, N, V, &sum);
+    DEV->crossentropy16(h, LS, LG, LG, TG, 1.0f / N, N, V, SUM); /* both, in place */
+    close_half_abs(NAME("crossentropy16 in place"), h, LG, lg, nv, 1e-7f);
+    close_f(NAME("crossentropy16 in place losses"), LS, ls, N, 1e-5f, 1e-5f);
+    close_double(NAME("crossentropy16 in place sum"), SUM, sum, 1e-5);
+#undef NAME
+    free(lgf), free(ls), free(lg), free(dl), free(tg);
+    dfree(LG, nv * 2), dfree(DL, nv * 2), dfree(LS, (size_t)N * 4), dfree(TG, (size_t)N * 4);
+    dfree(SUM, sizeof(double));
+}
+
+/* matmul16 with 16-bit activations (io16: DS_MM16_*) against the CPU's same call: a
+ * 16-bit input read as it is, a 16-bit output written by the GEMM (its bias in the
+ * output's type), a 16-bit output gradient read chunk by chunk in place through its
+ * leading dimension; each side with its own workspace of ds_matmul16_workspace's bytes
+ * for io16 (none on cuda when both are 16-bit). A 16-bit output: the rounding of two
+ * fp32 sums within the GEMM tolerance, so that plus one unit in the last place. */
+static void test_dense16_io(ds_half h, int N, int C, int OC, int io16) {
+    char what[128];
+    const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
+    int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+#define NAME(s)                                                                                \
+    (snprintf(what, sizeof what, "table %s %s %dx%dx%d in %s out %s", s, hn, N, C, OC,        \
+              in16 ? "16" : "32", out16 ? "16" : "32"),                                        \
+     what)
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    size_t ex = in16 ? 2 : 4, ey = out16 ? 2 : 4;
+    float *xf = rnd(nx, -1, 1), *dyf = rnd(ny, -1, 1), *dx = rnd(nx, -1, 1);
+    float *wf = rnd(nw, -1, 1), *bf = rnd(OC, -1, 1), *dwf = rnd(nw, -1, 1), *dbf = rnd(OC, -1, 1);
+    uint16_t *w = gh_alloc(nw * 2), *b = gh_alloc(OC * 2), *dw = gh_alloc(nw * 2);
+    uint16_t *db = gh_alloc(OC * 2), *x16 = gh_alloc(nx * 2), *dy16 = gh_alloc(ny * 2);
+    ds_half_from_f32(h, w, wf, nw), ds_half_from_f32(h, b, bf, OC);
+    ds_half_from_f32(h, dw, dwf, nw), ds_half_from_f32(h, db, dbf, OC);
+    ds_half_from_f32(h, x16, xf, nx), ds_half_from_f32(h, dy16, dyf, ny);
+    void *x = in16 ? (void *)x16 : (void *)xf, *dy = out16 ? (void *)dy16 : (void *)dyf;
+    void *y = gh_alloc(ny * ey);
+    void *X = up(x, nx * ex), *DY = up(dy, ny * ey), *DX = up(dx, nx * 4), *Y = zeros(ny * ey);
+    void *W = up(w, nw * 2), *Bi = up(b, OC * 2), *DW = up(dw, nw * 2), *DB = up(db, OC * 2);
+    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, OC, io16);
+    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 0, N, C, OC, io16);
+    size_t hwb = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, io16);
+    size_t dwb = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC, io16);
+    if (hwb > hws) hws = hwb;
+    if (dwb > dws) dws = dwb;
+    void *ws = gh_alloc(hws), *WS = dws ? zeros(dws) : NULL;
+    CPU->matmul16_forward(h, y, x, io16, w, b, N, C, OC, ws);
+    DEV->matmul16_forward(h, Y, X, io16, W, Bi, N, C, OC, WS);
+    if (out16) close_half_abs(NAME("matmul16_forward"), h, Y, y, ny, 2e-4f);
+    else close_f(NAME("matmul16_forward"), Y, y, ny, 2e-4f, 1e-4f);
+    CPU->matmul16_backward(h, dx, dw, db, dy, x, io16, w, N, C, OC, ws);
+    DEV->matmul16_backward(h, DX, DW, DB, DY, X, io16, W, N, C, OC, WS);
+    float datol = 2e-4f * (OC > 768 ? sqrtf((float)OC / 768.0f) : 1.0f);
+    close_f(NAME("matmul16_backward dinp"), DX, dx, nx, datol, 1e-4f);
+    close_half_abs(NAME("matmul16_backward dweight"), h, DW, dw, nw, 8e-4f);
+    close_half_abs(NAME("matmul16_backward dbias"), h, DB, db, OC, 1e-4f);
+#undef NAME
+    free(xf), free(dyf), free(dx), free(wf), free(bf), free(dwf), free(dbf), free(w), free(b);
+    free(dw), free(db), free(x16), free(dy16), free(y), free(ws);
+    dfree(X, nx * ex), dfree(DY, ny * ey), dfree(DX, nx * 4), dfree(Y, ny * ey);
+    dfree(W, nw * 2), dfree(Bi, OC * 2), dfree(DW, nw * 2), dfree(DB, OC * 2);
+    if (WS) dfree(WS, dws);
 }
 
 /* fp16 overflow as the CPU has it: gradients at 65472 (fp16's largest is 65504) plus
@@ -336,11 +426,11 @@ static void test_f16_overflow(void) {
     for (size_t i = 0; i < OC; i++) db[i] = 0x7BFEu;
     void *X = up(x, nx * 4), *DY = up(dy, ny * 4), *DX = up(dx, nx * 4);
     void *W = up(w, nw * 2), *DW = up(dw, nw * 2), *DB = up(db, OC * 2);
-    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC);
-    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC);
+    size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0);
+    size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC, 0);
     void *ws = gh_alloc(hws), *WS = zeros(dws);
-    CPU->matmul16_backward(DS_HALF_F16, dx, dw, db, dy, x, w, N, C, OC, ws);
-    DEV->matmul16_backward(DS_HALF_F16, DX, DW, DB, DY, X, W, N, C, OC, WS);
+    CPU->matmul16_backward(DS_HALF_F16, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
+    DEV->matmul16_backward(DS_HALF_F16, DX, DW, DB, DY, X, 0, W, N, C, OC, WS);
     gh_expect(&G, "f16 overflow: the CPU's dweight and dbias are inf", dw[0] == 0x7C00u && db[0] == 0x7C00u);
     same_f("f16 overflow: matmul16_backward dweight (inf, not saturated)", DW, dw, nw * 2);
     same_f("f16 overflow: matmul16_backward dbias (inf)", DB, db, OC * 2);
@@ -574,6 +664,13 @@ int main(void) {
     /* GPT-2's head: 12 chunks of DS_MATMUL16_COLS output columns and one of 1,105 */
     test_dense16(DS_HALF_BF16, 64, 768, 50257);
     test_dense16(DS_HALF_F16, 512, 768, 50257);
+    for (int io = 1; io <= (DS_MM16_IN | DS_MM16_OUT); io++) {
+        test_dense16_io(DS_HALF_BF16, 64, 48, 40, io);
+        test_dense16_io(DS_HALF_F16, 1000, 768, 3072, io);
+    }
+    /* GPT's head with 16-bit logits: 16-bit input, output and output gradient */
+    test_dense16_io(DS_HALF_BF16, 64, 768, 50257, DS_MM16_IN | DS_MM16_OUT);
+    test_dense16_io(DS_HALF_F16, 512, 768, 50257, DS_MM16_IN | DS_MM16_OUT);
     test_f16_overflow();
     test_embedding(1024, 768, 1000);
     test_params16(DS_HALF_BF16, 1024, 768, 1000, 4, 256);
@@ -591,6 +688,9 @@ int main(void) {
     test_acts16(DS_HALF_BF16, 2, 67, 256, 2);  /* head size 128 */
     test_loss(64, 50257);
     test_loss(7, 5);
+    test_loss16(DS_HALF_BF16, 64, 50257);
+    test_loss16(DS_HALF_F16, 64, 50257);
+    test_loss16(DS_HALF_BF16, 7, 5);
     test_dropout(1000003, 0.1f);
     test_optim(1000003);
     test_half(DS_HALF_BF16, 1000003);

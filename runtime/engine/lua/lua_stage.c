@@ -189,6 +189,15 @@ static int l_stage_backward(lua_State *L) {
     return 1;
 }
 
+/* stage:half_output(on): a 16-bit output (its last Linear's, in the stage's precision)
+ * from the next forward on, or fp32 again (ds_stage_half_output) */
+static int l_stage_half_output(lua_State *L) {
+    ds_stage *s = check_stage(L, 1);
+    luaL_checktype(L, 2, LUA_TBOOLEAN);
+    ds_stage_half_output(s, lua_toboolean(L, 2));
+    return 0;
+}
+
 static int l_stage_zero_grad(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
     check_present(L, s, s->flat_grads, "gradients");
@@ -283,7 +292,7 @@ static int l_stage_sync_master(lua_State *L) {
 
 static int l_stage_info(lua_State *L) {
     ds_stage *s = check_stage(L, 1);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushstring(L, s->name);
     lua_setfield(L, -2, "name");
     lua_pushinteger(L, (lua_Integer)s->numel);
@@ -299,6 +308,8 @@ static int l_stage_info(lua_State *L) {
     lua_setfield(L, -2, "precision");
     lua_pushinteger(L, (lua_Integer)s->seed);
     lua_setfield(L, -2, "seed");
+    lua_pushboolean(L, s->half_output);
+    lua_setfield(L, -2, "half_output");
     return 1;
 }
 
@@ -366,6 +377,7 @@ void ds_lua_open_stage(lua_State *L) {
         {"info", l_stage_info},             {"adamw_step", l_stage_adamw},
         {"sgd_step", l_stage_sgd},          {"grad_sumsq", l_stage_grad_sumsq},
         {"scale_grads", l_stage_scale_grads}, {"sync_master", l_stage_sync_master},
+        {"half_output", l_stage_half_output},
         {NULL, NULL}};
     ds_lua_new_class(L, STAGE_MT, stage_methods,
                      (const luaL_Reg[]){{"__gc", l_stage_gc}, {NULL, NULL}});

@@ -40,10 +40,10 @@ static uint16_t *rand16(ds_half h, size_t n) {
     return y;
 }
 
-static void *nan_workspace(ds_half h, int backward, const shape *s) {
+static void *nan_workspace(ds_half h, int backward, const shape *s, int io16) {
     (void)h;
     size_t bytes = ds_matmul16_workspace(DS_GEMM16_F32, backward, (size_t)s->N, (size_t)s->C,
-                                         (size_t)s->OC);
+                                         (size_t)s->OC, io16);
     float *ws = malloc(bytes);
     for (size_t i = 0; i < bytes / sizeof *ws; i++) ws[i] = NAN;
     return ws;
@@ -69,8 +69,8 @@ static void check_forward(ds_half h, const shape *s, int with_bias) {
             want[n * OC + o] = acc;
             unrounded[n * OC + o] = raw;
         }
-    void *ws = nan_workspace(h, 0, s);
-    ds_matmul16_forward(h, out, inp, w, b, N, C, OC, ws);
+    void *ws = nan_workspace(h, 0, s, 0);
+    ds_matmul16_forward(h, out, inp, 0, w, b, N, C, OC, ws);
     assert_int_equal(tu_mismatch("out", out, want, (size_t)N * OC, ATOL, RTOL), 0);
     /* the input really is rounded: the fp32 input's product is further away than that */
     size_t far = 0;
@@ -129,9 +129,9 @@ static void check_backward(ds_half h, const shape *s, int wanted) {
         }
     }
     float *dinp0 = tu_copyf(dinp, (size_t)N * C);
-    void *ws = nan_workspace(h, 1, s);
+    void *ws = nan_workspace(h, 1, s, 0);
     ds_matmul16_backward(h, want_dinp ? dinp : NULL, want_dw ? dw : NULL, want_db ? db : NULL,
-                         dout, want_dw ? inp : NULL, want_dinp ? w : NULL, N, C, OC, ws);
+                         dout, want_dw ? inp : NULL, 0, want_dinp ? w : NULL, N, C, OC, ws);
     if (want_dinp) assert_int_equal(tu_mismatch("dinp", dinp, wdinp, (size_t)N * C, ATOL, RTOL), 0);
     else assert_memory_equal(dinp, dinp0, (size_t)N * C * sizeof *dinp);
     if (want_dw) check_half("dweight", h, dw, wdw, (size_t)OC * C);
@@ -170,8 +170,8 @@ static void test_one_rounding_per_call(void **state) {
     float inp[N], dout[N];
     for (int n = 0; n < N; n++) inp[n] = 1.0f, dout[n] = 1.0f / 512; /* bf16 exact */
     uint16_t dw = narrow(DS_HALF_BF16, 1.0f), db = dw;
-    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC));
-    ds_matmul16_backward(DS_HALF_BF16, NULL, &dw, &db, dout, inp, NULL, N, C, OC, ws);
+    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0));
+    ds_matmul16_backward(DS_HALF_BF16, NULL, &dw, &db, dout, inp, 0, NULL, N, C, OC, ws);
     assert_true(widen(DS_HALF_BF16, dw) == 1.125); /* 1 + 64/512 */
     assert_true(widen(DS_HALF_BF16, db) == 1.125);
     free(ws);
@@ -189,8 +189,8 @@ static void test_dinp_by_chunks(void **state) {
     for (int o = 0; o < OC; o++) w[o] = narrow(DS_HALF_BF16, 0.0f);
     dout[LAST] = dout[LAST + 1] = 1.0f;
     w[LAST] = w[LAST + 1] = narrow(DS_HALF_BF16, 1.0f);
-    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC));
-    ds_matmul16_backward(DS_HALF_BF16, &dinp, NULL, NULL, dout, NULL, w, N, C, OC, ws);
+    void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0));
+    ds_matmul16_backward(DS_HALF_BF16, &dinp, NULL, NULL, dout, NULL, 0, w, N, C, OC, ws);
     assert_true(dinp == 0x1p24f);
     free(ws);
 }
@@ -199,14 +199,78 @@ static void test_dinp_by_chunks(void **state) {
 static void test_workspace_bounded(void **state) {
     (void)state;
     size_t N = 8192, C = 768, V = 50257, K = DS_MATMUL16_COLS;
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V), 2 * N * K + 2 * N * C);
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V),
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, 0), 2 * N * K + 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V, 0),
                      4 * K * C + 4 * N * C + 4 * K + 4 * N * K);
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, V), 4 * K * C + 4 * N * C + 4 * K);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, V, 0), 4 * K * C + 4 * N * C + 4 * K);
     /* OC within one chunk: the unchunked sizes */
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 3072), 2 * N * 3072 + 2 * N * C);
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, 3072),
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 3072, 0), 2 * N * 3072 + 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, 3072, 0),
                      4 * 3072 * C + 4 * N * C + 4 * 3072 + 4 * N * 3072);
+    /* 16-bit logits: the head's 16-bit output is one chunk's fp32 part on cpu and sim,
+     * nothing on cuda, which reads a 16-bit input and output gradient in place */
+    int io = DS_MM16_IN | DS_MM16_OUT;
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, V, io),
+                     4 * K * C + 4 * N * C + 4 * K + 4 * N * K);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V, io),
+                     ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V, 0));
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 0, N, C, V, io), 0);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, io), 0);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 0, N, C, V, DS_MM16_IN), ds_ws_part(4 * V));
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, DS_MM16_OUT), 2 * N * C);
+}
+
+/* 16-bit activations give the bits of the fp32 composition they replace: a 16-bit input
+ * those of its widened copy, a 16-bit output the fp32 output rounded once per element, a
+ * 16-bit output gradient those of its widened copy (matmul16 rounds an fp32 one to the
+ * same values); every io16 combination, every gradient, in one and in three chunks. */
+static void check_half_io(ds_half h, const shape *s, int io16) {
+    int N = s->N, C = s->C, OC = s->OC, in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+    size_t nx = (size_t)N * C, ny = (size_t)N * OC, nw = (size_t)OC * C;
+    uint16_t *x16 = rand16(h, nx), *y16 = rand16(h, ny), *w = rand16(h, nw);
+    uint16_t *b = rand16(h, (size_t)OC), *out16v = malloc(ny * 2);
+    float *x = malloc(nx * 4), *dy = malloc(ny * 4), *y = malloc(ny * 4), *y2 = malloc(ny * 4);
+    ds_half_to_f32(h, x, x16, nx);
+    ds_half_to_f32(h, dy, y16, ny);
+    /* forward: the reference on the fp32 (widened) input, fp32 out */
+    void *ws = nan_workspace(h, 0, s, 0), *ws16 = nan_workspace(h, 0, s, io16);
+    ds_matmul16_forward(h, y, x, 0, w, b, N, C, OC, ws);
+    ds_matmul16_forward(h, out16 ? (void *)out16v : (void *)y2, in16 ? (void *)x16 : (void *)x,
+                        io16, w, b, N, C, OC, ws16);
+    if (out16) {
+        uint16_t *want = malloc(ny * 2);
+        ds_half_from_f32(h, want, y, ny);
+        assert_memory_equal(out16v, want, ny * 2);
+        free(want);
+    } else {
+        assert_memory_equal(y2, y, ny * 4);
+    }
+    free(ws), free(ws16);
+    /* backward: every gradient from the fp32 (widened) dout and input */
+    float *dx = tu_randf(nx, -1, 1), *dx2 = tu_copyf(dx, nx);
+    uint16_t *dw = rand16(h, nw), *db = rand16(h, (size_t)OC);
+    uint16_t *dw2 = malloc(nw * 2), *db2 = malloc((size_t)OC * 2);
+    memcpy(dw2, dw, nw * 2);
+    memcpy(db2, db, (size_t)OC * 2);
+    ws = nan_workspace(h, 1, s, 0), ws16 = nan_workspace(h, 1, s, io16);
+    ds_matmul16_backward(h, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
+    ds_matmul16_backward(h, dx2, dw2, db2, out16 ? (void *)y16 : (void *)dy,
+                         in16 ? (void *)x16 : (void *)x, io16, w, N, C, OC, ws16);
+    assert_memory_equal(dx2, dx, nx * 4);
+    assert_memory_equal(dw2, dw, nw * 2);
+    assert_memory_equal(db2, db, (size_t)OC * 2);
+    free(ws), free(ws16), free(x16), free(y16), free(w), free(b), free(out16v), free(x),
+        free(dy), free(y), free(y2), free(dx), free(dx2), free(dw), free(db), free(dw2),
+        free(db2);
+}
+
+static void test_half_activations_bits(void **state) {
+    (void)state;
+    tu_seed(18);
+    for (int hh = 0; hh < 2; hh++)
+        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++)
+            for (int io = 1; io <= (DS_MM16_IN | DS_MM16_OUT); io++)
+                check_half_io(hh ? DS_HALF_F16 : DS_HALF_BF16, &SHAPES[k], io);
 }
 
 int main(void) {
@@ -216,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_one_rounding_per_call),
         cmocka_unit_test(test_dinp_by_chunks),
         cmocka_unit_test(test_workspace_bounded),
+        cmocka_unit_test(test_half_activations_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

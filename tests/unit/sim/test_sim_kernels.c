@@ -74,16 +74,51 @@ static void c_matmul_backward(const ds_kernel_table *k, void **b, ds_half h) {
 #define K16 DS_MATMUL16_COLS
 #define WS16H(bwd) (K16 * HC + HN * HC + K16 + ((bwd) ? HN * K16 : 0))
 static void c_matmul16_forward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_forward(h, b[0], b[1], b[2], b[3], MN, MC, MOC, b[4]);
+    k->matmul16_forward(h, b[0], b[1], 0, b[2], b[3], MN, MC, MOC, b[4]);
 }
 static void c_matmul16_backward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC, b[6]);
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], 0, b[5], MN, MC, MOC, b[6]);
 }
 static void c_matmul16_forward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_forward(h, b[0], b[1], b[2], b[3], HN, HC, HOC, b[4]);
+    k->matmul16_forward(h, b[0], b[1], 0, b[2], b[3], HN, HC, HOC, b[4]);
 }
 static void c_matmul16_backward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], HN, HC, HOC, b[6]);
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], 0, b[5], HN, HC, HOC, b[6]);
+}
+/* 16-bit activations (DS_MM16_*): the input and output (gradient) both, or only the
+ * output (gradient); a 16-bit forward output adds one chunk's fp32 part (WS16O) */
+#define IO16 (DS_MM16_IN | DS_MM16_OUT)
+#define WS16O (MN * MOC)
+#define WS16HO (HN * K16)
+static void c_matmul16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_forward(h, b[0], b[1], IO16, b[2], b[3], MN, MC, MOC, b[4]);
+}
+static void c_matmul16_forward_out(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_forward(h, b[0], b[1], DS_MM16_OUT, b[2], b[3], MN, MC, MOC, b[4]);
+}
+static void c_matmul16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], IO16, b[5], MN, MC, MOC, b[6]);
+}
+static void c_matmul16_backward_out(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], DS_MM16_OUT, b[5], MN, MC, MOC, b[6]);
+}
+static void c_matmul16_forward_io_chunked(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_forward(h, b[0], b[1], IO16, b[2], b[3], HN, HC, HOC, b[4]);
+}
+static void c_matmul16_backward_io_chunked(const ds_kernel_table *k, void **b, ds_half h) {
+    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], IO16, b[5], HN, HC, HOC, b[6]);
+}
+static void c_crossentropy16(const ds_kernel_table *k, void **b, ds_half h) {
+    k->crossentropy16(h, b[0], b[1], b[2], b[3], 1.0f / XN, XN, XV, b[4]);
+}
+static void c_crossentropy16_in_place(const ds_kernel_table *k, void **b, ds_half h) {
+    k->crossentropy16(h, b[0], b[1], b[1], b[2], 1.0f / XN, XN, XV, b[3]);
+}
+static void c_crossentropy16_backward_in_place(const ds_kernel_table *k, void **b, ds_half h) {
+    k->crossentropy16(h, NULL, b[0], b[0], b[1], 1.0f / XN, XN, XV, NULL);
+}
+static void c_crossentropy16_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    k->crossentropy16(h, b[0], NULL, b[1], b[2], 0.0f, XN, XV, b[3]);
 }
 static void c_add_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -331,6 +366,32 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"matmul16_backward (chunked)", SLOT(matmul16_backward), h, c_matmul16_backward_chunked,   \
      {B_F32(HN * HC), B_U16(HOC * HC), B_U16(HOC), B_F32(HN * HOC), B_F32(HN * HC),             \
       B_U16(HOC * HC), B_F32(WS16H(1))}},                                                       \
+    {"matmul16_forward (16-bit in and out)", SLOT(matmul16_forward), h, c_matmul16_forward_io,  \
+     {B_U16(MN * MOC), B_U16(MN * MC), B_U16(MOC * MC), B_U16(MOC), B_F32(WS16(0) + WS16O)}},   \
+    {"matmul16_forward (16-bit out)", SLOT(matmul16_forward), h, c_matmul16_forward_out,       \
+     {B_U16(MN * MOC), B_F32(MN * MC), B_U16(MOC * MC), B_NONE, B_F32(WS16(0) + WS16O)}},       \
+    {"matmul16_backward (16-bit in and dout)", SLOT(matmul16_backward), h,                     \
+     c_matmul16_backward_io,                                                                    \
+     {B_F32(MN * MC), B_U16(MOC * MC), B_U16(MOC), B_U16(MN * MOC), B_U16(MN * MC),             \
+      B_U16(MOC * MC), B_F32(WS16(1))}},                                                        \
+    {"matmul16_backward (16-bit dout)", SLOT(matmul16_backward), h, c_matmul16_backward_out,   \
+     {B_F32(MN * MC), B_U16(MOC * MC), B_U16(MOC), B_U16(MN * MOC), B_F32(MN * MC),             \
+      B_U16(MOC * MC), B_F32(WS16(1))}},                                                        \
+    {"matmul16_forward (16-bit, chunked)", SLOT(matmul16_forward), h,                          \
+     c_matmul16_forward_io_chunked,                                                             \
+     {B_U16(HN * HOC), B_U16(HN * HC), B_U16(HOC * HC), B_U16(HOC), B_F32(WS16H(0) + WS16HO)}}, \
+    {"matmul16_backward (16-bit, chunked)", SLOT(matmul16_backward), h,                        \
+     c_matmul16_backward_io_chunked,                                                            \
+     {B_F32(HN * HC), B_U16(HOC * HC), B_U16(HOC), B_U16(HN * HOC), B_U16(HN * HC),             \
+      B_U16(HOC * HC), B_F32(WS16H(1))}},                                                       \
+    {"crossentropy16", SLOT(crossentropy16), h, c_crossentropy16,                              \
+     {B_F32(XN), B_U16(XN * XV), B_U16(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},              \
+    {"crossentropy16 (in place)", SLOT(crossentropy16), h, c_crossentropy16_in_place,          \
+     {B_F32(XN), B_U16(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},                              \
+    {"crossentropy16 (backward in place)", SLOT(crossentropy16), h,                            \
+     c_crossentropy16_backward_in_place, {B_U16(XN * XV), {I32, XN, TARGETS, XV}}},            \
+    {"crossentropy16 (forward)", SLOT(crossentropy16), h, c_crossentropy16_forward,            \
+     {B_F32(XN), B_U16(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},                              \
     {"half_from_f32", SLOT(half_from_f32), h, c_half_from_f32, {B_U16(EN), B_F32(EN)}},        \
     {"half_to_f32", SLOT(half_to_f32), h, c_half_to_f32, {B_F32(EN), B_U16(EN)}},              \
     {"half_acc_f32", SLOT(half_acc_f32), h, c_half_acc_f32, {B_U16(EN), B_F32(EN)}},           \
@@ -468,9 +529,17 @@ static void run_case(ds_device *d, const kcase *c) {
 static void test_every_entry_covered(void **state) {
     (void)state;
     for (int bwd = 0; bwd < 2; bwd++) {
-        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC), 4 * WS16(bwd));
-        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, HN, HC, HOC), 4 * WS16H(bwd));
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC, 0), 4 * WS16(bwd));
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, HN, HC, HOC, 0), 4 * WS16H(bwd));
+        /* a 16-bit input or output gradient takes the parts an fp32 one does */
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, bwd, MN, MC, MOC, DS_MM16_IN),
+                         4 * WS16(bwd));
         assert_int_equal(ds_layernorm16_workspace(bwd, LC), 4 * WSL(bwd));
+    }
+    for (int io = DS_MM16_OUT; io <= IO16; io++) {
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, MN, MC, MOC, io), 4 * (WS16(0) + WS16O));
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, HN, HC, HOC, io), 4 * (WS16H(0) + WS16HO));
+        assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, HN, HC, HOC, io), 4 * WS16H(1));
     }
     assert_int_equal(ds_embedding16_workspace(BN, BC), 4 * WSE);
     for (int bwd = 0; bwd < 2; bwd++)
