@@ -7,9 +7,11 @@
 // (no atomics: the same call gives the same bits). Attention memory grows with T, not
 // T^2. kernels.h's ds_attention_forward / _backward are the reference.
 //
-// qkv and out may be 16-bit (a 16-bit stage's activations, ds_cu_act): widened as they
-// are loaded into shared memory and registers, the output rounded once as it is stored;
-// the arithmetic, the statistics and lse stay fp32.
+// qkv and out may be 16-bit (a 16-bit stage's activations): widened as they are loaded
+// into shared memory and registers, the output rounded once as it is stored; the
+// arithmetic, the statistics and lse stay fp32. qkv's element type is a template argument
+// (ds_cu_e32 / ds_cu_e16: its loads are in the inner loops, where a runtime branch spilled
+// registers), out goes through ds_cu_act (read or written once per element).
 //
 // A thread owns one row and holds it in registers, so the register size is a template
 // argument HS (16, 32, 64 or 128): a head of size hs <= HS runs in the smallest that holds
@@ -26,9 +28,9 @@
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
-template <int HS>
+template <int HS, typename E>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_fwd_k(ds_cu_act out, float *lse, ds_cu_act qkv, int T, int C, int NH, int hs,
+    flash_fwd_k(ds_cu_act out, float *lse, const void *qkv, int T, int C, int NH, int hs,
                 float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
@@ -38,15 +40,16 @@ __global__ static void __launch_bounds__(FA_ROWS)
     size_t base = (size_t)b * T * row3 + (size_t)h * hs;
     float q[HS], o[HS];
     float m = -INFINITY, l = 0.0f;
+#pragma unroll // q and o must stay registers: a loop left rolled indexes them at run time
     for (int d = 0; d < HS; d++)
-        q[d] = i < T && d < hs ? qkv.load(base + (size_t)i * row3 + d) * scale * FA_LOG2E : 0.0f;
+        q[d] = i < T && d < hs ? E::load(qkv, base + (size_t)i * row3 + d) * scale * FA_LOG2E : 0.0f;
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += FA_TILE) {
         __syncthreads(); // the previous tile is no longer read
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + C + d) : 0.0f;
-            vs[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
+            ks[jj][d] = j < T && d < hs ? E::load(qkv, base + (size_t)j * row3 + C + d) : 0.0f;
+            vs[jj][d] = j < T && d < hs ? E::load(qkv, base + (size_t)j * row3 + 2 * C + d) : 0.0f;
         }
         __syncthreads();
         if (i < T && j0 <= i) {
@@ -75,6 +78,7 @@ __global__ static void __launch_bounds__(FA_ROWS)
     if (i >= T) return;
     float inv = 1.0f / l; // l >= 1: the row's maximum contributes exp2(0)
     size_t dst = ((size_t)b * T + i) * C + (size_t)h * hs;
+#pragma unroll
     for (int d = 0; d < HS; d++)
         if (d < hs) out.store(dst + d, o[d] * inv);
     lse[((size_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
@@ -95,9 +99,9 @@ __global__ static void flash_delta_k(float *delta, const float *dout, ds_cu_act 
 }
 
 // dq for one query row per thread: over keys j <= i in order.
-template <int HS>
+template <int HS, typename E>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dq_k(float *dqkv, const float *dout, ds_cu_act qkv, const float *lse,
+    flash_dq_k(float *dqkv, const float *dout, const void *qkv, const float *lse,
                const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
@@ -110,7 +114,7 @@ __global__ static void __launch_bounds__(FA_ROWS)
     const float *go = dout + ((size_t)b * T + (i < T ? i : 0)) * C + (size_t)h * hs;
     for (int d = 0; d < HS; d++) {
         int in = i < T && d < hs;
-        q[d] = in ? qkv.load(base + (size_t)i * row3 + d) * scale : 0.0f;
+        q[d] = in ? E::load(qkv, base + (size_t)i * row3 + d) * scale : 0.0f;
         dO[d] = in ? go[d] : 0.0f;
     }
     if (i < T) {
@@ -122,8 +126,8 @@ __global__ static void __launch_bounds__(FA_ROWS)
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int jj = e / HS, d = e % HS, j = j0 + jj;
-            ks[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + C + d) : 0.0f;
-            vs[jj][d] = j < T && d < hs ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
+            ks[jj][d] = j < T && d < hs ? E::load(qkv, base + (size_t)j * row3 + C + d) : 0.0f;
+            vs[jj][d] = j < T && d < hs ? E::load(qkv, base + (size_t)j * row3 + 2 * C + d) : 0.0f;
         }
         __syncthreads();
         if (i >= T || j0 > i) continue;
@@ -142,9 +146,9 @@ __global__ static void __launch_bounds__(FA_ROWS)
 }
 
 // dk and dv for one key row per thread: over queries i >= j in order.
-template <int HS>
+template <int HS, typename E>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dkv_k(float *dqkv, const float *dout, ds_cu_act qkv, const float *lse,
+    flash_dkv_k(float *dqkv, const float *dout, const void *qkv, const float *lse,
                 const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ls[FA_TILE], ds_[FA_TILE];
     int h = blockIdx.y, b = blockIdx.z;
@@ -157,15 +161,15 @@ __global__ static void __launch_bounds__(FA_ROWS)
     float k[HS], v[HS], dk[HS], dv[HS];
     for (int d = 0; d < HS; d++) {
         int in = j < T && d < hs;
-        k[d] = in ? qkv.load(base + (size_t)j * row3 + C + d) * scale : 0.0f;
-        v[d] = in ? qkv.load(base + (size_t)j * row3 + 2 * C + d) : 0.0f;
+        k[d] = in ? E::load(qkv, base + (size_t)j * row3 + C + d) * scale : 0.0f;
+        v[d] = in ? E::load(qkv, base + (size_t)j * row3 + 2 * C + d) : 0.0f;
     }
     for (int d = 0; d < HS; d++) dk[d] = 0.0f, dv[d] = 0.0f;
     for (int i0 = first - first % FA_TILE; i0 < T; i0 += FA_TILE) {
         __syncthreads();
         for (int e = threadIdx.x; e < FA_TILE * HS; e += FA_ROWS) {
             int ii = e / HS, d = e % HS, i = i0 + ii;
-            qs[ii][d] = i < T && d < hs ? qkv.load(base + (size_t)i * row3 + d) : 0.0f;
+            qs[ii][d] = i < T && d < hs ? E::load(qkv, base + (size_t)i * row3 + d) : 0.0f;
             dos[ii][d] = i < T && d < hs ? go[(size_t)i * C + d] : 0.0f;
         }
         for (int ii = threadIdx.x; ii < FA_TILE; ii += FA_ROWS) {
@@ -192,20 +196,20 @@ __global__ static void __launch_bounds__(FA_ROWS)
         if (d < hs) dst[C + d] += dk[d] * scale, dst[2 * C + d] += dv[d];
 }
 
-template <int HS>
-static int flash_forward(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, ds_cu_act qkv, int B, int T,
-                         int C, int NH) {
+template <int HS, typename E>
+static int flash_forward(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, const void *qkv, int B,
+                         int T, int C, int NH) {
     int hs = C / NH;
     dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
-    flash_fwd_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(out, lse, qkv, T, C, NH, hs,
+    flash_fwd_k<HS, E><<<grid, FA_ROWS, 0, ctx->stream>>>(out, lse, qkv, T, C, NH, hs,
                                                       1.0f / sqrtf((float)hs));
     DS_CU_LAUNCHED(ctx, "flash attention forward");
     return 0;
 }
 
-template <int HS>
+template <int HS, typename E>
 static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, float *delta, const float *dout,
-                          ds_cu_act qkv, ds_cu_act out, const float *lse, int B, int T, int C,
+                          const void *qkv, ds_cu_act out, const float *lse, int B, int T, int C,
                           int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -214,10 +218,10 @@ static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, float *delta, const flo
                                                                         C, NH, hs);
     DS_CU_LAUNCHED(ctx, "flash attention backward (delta)");
     dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
-    flash_dq_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
+    flash_dq_k<HS, E><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
                                                      scale);
     DS_CU_LAUNCHED(ctx, "flash attention backward (dq)");
-    flash_dkv_k<HS><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
+    flash_dkv_k<HS, E><<<grid, FA_ROWS, 0, ctx->stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, hs,
                                                       scale);
     DS_CU_LAUNCHED(ctx, "flash attention backward (dk, dv)");
     return 0;
@@ -232,17 +236,41 @@ static int head_size_ok(ds_cuda_ctx *ctx, int C, int NH) {
     return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
 }
 
+template <typename E>
+static int forward_e(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, const void *qkv, int B, int T,
+                     int C, int NH) {
+    switch (head_size_ok(ctx, C, NH)) {
+    case -1: return -1;
+    case 16: return flash_forward<16, E>(ctx, out, lse, qkv, B, T, C, NH);
+    case 32: return flash_forward<32, E>(ctx, out, lse, qkv, B, T, C, NH);
+    case 64: return flash_forward<64, E>(ctx, out, lse, qkv, B, T, C, NH);
+    default: return flash_forward<128, E>(ctx, out, lse, qkv, B, T, C, NH);
+    }
+}
+
+template <typename E>
+static int backward_e(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                      const void *qkv, ds_cu_act out, const float *lse, int B, int T, int C,
+                      int NH) {
+    switch (head_size_ok(ctx, C, NH)) {
+    case -1: return -1;
+    case 16: return flash_backward<16, E>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    case 32: return flash_backward<32, E>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    case 64: return flash_backward<64, E>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    default: return flash_backward<128, E>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    }
+}
+
+// qkv's element type becomes a template argument here (its loads are the kernels' inner
+// loops); out is read or written once per element, through ds_cu_act
 static int forward_act(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, ds_cu_act qkv, int B,
                        int T, int C, int NH) {
     DS_CU_ARG(ctx, out.p && lse && qkv.p && B > 0 && T > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535); // grid.z and grid.y
-    switch (head_size_ok(ctx, C, NH)) {
-    case -1: return -1;
-    case 16: return flash_forward<16>(ctx, out, lse, qkv, B, T, C, NH);
-    case 32: return flash_forward<32>(ctx, out, lse, qkv, B, T, C, NH);
-    case 64: return flash_forward<64>(ctx, out, lse, qkv, B, T, C, NH);
-    default: return flash_forward<128>(ctx, out, lse, qkv, B, T, C, NH);
-    }
+    if (!qkv.is16) return forward_e<ds_cu_e32>(ctx, out, lse, qkv.p, B, T, C, NH);
+    if (qkv.h == DS_HALF_BF16)
+        return forward_e<ds_cu_e16<DS_HALF_BF16>>(ctx, out, lse, qkv.p, B, T, C, NH);
+    return forward_e<ds_cu_e16<DS_HALF_F16>>(ctx, out, lse, qkv.p, B, T, C, NH);
 }
 
 static int backward_act(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const float *dout,
@@ -251,13 +279,13 @@ static int backward_act(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const flo
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv.p && out.p && lse && B > 0 && T > 0 &&
                        NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
-    switch (head_size_ok(ctx, C, NH)) {
-    case -1: return -1;
-    case 16: return flash_backward<16>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    case 32: return flash_backward<32>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    case 64: return flash_backward<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    default: return flash_backward<128>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    }
+    if (!qkv.is16)
+        return backward_e<ds_cu_e32>(ctx, dqkv, scratch, dout, qkv.p, out, lse, B, T, C, NH);
+    if (qkv.h == DS_HALF_BF16)
+        return backward_e<ds_cu_e16<DS_HALF_BF16>>(ctx, dqkv, scratch, dout, qkv.p, out, lse, B,
+                                                   T, C, NH);
+    return backward_e<ds_cu_e16<DS_HALF_F16>>(ctx, dqkv, scratch, dout, qkv.p, out, lse, B, T,
+                                               C, NH);
 }
 
 extern "C" int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse,

@@ -3,6 +3,8 @@
 #ifndef DS_CUDA_HALF_MATH_CUH
 #define DS_CUDA_HALF_MATH_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "kernel_math.h"
@@ -33,6 +35,24 @@ struct ds_cu_act {
     __device__ void store(size_t i, float v) const {
         if (is16) ((uint16_t *)p)[i] = ds_cu_narrow(h, v);
         else ((float *)p)[i] = v;
+    }
+};
+
+// An element type fixed at compile time, for a kernel whose hot loops read an activation
+// (the flash attention's qkv tiles): ds_cu_act's runtime branch there cost registers the
+// kernels do not have (sm_90, -Xptxas -v: flash_dkv_k<64> spilled 1,268 bytes with it,
+// 428 as in fp32 without it). Widened by the hardware's conversions, exact as
+// ds_cu_widen's (the same value for every input but a NaN's payload), without the
+// software fp16 path's branches for subnormals, which alone cost flash_dkv_k<64> 412
+// bytes more spills (and the shifts of bf16's cost flash_dq_k<128> 1,232).
+struct ds_cu_e32 {
+    __device__ static float load(const void *p, size_t i) { return ((const float *)p)[i]; }
+};
+template <ds_half H> struct ds_cu_e16 {
+    __device__ static float load(const void *p, size_t i) {
+        uint16_t x = ((const uint16_t *)p)[i];
+        return H == DS_HALF_BF16 ? __bfloat162float(__ushort_as_bfloat16(x))
+                                 : __half2float(__ushort_as_half(x));
     }
 };
 
