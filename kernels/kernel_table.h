@@ -48,6 +48,20 @@ static inline size_t ds_matmul16_cols(size_t OC) {
  * and the head of a model with 16-bit logits gets their 16-bit gradient. */
 enum { DS_MM16_IN = 1, DS_MM16_OUT = 2 };
 
+/* The row stride (elements) of a chunk of k output-gradient columns copied into the
+ * workspace on cuda: k rounded up to 8, so every row starts 16-byte aligned (what
+ * cuBLASLt's tensor-core kernels load; Hopper's TMA refuses other strides) even for the
+ * last, odd chunk of GPT's 50,257 columns. */
+static inline size_t ds_matmul16_ld(size_t k) { return (k + 7) & ~(size_t)7; }
+
+/* Whether cuda's matmul16_backward copies each chunk of the output gradient into the
+ * workspace: an fp32 one always (rounded to 16 bits), a 16-bit one when its rows, OC
+ * elements apart, are not 16-byte aligned (OC % 8 != 0: GPT's head); otherwise it is read
+ * in place. */
+static inline int ds_matmul16_dout_copied(int io16, size_t OC) {
+    return !(io16 & DS_MM16_OUT) || OC % 8 != 0;
+}
+
 /* The bytes of workspace matmul16_forward (backward = 0) or _backward (1) needs for N
  * rows, C inputs, OC outputs and the activations io16 says are 16-bit, whatever pointers
  * are NULL: the planner (runtime/memplan) and the caller use the same number. K: the
@@ -57,10 +71,13 @@ static inline size_t ds_matmul16_workspace(ds_gemm16_form f, int backward, size_
     size_t K = ds_matmul16_cols(OC);
     int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
     /* cuBLASLt reads 16-bit activations as they are (a 16-bit output gradient chunk
-     * through its leading dimension) and writes a 16-bit output itself, its bias then in
-     * the output's type; the forward's one GEMM over all OC needs no N x OC part */
+     * through its leading dimension when its rows are aligned, else copied as an fp32
+     * one is rounded: ds_matmul16_dout_copied) and writes a 16-bit output itself, its
+     * bias then in the output's type; the forward's one GEMM over all OC needs no N x OC
+     * part */
     if (f == DS_GEMM16_HALF)
-        return backward ? (out16 ? 0 : ds_ws_part(2 * N * K)) + (in16 ? 0 : ds_ws_part(2 * N * C))
+        return backward ? (ds_matmul16_dout_copied(io16, OC) ? ds_ws_part(2 * N * ds_matmul16_ld(K)) : 0) +
+                              (in16 ? 0 : ds_ws_part(2 * N * C))
                         : (in16 ? 0 : ds_ws_part(2 * N * C)) + (out16 ? 0 : ds_ws_part(4 * OC));
     /* sgemm takes fp32 operands whatever the activations' type: the weight chunk's image
      * (backward: then its gradient once dinp's part is done), the input rounded or

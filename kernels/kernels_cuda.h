@@ -93,8 +93,10 @@ int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, ui
 /* 16-bit weight and bias, fp32 or 16-bit activations (io16: DS_MM16_*): kernel_table.h's
  * matmul16 pair (its semantics). fp32 inp and dout (one chunk of DS_MATMUL16_COLS columns
  * at a time) are rounded to 16 bits into ws (ds_matmul16_workspace's DS_GEMM16_HALF
- * bytes; NULL where those are 0), 16-bit ones read in place, then the GEMMs above with
- * fp32 results for dinp and an fp32 out, a 16-bit out written by the GEMM. */
+ * bytes; NULL where those are 0), 16-bit ones read in place (a 16-bit dout whose rows are
+ * not 16-byte aligned copied chunk by chunk there: ds_matmul16_dout_copied), then the
+ * GEMMs above with fp32 results for dinp and an fp32 out, a 16-bit out written by the
+ * GEMM. */
 int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, int io16,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
                              void *ws);

@@ -11,7 +11,8 @@
 #include "half_math.cuh"
 
 struct lt_key {
-    int m, n, k, lda, ldb, ldd, ta, tb, type, d_f32, epilogue, beta1, align, bias_align;
+    int m, n, k, lda, ldb, ldd, ta, tb, type, d_f32, epilogue, beta1;
+    int align_a, align_b, align_d, aux_align, bias_align;
 };
 
 struct lt_plan {
@@ -24,14 +25,16 @@ static lt_plan g_plans[LT_CACHE];
 static int g_nplans;
 static pthread_mutex_t g_plans_mu = PTHREAD_MUTEX_INITIALIZER;
 
-// the alignment cuBLASLt may assume of every operand: what the pointers really have
-static int align_of(const void *const *ptrs, int n) {
+// The alignment cuBLASLt may assume of a matrix: its pointer's and its columns' (ld_bytes
+// apart), whichever is less. The heuristic is told each matrix's own truth: a kernel
+// loading 16-byte vectors (Hopper's TMA needs 16-byte aligned addresses and strides,
+// cuda.h's cuTensorMapEncodeTiled) reads a misaligned row out of bounds or faults, and one
+// narrow matrix (the head's [N, 50,257] logits, rows 2 bytes aligned) must not narrow the
+// others' loads. A NULL pointer (no aux) is aligned.
+static int align_of(const void *p, size_t ld_bytes) {
+    uintptr_t u = (uintptr_t)p | (uintptr_t)ld_bytes;
     int a = 256;
-    for (int i = 0; i < n; i++) {
-        if (!ptrs[i]) continue;
-        uintptr_t u = (uintptr_t)ptrs[i];
-        while (a > 2 && (u & (uintptr_t)(a - 1))) a >>= 1;
-    }
+    while (a > 1 && (u & (uintptr_t)(a - 1))) a >>= 1;
     return a;
 }
 
@@ -61,13 +64,14 @@ struct lt_call {
 static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
     if (!ctx->lt) DS_CU_BLAS(ctx, cublasLtCreate(&ctx->lt));
     cudaDataType_t t = h == DS_HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const void *ptrs[4] = {c->A, c->B, c->D, c->aux};
-    // cublasLt.h: the heuristic reads the bias pointer's value for the alignment it
-    // assumes, so a plan made for an aligned bias must not serve a less aligned one
+    // cublasLt.h: the heuristic reads the bias and aux pointers' values for the alignment
+    // it assumes, so a plan made for aligned ones must not serve less aligned ones
     cudaDataType_t dt = c->d_f32 ? CUDA_R_32F : t;
     lt_key key = {c->m, c->n, c->k, c->lda, c->ldb, c->ldd, (int)c->ta, (int)c->tb, (int)t,
-                  c->d_f32, (int)c->epilogue, c->beta != 0.0f, align_of(ptrs, 4),
-                  align_of(&c->bias, 1)};
+                  c->d_f32, (int)c->epilogue, c->beta != 0.0f,
+                  align_of(c->A, (size_t)c->lda * 2), align_of(c->B, (size_t)c->ldb * 2),
+                  align_of(c->D, (size_t)c->ldd * (c->d_f32 ? 4 : 2)),
+                  align_of(c->aux, (size_t)c->aux_ld * 2), align_of(c->bias, 0)};
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -102,13 +106,21 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
         pthread_mutex_unlock(&g_plans_mu);
         if (!found) {
             uint64_t ws = ctx->blas_ws_bytes;
-            uint32_t al = (uint32_t)key.align;
+            uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b,
+                     al_d = (uint32_t)key.align_d;
+            // A split-K reduction "in place" or "in the output type" (cublasLt.h) would add
+            // a 16-bit D's partial sums in 16 bits: more than the one rounding per element
+            // the contract has (kernel_table.h), and the weight gradient's GEMM (k = the
+            // rows, m x n small) is where the heuristic splits K; partials in fp32 only
+            uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
             LT_CHECK(ctx, cublasLtMatmulPreferenceCreate(&pref));
             LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
-            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
-            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
-            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+            LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+            if (!c->d_f32)
+                LT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
             cublasLtMatmulHeuristicResult_t res;
             int n = 0;
             // no algorithm comes back as NOT_SUPPORTED as well as n == 0 (cublasLt.h)
@@ -121,11 +133,12 @@ static int lt_matmul(ds_cuda_ctx *ctx, ds_half h, const lt_call *c) {
             if (hs == CUBLAS_STATUS_NOT_SUPPORTED || n == 0) {
                 rc = DS_CU_FAIL(ctx,
                                 "cuBLASLt has no algorithm for %dx%dx%d (op %c%c, %s in, %s out, "
-                                "epilogue %d, beta %g, alignment %d bytes)",
+                                "epilogue %d, beta %g, alignment A %d B %d D %d bytes)",
                                 c->m, c->n, c->k, c->ta == CUBLAS_OP_T ? 'T' : 'N',
                                 c->tb == CUBLAS_OP_T ? 'T' : 'N',
                                 t == CUDA_R_16BF ? "bf16" : "fp16", c->d_f32 ? "fp32" : "16-bit",
-                                (int)c->epilogue, (double)c->beta, key.align);
+                                (int)c->epilogue, (double)c->beta, key.align_a, key.align_b,
+                                key.align_d);
                 goto done;
             }
             algo = res.algo;
@@ -247,30 +260,40 @@ extern "C" int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, 
     return lt_matmul(ctx, h, &c);
 }
 
-// d[n, j] = round16(dout[n, o0 + j]) for j < K: a chunk of the output gradient's columns
-__global__ static void round_cols_k(ds_half h, uint16_t *d, const float *dout, int N, int OC,
+__device__ static uint16_t to16(ds_half h, float x) { return ds_cu_narrow(h, x); }
+__device__ static uint16_t to16(ds_half, uint16_t x) { return x; }
+
+// d[n * ld + j] = round16(dout[n, o0 + j]) for j < K: a chunk of the output gradient's
+// columns (fp32 rounded, or 16-bit copied), its rows ld apart
+template <typename S>
+__global__ static void chunk_cols_k(ds_half h, uint16_t *d, int ld, const S *dout, int N, int OC,
                                     int o0, int K) {
-    GRID_STRIDE(i, (size_t)N * K) d[i] = ds_cu_narrow(h, dout[i / K * OC + o0 + i % K]);
+    GRID_STRIDE(i, (size_t)N * K) d[i / K * ld + i % K] = to16(h, dout[i / K * OC + o0 + i % K]);
 }
 
-// In chunks of DS_MATMUL16_COLS output columns (kernel_table.h), as the CPU reference: an
-// fp32 output gradient's chunk rounded into the workspace, a 16-bit one read in place
-// (its rows OC apart: the chunk's leading dimension).
+// In chunks of DS_MATMUL16_COLS output columns (kernel_table.h), as the CPU reference. A
+// chunk's 16-bit output gradient is read in place (rows OC apart: its leading dimension)
+// when its rows are 16-byte aligned (OC % 8 == 0, as ds_matmul16_workspace assumes);
+// otherwise it goes through the workspace as an fp32 one's rounded chunk does, rows
+// ds_matmul16_ld(k) apart. GPT's head (OC = 50,257) is the case: its rows in place are 2
+// bytes aligned, which keeps the two largest GEMMs of the step off Hopper's TMA kernels
+// (16-byte strides), while the copy costs one pass over 2 * N * OC bytes.
 extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
                                          uint16_t *dweight, uint16_t *dbias, const void *dout,
                                          const void *inp, int io16, const uint16_t *weight,
                                          int N, int C, int OC, void *ws) {
     int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
+    int copy = ds_matmul16_dout_copied(io16, (size_t)OC);
     DS_CU_ARG(ctx, dout && N > 0 && C > 0 && OC > 0);
-    DS_CU_ARG(ctx, ws || (out16 && (in16 || !dweight)));
+    DS_CU_ARG(ctx, ws || (!copy && (in16 || !dweight)));
     DS_CU_ARG(ctx, !dinp || weight);
     DS_CU_ARG(ctx, !dweight || inp);
     int K = (int)ds_matmul16_cols((size_t)OC);
     char *at = (char *)ws;
     uint16_t *d = NULL;
-    if (!out16) {
+    if (copy) {
         d = (uint16_t *)at;
-        at += ds_ws_part((size_t)N * K * 2);
+        at += ds_ws_part((size_t)N * ds_matmul16_ld((size_t)K) * 2);
     }
     const uint16_t *x = (const uint16_t *)inp;
     if (dweight && !in16) {
@@ -282,12 +305,17 @@ extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *din
         int k = OC - o0 < K ? OC - o0 : K;
         const uint16_t *dc = (const uint16_t *)dout + o0;
         int ldo = OC;
-        if (!out16) {
+        if (copy) {
             size_t n = (size_t)N * k;
-            round_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(
-                h, d, (const float *)dout, N, OC, o0, k);
+            ldo = (int)ds_matmul16_ld((size_t)k);
+            if (out16)
+                chunk_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(
+                    h, d, ldo, (const uint16_t *)dout, N, OC, o0, k);
+            else
+                chunk_cols_k<<<ds_cu_blocks(n), DS_CU_THREADS, 0, ctx->stream>>>(
+                    h, d, ldo, (const float *)dout, N, OC, o0, k);
             DS_CU_LAUNCHED(ctx, "matmul16 output gradient chunk to 16 bits");
-            dc = d, ldo = k;
+            dc = d;
         }
         if (dinp) { // dinp[N,C] += dout16[N,k] @ W[o0:o0+k, C], in fp32
             lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, k, weight + (size_t)o0 * C, dc, dinp, C,

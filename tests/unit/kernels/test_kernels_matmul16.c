@@ -208,16 +208,29 @@ static void test_workspace_bounded(void **state) {
     assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, 3072, 0),
                      4 * 3072 * C + 4 * N * C + 4 * 3072 + 4 * N * 3072);
     /* 16-bit logits: the head's 16-bit output is one chunk's fp32 part on cpu and sim,
-     * nothing on cuda, which reads a 16-bit input and output gradient in place */
+     * nothing on cuda, which reads a 16-bit input as it is; its 16-bit output gradient,
+     * rows V = 50,257 elements (2 bytes aligned) apart, goes through the chunk's part on
+     * cuda as an fp32 one does */
     int io = DS_MM16_IN | DS_MM16_OUT;
     assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 0, N, C, V, io),
                      4 * K * C + 4 * N * C + 4 * K + 4 * N * K);
     assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V, io),
                      ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, V, 0));
     assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 0, N, C, V, io), 0);
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, io), 0);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, io), 2 * N * K);
     assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 0, N, C, V, DS_MM16_IN), ds_ws_part(4 * V));
-    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, DS_MM16_OUT), 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, V, DS_MM16_OUT), 2 * N * K + 2 * N * C);
+    /* rows 16-byte aligned (OC % 8 == 0): read in place on cuda */
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 50304, io), 0);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 3072, io), 0);
+    /* a copied chunk's rows are padded to 8 elements (16 bytes) on cuda: OC = 37 in one
+     * chunk takes 40 columns a row; cpu and sim unchanged */
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 37, io), 2 * N * 40);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_HALF, 1, N, C, 37, 0), 2 * N * 40 + 2 * N * C);
+    assert_int_equal(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, 37, 0),
+                     ds_ws_part(4 * 37 * C) + 4 * N * C + ds_ws_part(4 * 37) + ds_ws_part(4 * N * 37));
+    assert_int_equal(ds_matmul16_ld(1105), 1112); /* the head's last chunk: 50,257 - 12 * 4096 */
+    assert_int_equal(ds_matmul16_ld(4096), 4096);
 }
 
 /* 16-bit activations give the bits of the fp32 composition they replace: a 16-bit input
