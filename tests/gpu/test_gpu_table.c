@@ -326,12 +326,15 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
 
 /* cross-entropy over 16-bit logits against the CPU's: losses and sum in fp32 as
  * test_loss's, d(logits) within one unit in the last place of the 16-bit type (the
- * rounding of two fp32 values within test_loss's tolerance); forward alone, backward
- * alone and both in place over the logits, as the criterion calls them */
-static void test_loss16(ds_half h, int N, int V) {
+ * rounding of two fp32 values within test_loss's tolerance, scaled as the gradient is);
+ * forward alone, backward alone and both in place over the logits, as the criterion calls
+ * them. scale: the fp16 loss scale in dloss = scale / N (gradients up to that, so fp16's
+ * range is in play: 65,536 / 64 rows puts them at 1,024) */
+static void test_loss16(ds_half h, int N, int V, float scale) {
     char what[96];
     const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
-#define NAME(s) (snprintf(what, sizeof what, "table %s %s %dx%d", s, hn, N, V), what)
+#define NAME(s) (snprintf(what, sizeof what, "table %s %s %dx%d scale %g", s, hn, N, V, \
+                          (double)scale), what)
     size_t nv = (size_t)N * V;
     float *lgf = rnd(nv, -8, 8), *ls = gh_alloc((size_t)N * 4);
     uint16_t *lg = gh_alloc(nv * 2), *dl = gh_alloc(nv * 2);
@@ -345,12 +348,13 @@ static void test_loss16(ds_half h, int N, int V) {
     close_f(NAME("crossentropy16 forward losses"), LS, ls, N, 1e-5f, 1e-5f);
     close_double(NAME("crossentropy16 forward sum"), SUM, sum, 1e-5);
     void *DL = up(lg, nv * 2);
-    CPU->crossentropy16(h, NULL, dl, lg, tg, 1.0f / N, N, V, NULL);
-    DEV->crossentropy16(h, NULL, DL, DL, TG, 1.0f / N, N, V, NULL); /* backward in place */
-    close_half_abs(NAME("crossentropy16 backward in place"), h, DL, dl, nv, 1e-7f);
-    CPU->crossentropy16(h, ls, lg, lg, tg, 1.0f / N, N, V, &sum);
-    DEV->crossentropy16(h, LS, LG, LG, TG, 1.0f / N, N, V, SUM); /* both, in place */
-    close_half_abs(NAME("crossentropy16 in place"), h, LG, lg, nv, 1e-7f);
+    float dloss = scale / (float)N;
+    CPU->crossentropy16(h, NULL, dl, lg, tg, dloss, N, V, NULL);
+    DEV->crossentropy16(h, NULL, DL, DL, TG, dloss, N, V, NULL); /* backward in place */
+    close_half_abs(NAME("crossentropy16 backward in place"), h, DL, dl, nv, 1e-7f * scale);
+    CPU->crossentropy16(h, ls, lg, lg, tg, dloss, N, V, &sum);
+    DEV->crossentropy16(h, LS, LG, LG, TG, dloss, N, V, SUM); /* both, in place */
+    close_half_abs(NAME("crossentropy16 in place"), h, LG, lg, nv, 1e-7f * scale);
     close_f(NAME("crossentropy16 in place losses"), LS, ls, N, 1e-5f, 1e-5f);
     close_double(NAME("crossentropy16 in place sum"), SUM, sum, 1e-5);
 #undef NAME
@@ -668,9 +672,21 @@ int main(void) {
         test_dense16_io(DS_HALF_BF16, 64, 48, 40, io);
         test_dense16_io(DS_HALF_F16, 1000, 768, 3072, io);
     }
-    /* GPT's head with 16-bit logits: 16-bit input, output and output gradient */
+    /* GPT's head with 16-bit logits: 16-bit input, output and output gradient; the
+     * output gradient's rows (50,257 elements) are 2 bytes aligned, so it is copied chunk
+     * by chunk into rows padded to 8 elements (the last chunk's 1,105 to 1,112) */
     test_dense16_io(DS_HALF_BF16, 64, 768, 50257, DS_MM16_IN | DS_MM16_OUT);
     test_dense16_io(DS_HALF_F16, 512, 768, 50257, DS_MM16_IN | DS_MM16_OUT);
+    /* rows 16-byte aligned and more than one chunk: read in place through ld = 8,200,
+     * the last chunk's 8 columns at an offset of 8,192 elements */
+    test_dense16_io(DS_HALF_BF16, 64, 64, 8200, DS_MM16_IN | DS_MM16_OUT);
+    /* an odd OC inside one chunk: an fp32 or a 16-bit output gradient copied with its
+     * rows padded (37 -> 40), a 16-bit output written with ld = 37 */
+    test_dense16_io(DS_HALF_BF16, 64, 48, 37, 0);
+    test_dense16_io(DS_HALF_F16, 64, 48, 37, DS_MM16_IN | DS_MM16_OUT);
+    /* the weight gradient's GEMM with m x n small and k = N large, where the heuristic
+     * splits K: its partial sums must add in fp32, not in the 16-bit D (one rounding) */
+    test_dense16_io(DS_HALF_BF16, 16384, 64, 64, DS_MM16_IN | DS_MM16_OUT);
     test_f16_overflow();
     test_embedding(1024, 768, 1000);
     test_params16(DS_HALF_BF16, 1024, 768, 1000, 4, 256);
@@ -686,11 +702,16 @@ int main(void) {
     test_acts16(DS_HALF_BF16, 2, 64, 128, 4);  /* head size 32 */
     test_acts16(DS_HALF_F16, 1, 300, 128, 2);  /* head size 64, T past the backward's chunks */
     test_acts16(DS_HALF_BF16, 2, 67, 256, 2);  /* head size 128 */
+    /* the flash kernels are instantiated per element type and head size: GPT-2's head
+     * size 64 in bf16, and 128 in fp16 */
+    test_acts16(DS_HALF_BF16, 1, 300, 128, 2);
+    test_acts16(DS_HALF_F16, 2, 67, 256, 2);
     test_loss(64, 50257);
     test_loss(7, 5);
-    test_loss16(DS_HALF_BF16, 64, 50257);
-    test_loss16(DS_HALF_F16, 64, 50257);
-    test_loss16(DS_HALF_BF16, 7, 5);
+    test_loss16(DS_HALF_BF16, 64, 50257, 1.0f);
+    test_loss16(DS_HALF_F16, 64, 50257, 1.0f);
+    test_loss16(DS_HALF_F16, 64, 50257, 65536.0f); /* fp16 with the loss scaler's start */
+    test_loss16(DS_HALF_BF16, 7, 5, 1.0f);
     test_dropout(1000003, 0.1f);
     test_optim(1000003);
     test_half(DS_HALF_BF16, 1000003);
