@@ -2,7 +2,11 @@
  *   1. cuBLAS GEMM TFLOP/s on every GEMM of a training step (forward, dinp, dweight) in
  *      fp32 (what ds_cuda_matmul_* run by default), TF32 tensor cores, and bf16 inputs
  *      with fp32 output and accumulation (cublasGemmEx); one step's GEMM time at each.
- *   2. The time of each ds_cuda_* kernel per call (B x T tokens).
+ *   2. The time of each ds_cuda_* kernel per call (B x T tokens), with the 16-bit head
+ *      (bf16 logits) at V = 50,257 and at llm.c's padded 50,304 (rows 16-byte aligned:
+ *      forward D and backward d(logits) in place, against the odd V's 2-byte aligned D
+ *      and chunk copies), the 16-bit cross-entropy, and the flash attention in fp32 and
+ *      bf16.
  * Times are CUDA events around R back-to-back calls after one warm-up, best of 3.
  * Prints a table, then one JSON object per line per measured configuration.
  * Usage: bench_gpu [--B N] [--T N] [--reps N] [--only gemm|kernels] */
@@ -13,6 +17,7 @@
 #include <string.h>
 
 #include "ds_gpu.h"
+#include "kernel_table.h" /* DS_MM16_*, ds_matmul16_workspace */
 #include "kernels_cuda.h"
 
 enum { V = 50257, L = 12, NH = 12, C = 768 };
@@ -198,6 +203,9 @@ typedef struct kbufs {
     float *param, *grad, *m, *v;                        /* n_params */
     uint16_t *half;
     double *dsum;
+    uint16_t *x16, *w16, *dw16, *logits16, *qkv16, *out16; /* the 16-bit cases */
+    float *lse;
+    void *ws16;
     size_t n_params;
 } kbufs;
 
@@ -240,6 +248,41 @@ static void k_ce_fused(void *a) {
     OK(ds_cuda_crossentropy_forward_backward(g_ctx, K.losses, K.logits, K.logits, K.targets,
                                              1.0f / K.N, K.N, V, NULL));
 }
+/* the head with 16-bit input and logits, V columns (a = &V) */
+static void k_head16_fwd(void *a) {
+    int v = *(const int *)a;
+    OK(ds_cuda_matmul16_forward(g_ctx, DS_HALF_BF16, K.logits16, K.x16, DS_MM16_IN | DS_MM16_OUT,
+                                K.w16, NULL, K.N, C, v, K.ws16));
+}
+static void k_head16_bwd(void *a) {
+    int v = *(const int *)a;
+    OK(ds_cuda_matmul16_backward(g_ctx, DS_HALF_BF16, K.dx, K.dw16, NULL, K.logits16, K.x16,
+                                 DS_MM16_IN | DS_MM16_OUT, K.w16, K.N, C, v, K.ws16));
+}
+static void k_ce16(void *a) {
+    (void)a;
+    OK(ds_cuda_crossentropy16(g_ctx, DS_HALF_BF16, K.losses, K.logits16, K.logits16, K.targets,
+                              1.0f / K.N, K.N, V));
+}
+static void k_flash_fwd(void *a) {
+    (void)a;
+    OK(ds_cuda_flash_attention_forward(g_ctx, K.y, K.lse, K.qkv, K.B, K.T, C, NH));
+}
+static void k_flash_bwd(void *a) {
+    (void)a;
+    OK(ds_cuda_flash_attention_backward(g_ctx, K.dqkv, K.scratch, K.x, K.qkv, K.y, K.lse, K.B,
+                                        K.T, C, NH));
+}
+static void k_flash16_fwd(void *a) {
+    (void)a;
+    OK(ds_cuda_flash_attention16_forward(g_ctx, DS_HALF_BF16, K.out16, K.lse, K.qkv16, K.B, K.T,
+                                         C, NH, 1, 1));
+}
+static void k_flash16_bwd(void *a) {
+    (void)a;
+    OK(ds_cuda_flash_attention16_backward(g_ctx, DS_HALF_BF16, K.dqkv, K.scratch, K.x, K.qkv16,
+                                          K.out16, K.lse, K.B, K.T, C, NH, 1, 1));
+}
 static void k_embed_fwd(void *a) {
     (void)a;
     OK(ds_cuda_embedding_forward(g_ctx, K.y, K.ids, K.wte, K.N, C));
@@ -270,7 +313,9 @@ static void k_to_bf16(void *a) {
 typedef struct kernel_case {
     const char *name;
     bench_fn fn;
-    double bytes; /* main memory traffic per call (reads + writes), for GB/s; 0 = n/a */
+    double bytes;      /* the traffic GB/s is figured from; 0: none clear */
+    const void *arg;   /* fn's argument */
+    double flop;       /* a GEMM's FLOPs, for TFLOP/s; 0: not a GEMM */
 } kernel_case;
 
 static void bench_kernels(int B, int T) {
@@ -302,33 +347,57 @@ static void bench_kernels(int B, int T) {
     K.m = drand(K.n_params, 0.01f), K.v = dalloc(K.n_params * 4);
     OK(ds_cuda_memset0(g_ctx, K.v, K.n_params * 4));
     K.half = dalloc(K.n_params * 2), K.dsum = dalloc(sizeof(double));
+    /* 16-bit cases: contents do not matter to the time but must be finite (zeros are) */
+    enum { VP = 50304 };
+    K.x16 = dalloc(NC * 2), K.w16 = dalloc((size_t)VP * C * 2), K.dw16 = dalloc((size_t)VP * C * 2);
+    K.logits16 = dalloc((size_t)N * VP * 2), K.qkv16 = dalloc(3 * NC * 2), K.out16 = dalloc(NC * 2);
+    K.lse = dalloc((size_t)B * NH * T * 4);
+    OK(ds_cuda_memset0(g_ctx, K.x16, NC * 2));
+    OK(ds_cuda_memset0(g_ctx, K.w16, (size_t)VP * C * 2));
+    OK(ds_cuda_memset0(g_ctx, K.logits16, (size_t)N * VP * 2));
+    OK(ds_cuda_memset0(g_ctx, K.qkv16, 3 * NC * 2));
+    size_t ws16 = ds_matmul16_workspace(DS_GEMM16_HALF, 1, (size_t)N, C, V, DS_MM16_IN | DS_MM16_OUT);
+    K.ws16 = dalloc(ws16 ? ws16 : 256);
+    static const int v_odd = V, v_pad = VP;
+    double head_flop = 2.0 * N * C * (double)V;
     double P = (double)K.n_params;
     const kernel_case cases[] = {
-        {"layernorm_fwd", k_layernorm_fwd, 8.0 * NC},
-        {"layernorm_bwd", k_layernorm_bwd, 4 * 3.0 * NC + 4.0 * NC},
-        {"matmul_dbias", k_matmul_dbias, 4.0 * NC},
-        {"gelu_fwd", k_gelu_fwd, 2 * 4 * 4.0 * NC},
-        {"gelu_bwd", k_gelu_bwd, 3 * 4 * 4.0 * NC},
-        {"residual_add", k_residual, 3 * 4.0 * NC},
-        {"attention_fwd", k_attention_fwd, 0},
-        {"attention_bwd", k_attention_bwd, 0},
-        {"crossentropy_fused", k_ce_fused, 2 * 4.0 * N * (double)V},
-        {"embedding_fwd", k_embed_fwd, 8.0 * NC},
-        {"embedding_bwd", k_embed_bwd, 0},
-        {"dropout_fwd", k_dropout, 8.0 * NC},
-        {"adamw_124M", k_adamw, 4 * 7.0 * P},
-        {"sumsq_124M", k_sumsq, 4.0 * P},
-        {"f32_to_bf16_124M", k_to_bf16, 6.0 * P},
+        {"layernorm_fwd", k_layernorm_fwd, 8.0 * NC, NULL, 0},
+        {"layernorm_bwd", k_layernorm_bwd, 4 * 3.0 * NC + 4.0 * NC, NULL, 0},
+        {"matmul_dbias", k_matmul_dbias, 4.0 * NC, NULL, 0},
+        {"gelu_fwd", k_gelu_fwd, 2 * 4 * 4.0 * NC, NULL, 0},
+        {"gelu_bwd", k_gelu_bwd, 3 * 4 * 4.0 * NC, NULL, 0},
+        {"residual_add", k_residual, 3 * 4.0 * NC, NULL, 0},
+        {"attention_fwd", k_attention_fwd, 0, NULL, 0},
+        {"attention_bwd", k_attention_bwd, 0, NULL, 0},
+        {"crossentropy_fused", k_ce_fused, 2 * 4.0 * N * (double)V, NULL, 0},
+        {"crossentropy16_bf16", k_ce16, 2 * 2.0 * N * (double)V, NULL, 0},
+        {"head16_fwd_V50257", k_head16_fwd, 0, &v_odd, head_flop},
+        {"head16_fwd_V50304", k_head16_fwd, 0, &v_pad, head_flop * VP / V},
+        {"head16_bwd_V50257", k_head16_bwd, 0, &v_odd, 2 * head_flop},
+        {"head16_bwd_V50304", k_head16_bwd, 0, &v_pad, 2 * head_flop * VP / V},
+        {"flash_fwd_f32", k_flash_fwd, 0, NULL, 0},
+        {"flash_bwd_f32", k_flash_bwd, 0, NULL, 0},
+        {"flash_fwd_bf16", k_flash16_fwd, 0, NULL, 0},
+        {"flash_bwd_bf16", k_flash16_bwd, 0, NULL, 0},
+        {"embedding_fwd", k_embed_fwd, 8.0 * NC, NULL, 0},
+        {"embedding_bwd", k_embed_bwd, 0, NULL, 0},
+        {"dropout_fwd", k_dropout, 8.0 * NC, NULL, 0},
+        {"adamw_124M", k_adamw, 4 * 7.0 * P, NULL, 0},
+        {"sumsq_124M", k_sumsq, 4.0 * P, NULL, 0},
+        {"f32_to_bf16_124M", k_to_bf16, 6.0 * P, NULL, 0},
     };
     printf("\nds_cuda kernels (B=%d T=%d, gpt2-124M widths), %d calls per timing\n", B, T, g_reps);
     printf("%-20s %10s %10s\n", "kernel", "ms/call", "GB/s");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        double ms = time_ms(cases[i].fn, NULL);
+        double ms = time_ms(cases[i].fn, (void *)cases[i].arg);
         double gbs = cases[i].bytes > 0 ? cases[i].bytes / (ms * 1e-3) / 1e9 : 0.0;
-        printf("%-20s %10.4f %10.1f\n", cases[i].name, ms, gbs);
-        printf("{\"bench\":\"cuda_kernel\",\"model\":\"gpt2-124M\",\"kernel\":\"%s\",\"B\":%d,"
-               "\"T\":%d,\"ms\":%.5f,\"gb_per_s\":%.1f}\n",
-               cases[i].name, B, T, ms, gbs);
+        double tfs = cases[i].flop > 0 ? cases[i].flop / (ms * 1e-3) / 1e12 : 0.0;
+        printf("%-20s %10.4f %10.1f", cases[i].name, ms, gbs);
+        if (tfs > 0) printf(" %8.1f TFLOP/s", tfs);
+        printf("\n{\"bench\":\"cuda_kernel\",\"model\":\"gpt2-124M\",\"kernel\":\"%s\",\"B\":%d,"
+               "\"T\":%d,\"ms\":%.5f,\"gb_per_s\":%.1f,\"tflop_per_s\":%.1f}\n",
+               cases[i].name, B, T, ms, gbs, tfs);
     }
 }
 
