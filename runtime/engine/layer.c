@@ -76,9 +76,11 @@ void ds_layer_free(ds_layer *l) {
     free(l);
 }
 
-void ds_layer_release(ds_layer *l) {
-    for (int i = 0; i < l->nchild; i++) ds_layer_release(l->child[i]);
-    if (!l->out_borrowed) ds_tensor_release(l->out);
+void ds_layer_release(ds_layer *l) { ds_layer_release_but(l, NULL); }
+
+void ds_layer_release_but(ds_layer *l, const ds_layer *keep) {
+    for (int i = 0; i < l->nchild; i++) ds_layer_release_but(l->child[i], keep);
+    if (!l->out_borrowed && l != keep) ds_tensor_release(l->out);
     for (int i = 0; i < DS_LAYER_MAX_BUFS; i++) ds_tensor_release(l->buf[i]);
     if (l->gbuf)
         for (int i = 0; i < l->nchild; i++) ds_tensor_release(l->gbuf[i]);
@@ -309,6 +311,19 @@ void ds_layer_plan_last(ds_layer *root, ds_dtype h) {
 int ds_layer_any_half(const ds_layer *l, ds_dtype h) {
     (void)l, (void)h;
     return 1;
+}
+
+int ds_layer_yes(const ds_layer *l) {
+    (void)l;
+    return 1;
+}
+
+ds_layer *ds_layer_trailing(ds_layer *l) {
+    while (is_sequential(l)) {
+        if (!l->nchild) return NULL;
+        l = l->child[l->nchild - 1];
+    }
+    return l;
 }
 
 const float *ds_in_f32(const ds_tensor *in, void *ws) {

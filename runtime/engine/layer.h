@@ -66,6 +66,12 @@ typedef struct ds_layer_ops {
      * (takes_half). NULL: never (the output and the input stay fp32). */
     int (*emits_half)(const ds_layer *l, ds_dtype h);
     int (*takes_half)(const ds_layer *l, ds_dtype h);
+    /* 1: this layer's backward needs nothing of its forward but its input (and its
+     * parameters), never l->out's values nor a saved buffer, and l->out is a tensor of
+     * its own (not its input, not a buffer). A checkpoint span ending with it then keeps
+     * l->out as the span's output (no copy) and does not run this layer's forward again
+     * before its backward (layer_containers.c). NULL: no. */
+    int (*input_only)(const ds_layer *l);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -131,6 +137,9 @@ int ds_layer_tie_param(ds_layer *l, int slot, ds_param *p, ds_err *err);
 void ds_layer_free(ds_layer *l); /* the whole subtree; not tied params */
 /* Frees every activation buffer of the subtree (checkpointing, or end of training). */
 void ds_layer_release(ds_layer *l);
+/* The same, but for keep's output (a layer of the subtree, or NULL): what a checkpoint
+ * span keeps as its output. */
+void ds_layer_release_but(ds_layer *l, const ds_layer *keep);
 /* Frees the layer workspace: a native 16-bit layer's kernel workspace, or the fp32 images
  * of a layer whose parameters mix formats (it comes back with the next such layer). */
 void ds_layer_images_free(void);
@@ -162,6 +171,11 @@ void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision);
 void ds_layer_plan_last(ds_layer *root, ds_dtype h);
 /* emits_half / takes_half of a layer without parameters (GELU, Attention): any format */
 int ds_layer_any_half(const ds_layer *l, ds_dtype h);
+/* input_only of the kinds whose answer is always yes */
+int ds_layer_yes(const ds_layer *l);
+/* The layer whose output leaves l, through nested Sequentials only (l itself for any
+ * other layer; NULL for an empty Sequential): a checkpoint span's trailing layer. */
+ds_layer *ds_layer_trailing(ds_layer *l);
 /* in's values as fp32: in's own data, or them widened into ws (numel floats, exact) */
 const float *ds_in_f32(const ds_tensor *in, void *ws);
 /* Where a layer computes its output in fp32: l->out itself, or ws (numel floats) when

@@ -1,5 +1,6 @@
 /* Containers: sequential (children in order), residual (x + f(x)) and checkpoint (keeps
- * only its input; recomputes the inner activations in backward). */
+ * only its input and its output; recomputes the inner activations in backward). Containers
+ * answer no to input_only: their backward needs their children's forward state. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,7 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
-                                        NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -75,7 +76,7 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
-                                      NULL, NULL};
+                                      NULL, NULL, NULL};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -89,9 +90,24 @@ static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
 
 ds_layer *ds_residual_new(ds_layer *inner, ds_err *err) { return wrap(&RESIDUAL, inner, err); }
 
+/* The span's trailing layer when the span keeps that layer's output as its own: its
+ * backward needs only its input (ops->input_only), so the output need not be copied out
+ * of the span nor the layer run again before its backward (for GPT's head, the logits:
+ * one [B.T, V] buffer fewer, and the model's largest GEMM not run twice). NULL: the span
+ * copies its output and recomputes all of itself. */
+static ds_layer *kept_layer(ds_layer *l) {
+    ds_layer *t = ds_layer_trailing(l->child[0]);
+    return t && t->ops->input_only && t->ops->input_only(t) ? t : NULL;
+}
+
 static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
-    ds_layer *f = l->child[0];
+    ds_layer *f = l->child[0], *t = kept_layer(l);
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
+    if (t) { /* the output stays t's: its next forward, or ds_layer_release, frees it */
+        borrow_out(l, t->out);
+        ds_layer_release_but(f, t);
+        return 0;
+    }
     const ds_tensor *o = f->out;
     if (ds_tensor_ensure(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
     ds_device *d = ds_tensor_device(l->out);
@@ -100,17 +116,34 @@ static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
+/* The span's forward again up to, not including, its kept trailing layer t: through the
+ * Sequentials that lead to t, all their children but the last. t keeps its input
+ * shape of the forward; its input is the recomputed output before it. */
+static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const ds_tensor *in,
+                         ds_err *err) {
+    while (f != t) {
+        for (int i = 0; i + 1 < f->nchild; i++) {
+            if (ds_layer_forward(f->child[i], r, in, err) != 0) return -1;
+            in = f->child[i]->out;
+        }
+        f = f->child[f->nchild - 1];
+    }
+    return 0;
+}
+
 static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                                const ds_tensor *dout, ds_tensor *din, ds_err *err) {
-    ds_layer *f = l->child[0];
+    ds_layer *f = l->child[0], *t = kept_layer(l);
     /* Same run keys as the forward: the recomputation is exact (dropout included). */
-    int rc = ds_layer_forward(f, r, in, err);
+    int rc = t ? forward_until(f, t, r, in, err) : ds_layer_forward(f, r, in, err);
     if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, err);
-    ds_layer_release(f);
+    /* the kept output stays, as a copy would: the span's output holds its gradient
+     * after backward when the criterion wrote it there (the logits) */
+    ds_layer_release_but(f, t);
     return rc;
 }
 
 static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
-                                        NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

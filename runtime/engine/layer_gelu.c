@@ -38,7 +38,8 @@ static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, cons
     return 0;
 }
 
+/* input_only: backward reads the input, not the output */
 static const ds_layer_ops GELU = {"GELU", gelu_forward, gelu_backward, NULL, ds_layer_any_half,
-                                  ds_layer_any_half};
+                                  ds_layer_any_half, ds_layer_yes};
 
 ds_layer *ds_gelu_new(ds_err *err) { return ds_layer_alloc(&GELU, err); }

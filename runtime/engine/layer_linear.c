@@ -86,8 +86,9 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
+/* input_only: backward reads the input, the weight and the output gradient */
 static const ds_layer_ops LINEAR = {"Linear", linear_forward, linear_backward, native_half,
-                                    half_io, half_io};
+                                    half_io, half_io, ds_layer_yes};
 
 ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err) {
     if (in_dim < 1 || out_dim < 1)

@@ -208,12 +208,32 @@ static void images(sim *S, const mp_node *n, const mp_shape *in, int grads) {
     S->images_bytes = need;
 }
 
-static void release(sim *S, mp_node *n) {
-    for (int i = 0; i < n->nkids; i++) release(S, n->kids[i]);
-    if (n->kind != MP_SEQUENTIAL && n->kind != MP_DROPOUT) drop(S, &n->out);
+/* ds_layer_release_but (ds_layer_release: keep NULL) */
+static void release(sim *S, mp_node *n, const mp_node *keep) {
+    for (int i = 0; i < n->nkids; i++) release(S, n->kids[i], keep);
+    if (n->kind != MP_SEQUENTIAL && n->kind != MP_DROPOUT && n != keep) drop(S, &n->out);
     for (int i = 0; i < MP_MAX_BUFS; i++) drop(S, &n->buf[i]);
     if (n->gbuf)
         for (int i = 0; i < n->nkids; i++) drop(S, &n->gbuf[i]);
+}
+
+/* layer_containers.c's kept_layer: the span's trailing layer (ds_layer_trailing: through
+ * Sequentials) when its output is the span's own, else NULL */
+static mp_node *kept_layer(mp_node *ck) {
+    mp_node *t = ck->kids[0];
+    while (t->kind == MP_SEQUENTIAL) {
+        if (!t->nkids) return NULL;
+        t = t->kids[t->nkids - 1];
+    }
+    return t->input_only ? t : NULL;
+}
+
+/* A slot held on from one line into another (a span's kept output): no byte moves. */
+static void relabel(sim *S, mp_slot *sl, ds_mp_line line) {
+    if (!sl->live || sl->line == line) return;
+    size_t bytes = sl->bytes;
+    drop(S, sl);
+    take(S, sl, bytes, line);
 }
 
 static void count(sim *S, double flops) {
@@ -300,14 +320,29 @@ static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *e
         n->out_shape = *in;
         ensure(S, &n->out, f32_bytes(in), kept);
         return 0;
-    case MP_CHECKPOINT:
+    case MP_CHECKPOINT: {
+        mp_node *t = kept_layer(n);
         if (forward(S, n->kids[0], in, 1, err) != 0) return -1;
         n->out_shape = n->kids[0]->out_shape;
-        ensure(S, &n->out, act_bytes(&n->out_shape), kept); /* a copy in the same type */
-        release(S, n->kids[0]);
+        if (t) relabel(S, &t->out, kept); /* the span's output is t's */
+        else ensure(S, &n->out, act_bytes(&n->out_shape), kept); /* a copy in the same type */
+        release(S, n->kids[0], t);
         return 0;
+    }
     default: return forward_leaf(S, n, in, kept, err);
     }
+}
+
+/* layer_containers.c's forward_until: the span again up to its kept layer t */
+static int forward_until(sim *S, mp_node *f, const mp_node *t, const mp_shape *in, ds_err *err) {
+    while (f != t) {
+        for (int i = 0; i + 1 < f->nkids; i++) {
+            if (forward(S, f->kids[i], in, 1, err) != 0) return -1;
+            in = &f->kids[i]->out_shape;
+        }
+        f = f->kids[f->nkids - 1];
+    }
+    return 0;
 }
 
 /* ds_layer_backward and the containers' backward; din: a gradient for the input is wanted. */
@@ -333,12 +368,13 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
         return 0;
     case MP_RESIDUAL: return backward(S, n->kids[0], in, din, inside, err);
     case MP_CHECKPOINT: {
+        mp_node *t = kept_layer(n);
         int was = S->in_backward;
         S->in_backward = 1; /* the recomputation's FLOPs */
-        int rc = forward(S, n->kids[0], in, 1, err);
+        int rc = t ? forward_until(S, n->kids[0], t, in, err) : forward(S, n->kids[0], in, 1, err);
         S->in_backward = was;
         if (rc == 0) rc = backward(S, n->kids[0], in, din, 1, err);
-        release(S, n->kids[0]);
+        release(S, n->kids[0], t);
         return rc;
     }
     default: return 0;

@@ -73,6 +73,7 @@ static mp_node *convert(build *b, const ds_layer *l) {
     if (!n) return NULL;
     n->in_dim = l->in_dim, n->out_dim = l->out_dim, n->heads = l->heads;
     n->dropout = l->p > 0;
+    n->input_only = l->ops->input_only && l->ops->input_only(l);
     n->nparam = l->nparam;
     for (int p = 0; p < l->nparam; p++) {
         n->pnumel[p] = l->param[p]->numel;

@@ -42,6 +42,8 @@ typedef struct mp_node {
     mp_shape out_shape;
     int out_half;           /* 1: the output is 16-bit (layer.c's ds_layer_plan_outputs) */
     int grad_half;          /* 1: so is its output gradient (ds_layer_plan_last: the logits) */
+    int input_only;         /* the layer's ops->input_only: a span ending with it keeps its
+                             * output and does not recompute it (layer_containers.c) */
 } mp_node;
 
 /* A stage's tree for checkpoint choice `every` (0: none), as a root Sequential over the
