@@ -1,7 +1,10 @@
 -- The engine's training speed on one rank:
 --   dsrun run bench/gpt/bench_engine.lua [model=all|gpt2|small] [B=4] [T=64] [steps=5]
 --                                        [warmup=2] [threads=2] [checkpoint=none]
---                                        [precision=fp32|bf16|fp16]
+--                                        [precision=fp32|bf16|fp16] [stages=blocks|all]
+-- checkpoint= applies to the blocks (what a job's checkpointing does to gpt.GPT), or with
+-- stages=all to the embedding and the head too (their spans ending in an embedding or the
+-- head's Linear keep its output and do not run it again: docs/engine.md).
 -- A step is what train.lua does: zero grads, forward, backward, clip at 1.0, AdamW
 -- (betas 0.9/0.95, weight decay 0.1). Random tokens: only speed is measured. GFLOP/s
 -- counts 6 * params * tokens + 12 * layers * d * T * tokens (as bench/kernels and
@@ -16,12 +19,13 @@ local MODELS = {
 }
 
 local S = {model = 'all', B = 4, T = 64, steps = 5, warmup = 2, threads = 2, checkpoint = 'none',
-           precision = 'fp32'}
+           precision = 'fp32', stages = 'blocks'}
 for _, a in ipairs(arg) do
   local k, v = a:match('^(%w+)=(.*)$')
-  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=, precision=") end
+  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=, precision=, stages=") end
   S[k] = math.tointeger(tonumber(v)) or v
 end
+if S.stages ~= 'blocks' and S.stages ~= 'all' then error("stages=" .. tostring(S.stages) .. ": expected blocks or all") end
 if S.threads > 0 then ds.set_threads(S.threads) end
 
 local names = S.model == 'all' and {'gpt2-124M', 'small'} or {S.model == 'gpt2' and 'gpt2-124M' or S.model}
@@ -39,8 +43,10 @@ local function bench(name)
   -- fp32 either way, so this measures what the 16-bit copies cost or save. No loss
   -- scaler: speed only.
   local P16 = S.precision
-  local m = gpt.GPT(cfg, {seed = 1, embed = {precision = P16}, blocks = {checkpoint = S.checkpoint, precision = P16},
-                          head = {precision = P16}})
+  local ends = S.stages == 'all' and S.checkpoint or nil
+  local m = gpt.GPT(cfg, {seed = 1, embed = {checkpoint = ends, precision = P16},
+                          blocks = {checkpoint = S.checkpoint, precision = P16},
+                          head = {checkpoint = ends, precision = P16}})
   local opt = ds.optim.AdamW {m, lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1}
   local x, y = ds.tensor('int32', S.B, S.T), ds.tensor('int32', S.B, S.T)
   math.randomseed(7)
@@ -74,7 +80,7 @@ local function bench(name)
   local r = {
     bench = 'engine', model = name, B = S.B, T = S.T, threads = ds.threads(), params = P,
     blas_core = ds.blas().core,
-    steps = S.steps, checkpoint = S.checkpoint, precision = S.precision,
+    steps = S.steps, checkpoint = S.checkpoint, precision = S.precision, stages = S.stages,
     step_ms_best = best * 1e3, step_ms_median = median(times) * 1e3,
     forward_ms_median = median(parts.fwd) * 1e3, backward_ms_median = median(parts.bwd) * 1e3,
     clip_adamw_ms_median = median(parts.opt) * 1e3,

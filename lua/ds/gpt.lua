@@ -56,8 +56,9 @@ local function stage_of(layers, opts, name, seed)
                 precision = opts.precision, seed = opts.seed or seed}
   -- The job's checkpointing is for the blocks: the embedding's activations are small, and
   -- the head's output (the logits) is kept for the loss anyway, so checkpointing either
-  -- would only add a recomputation (the head's: a vocabulary-wide matmul). Their staging
-  -- may still choose it.
+  -- saves next to nothing (a span ending in lm_head or an embedding keeps that layer's
+  -- output without running it again; ln_f or the dropout would be recomputed). Their
+  -- staging may still choose it.
   if name == 'embed' or name == 'head' then spec.checkpoint = opts.checkpoint or 'none' end
   for i, l in ipairs(layers) do spec[i] = l end
   return model.stage_of(spec)

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "stage.h"
+#include "engine_test_stage.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 37 };
 
@@ -60,22 +60,16 @@ static int teardown(void **state) {
 
 /* ---- stages ------------------------------------------------------------------------ */
 
-static ds_layer *named(ds_layer *l, const char *name) {
-    assert_non_null(l);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    return l;
-}
-
 /* ln_1, c_attn, attention, c_proj, ln_f, lm_head: three Linears, and layers that need
  * their forward (LayerNorm, Attention) */
 static ds_stage *gpt_stage(ds_dtype prec, int checkpoint) {
     ds_err err = {{0}};
-    ds_layer *l[6] = {named(ds_layernorm_new(C, 1e-5f, &err), "ln_1"),
-                      named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
+    ds_layer *l[6] = {eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_1"),
+                      eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
                       ds_attention_new(NH, 0.0f, &err),
-                      named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"),
-                      named(ds_layernorm_new(C, 1e-5f, &err), "ln_f"),
-                      named(ds_linear_new(C, V, 0, 0.5f, &err), "lm_head")};
+                      eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"),
+                      eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_f"),
+                      eng_named(ds_linear_new(C, V, 0, 0.5f, &err), "lm_head")};
     assert_non_null(l[2]);
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
     ds_stage *s = ds_stage_new("gpt", l, 6, &o, 5, &err);
@@ -86,26 +80,14 @@ static ds_stage *gpt_stage(ds_dtype prec, int checkpoint) {
 /* c_fc, GELU, c_proj: every layer input_only */
 static ds_stage *mlp_stage(int checkpoint) {
     ds_err err = {{0}};
-    ds_layer *l[3] = {named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"), ds_gelu_new(&err),
-                      named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj")};
+    ds_layer *l[3] = {eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
+                      ds_gelu_new(&err),
+                      eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj")};
     assert_non_null(l[1]);
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = DS_F32};
     ds_stage *s = ds_stage_new("mlp", l, 3, &o, 5, &err);
     if (!s) fail_msg("%s", err.msg);
     return s;
-}
-
-static ds_tensor *input(void) {
-    ds_err err = {{0}};
-    int64_t shape[3] = {B, T, C};
-    ds_tensor *x = ds_tensor_new_host(DS_F32, DS_MEM_DATA, 3, shape, &err);
-    assert_non_null(x);
-    uint32_t st = 11;
-    for (int64_t i = 0; i < x->numel; i++) {
-        st = st * 1664525u + 1013904223u;
-        ((float *)x->data)[i] = (float)(st >> 8) / 8388608.0f - 1.0f;
-    }
-    return x;
 }
 
 /* t's bytes on the host; free() them */
@@ -130,7 +112,7 @@ typedef struct run_result {
  * as the criterion writes d(logits) over the logits. */
 static run_result run_step(ds_stage *s) {
     ds_err err = {{0}};
-    ds_tensor *x = input();
+    ds_tensor *x = eng_input(B, T, C);
     ds_mem_stats st;
     ds_mem_get_stats(&st);
     size_t base = st.current[DS_MEM_ACTIVATIONS];
@@ -239,12 +221,7 @@ static void test_spans_of_one_hold_no_copy(void **state) {
 }
 
 int main(void) {
-    const char *dev = getenv("DS_ENGINE_DEVICE");
-    ds_err err = {{0}};
-    if (dev && *dev && strcmp(dev, "auto") && ds_device_open(dev, 0, &err) != 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (eng_open_device() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32),
         cmocka_unit_test(test_bf16),

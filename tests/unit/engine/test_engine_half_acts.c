@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stage.h"
+#include "engine_test_stage.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 24 };
 
@@ -31,43 +31,37 @@ typedef struct block {
         *res2, *h, *ln_f, *head, *attn, *mlp;
 } block;
 
-static ds_layer *named(ds_layer *l, const char *name) {
-    assert_non_null(l);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    return l;
-}
-
 static ds_layer *seq(ds_layer *const *kids, int n, const char *name) {
     ds_err err = {{0}};
     ds_layer *s = ds_sequential_new(&err);
     assert_non_null(s);
     for (int i = 0; i < n; i++) assert_int_equal(ds_layer_add_child(s, kids[i], &err), 0);
-    return name ? named(s, name) : s;
+    return name ? eng_named(s, name) : s;
 }
 
 /* nn.TransformerBlock (dropout 0), ln_f and lm_head; checkpoint: spans of that many of
  * the three top-level layers (0: none). */
 static ds_stage *gpt_stage(ds_dtype prec, int checkpoint, block *k) {
     ds_err err = {{0}};
-    k->ln_1 = named(ds_layernorm_new(C, 1e-5f, &err), "ln_1");
-    k->c_attn = named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn");
+    k->ln_1 = eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_1");
+    k->c_attn = eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn");
     k->att = ds_attention_new(NH, 0.0f, &err);
-    k->a_proj = named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj");
+    k->a_proj = eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj");
     k->a_drop = ds_dropout_new(0.0f, &err);
     ds_layer *attn = k->attn = seq((ds_layer *[]){k->c_attn, k->att, k->a_proj}, 3, "attn");
     k->res1 = ds_residual_new(seq((ds_layer *[]){k->ln_1, attn, k->a_drop}, 3, NULL), &err);
-    k->ln_2 = named(ds_layernorm_new(C, 1e-5f, &err), "ln_2");
-    k->c_fc = named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc");
+    k->ln_2 = eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_2");
+    k->c_fc = eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc");
     k->gelu = ds_gelu_new(&err);
-    k->m_proj = named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj");
+    k->m_proj = eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj");
     ds_layer *mlp = k->mlp = seq((ds_layer *[]){k->c_fc, k->gelu, k->m_proj}, 3, "mlp");
     k->res2 = ds_residual_new(seq((ds_layer *[]){k->ln_2, mlp, ds_dropout_new(0.0f, &err)}, 3, NULL),
                               &err);
     assert_non_null(k->res1);
     assert_non_null(k->res2);
     k->h = seq((ds_layer *[]){k->res1, k->res2}, 2, "h");
-    k->ln_f = named(ds_layernorm_new(C, 1e-5f, &err), "ln_f");
-    k->head = named(ds_linear_new(C, V, 0, 0.2f, &err), "lm_head");
+    k->ln_f = eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_f");
+    k->head = eng_named(ds_linear_new(C, V, 0, 0.2f, &err), "lm_head");
     ds_layer *layers[3] = {k->h, k->ln_f, k->head};
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
     ds_stage *s = ds_stage_new("gpt", layers, 3, &o, 5, &err);
@@ -184,9 +178,10 @@ static void test_fp32_and_checkpoint_types(void **state) {
  * gpt_stage. */
 static ds_stage *mlp_stage(int checkpoint) {
     ds_err err = {{0}};
-    ds_layer *layers[4] = {named(ds_linear_new(C, C, 1, 0.2f, &err), "in"),
-                           named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
-                           ds_gelu_new(&err), named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj")};
+    ds_layer *layers[4] = {eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "in"),
+                           eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
+                           ds_gelu_new(&err),
+                           eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj")};
     assert_non_null(layers[2]);
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = DS_BF16};
     ds_stage *s = ds_stage_new("mlp", layers, 4, &o, 5, &err);
@@ -408,12 +403,7 @@ static void test_bf16_gradients_follow_fp32(void **state) {
 }
 
 int main(void) {
-    const char *dev = getenv("DS_ENGINE_DEVICE");
-    ds_err err = {{0}};
-    if (dev && *dev && strcmp(dev, "auto") && ds_device_open(dev, 0, &err) != 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (eng_open_device() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_block_types),
         cmocka_unit_test(test_fp16_block_types),

@@ -17,45 +17,26 @@
 #include <string.h>
 
 #include "criterion.h"
-#include "stage.h"
+#include "engine_test_stage.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 37 };
-
-static ds_layer *named(ds_layer *l, const char *name) {
-    assert_non_null(l);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    return l;
-}
 
 /* ln, c_attn, attention, c_proj, ln_f, lm_head: enough for 16-bit activations inside and
  * a head whose input is 16-bit too; last_gelu: a GELU after the head instead */
 static ds_stage *stage(ds_dtype prec, int checkpoint, int last_gelu) {
     ds_err err = {{0}};
-    ds_layer *l[7] = {named(ds_layernorm_new(C, 1e-5f, &err), "ln_1"),
-                      named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
+    ds_layer *l[7] = {eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_1"),
+                      eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
                       ds_attention_new(NH, 0.0f, &err),
-                      named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"),
-                      named(ds_layernorm_new(C, 1e-5f, &err), "ln_f"),
-                      named(ds_linear_new(C, V, 0, 0.5f, &err), "lm_head"),
+                      eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"),
+                      eng_named(ds_layernorm_new(C, 1e-5f, &err), "ln_f"),
+                      eng_named(ds_linear_new(C, V, 0, 0.5f, &err), "lm_head"),
                       last_gelu ? ds_gelu_new(&err) : NULL};
     assert_non_null(l[2]);
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
     ds_stage *s = ds_stage_new("gpt", l, last_gelu ? 7 : 6, &o, 5, &err);
     if (!s) fail_msg("%s", err.msg);
     return s;
-}
-
-static ds_tensor *input(void) {
-    ds_err err = {{0}};
-    int64_t shape[3] = {B, T, C};
-    ds_tensor *x = ds_tensor_new_host(DS_F32, DS_MEM_DATA, 3, shape, &err);
-    assert_non_null(x);
-    uint32_t st = 11;
-    for (int64_t i = 0; i < x->numel; i++) {
-        st = st * 1664525u + 1013904223u;
-        ((float *)x->data)[i] = (float)(st >> 8) / 8388608.0f - 1.0f;
-    }
-    return x;
 }
 
 static ds_tensor *targets(void) {
@@ -108,7 +89,7 @@ static void check_logits16(ds_dtype h, int checkpoint, int fused) {
     ds_err err = {{0}};
     ds_stage *s16 = stage(h, checkpoint, 0), *ref = stage(h, checkpoint, 0);
     ds_stage_half_output(s16, 1);
-    ds_tensor *x = input(), *y = targets();
+    ds_tensor *x = eng_input(B, T, C), *y = targets();
     forward(s16, x);
     forward(ref, x);
     ds_tensor *lg16 = s16->root->out, *lg32 = ref->root->out;
@@ -166,7 +147,7 @@ static void test_fp16(void **state) {
 /* Not asked, or an fp32 stage, or a stage that does not end in a Linear: fp32 output. */
 static void test_fp32_output_otherwise(void **state) {
     (void)state;
-    ds_tensor *x = input();
+    ds_tensor *x = eng_input(B, T, C);
     ds_stage *s = stage(DS_BF16, 0, 0);
     forward(s, x);
     assert_int_equal(ds_stage_output(s)->dtype, DS_F32);
@@ -201,7 +182,7 @@ static void test_refuses_other_half_grad(void **state) {
     ds_err err = {{0}};
     ds_stage *s = stage(DS_BF16, 0, 0);
     ds_stage_half_output(s, 1);
-    ds_tensor *x = input();
+    ds_tensor *x = eng_input(B, T, C);
     forward(s, x);
     int64_t shape[3] = {B, T, V};
     ds_tensor *d = ds_tensor_new(DS_F16, DS_MEM_ACTIVATIONS, 3, shape, &err);
@@ -226,12 +207,7 @@ static void test_refuses_other_half_grad(void **state) {
 }
 
 int main(void) {
-    const char *dev = getenv("DS_ENGINE_DEVICE");
-    ds_err err = {{0}};
-    if (dev && *dev && strcmp(dev, "auto") && ds_device_open(dev, 0, &err) != 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (eng_open_device() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_fp16),

@@ -1,0 +1,18 @@
+/* What the engine tests that build stages from C layers share: naming a layer, a fixed
+ * pseudo-random input, and the device the test runs on (DS_ENGINE_DEVICE). */
+#ifndef ENGINE_TEST_STAGE_H
+#define ENGINE_TEST_STAGE_H
+
+#include <stdint.h>
+
+#include "stage.h"
+
+/* l with its name set (asserts l exists: a constructor's NULL fails the test) */
+ds_layer *eng_named(ds_layer *l, const char *name);
+/* An fp32 host tensor [B, T, C] of values in [-1, 1), the same every call. */
+ds_tensor *eng_input(int64_t B, int64_t T, int64_t C);
+/* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after
+ * printing why not: main's exit status. */
+int eng_open_device(void);
+
+#endif
