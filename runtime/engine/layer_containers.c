@@ -90,14 +90,48 @@ static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
 
 ds_layer *ds_residual_new(ds_layer *inner, ds_err *err) { return wrap(&RESIDUAL, inner, err); }
 
+/* A Dropout that is the identity whatever the run (p = 0: its output is its input): a
+ * Residual's branch passes over it to the layer whose output it sums. */
+static int identity(const ds_layer *l) { return !strcmp(l->ops->kind, "Dropout") && l->p == 0; }
+
+/* The child of Sequential n on the path to the leaf whose output a Residual sums: the last
+ * one but trailing identities; -1 when there is none. */
+static int path_child(const ds_layer *n) {
+    int k = n->nchild - 1;
+    while (k >= 0 && identity(n->child[k])) k--;
+    return k;
+}
+
+static int is_sequential(const ds_layer *l) { return !strcmp(l->ops->kind, "Sequential"); }
+
+/* The leaf whose output Residual r's branch ends with (through Sequentials and their
+ * trailing identities) when that leaf's backward needs only its input and its output is
+ * fp32 (r sums it); else NULL. */
+static ds_layer *branch_leaf(const ds_layer *r) {
+    ds_layer *n = r->child[0];
+    while (is_sequential(n)) {
+        int k = path_child(n);
+        if (k < 0) return NULL;
+        n = n->child[k];
+    }
+    return n->ops->input_only && n->ops->input_only(n) && n->out_dtype == DS_F32 ? n : NULL;
+}
+
+static int is_residual(const ds_layer *l) { return !strcmp(l->ops->kind, "Residual"); }
+
 /* The span's trailing layer when the span keeps that layer's output as its own: its
  * backward needs only its input (ops->input_only), so the output need not be copied out
  * of the span nor the layer run again before its backward (for GPT's head, the logits:
- * one [B.T, V] buffer fewer, and the model's largest GEMM not run twice). NULL: the span
- * copies its output and recomputes all of itself. */
+ * one [B.T, V] buffer fewer, and the model's largest GEMM not run twice); or a Residual
+ * whose branch ends in such a leaf (GPT's blocks: mlp.c_proj): its backward reads
+ * neither its output nor its branch's, so the span keeps the Residual's sum and
+ * backward runs neither the sum nor that leaf again. NULL: the span copies its output
+ * and recomputes all of itself. */
 static ds_layer *kept_layer(ds_layer *l) {
     ds_layer *t = ds_layer_trailing(l->child[0]);
-    return t && t->ops->input_only && t->ops->input_only(t) ? t : NULL;
+    if (!t) return NULL;
+    if (t->ops->input_only && t->ops->input_only(t)) return t;
+    return is_residual(t) && branch_leaf(t) ? t : NULL;
 }
 
 static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
@@ -118,16 +152,39 @@ static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 
 /* The span's forward again up to, not including, its kept trailing layer t: through the
  * Sequentials that lead to t, all their children but the last. t keeps its input
- * shape of the forward; its input is the recomputed output before it. */
-static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const ds_tensor *in,
+ * shape of the forward; its input is the recomputed output before it (*in on return). */
+static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const ds_tensor **in,
                          ds_err *err) {
     while (f != t) {
         for (int i = 0; i + 1 < f->nchild; i++) {
-            if (ds_layer_forward(f->child[i], r, in, err) != 0) return -1;
-            in = f->child[i]->out;
+            if (ds_layer_forward(f->child[i], r, *in, err) != 0) return -1;
+            *in = f->child[i]->out;
         }
         f = f->child[f->nchild - 1];
     }
+    return 0;
+}
+
+/* A kept Residual's branch again up to its leaf: the leaf does not run (its backward
+ * needs only its input), its output only gets storage, zeroed, shaped like the sum (like),
+ * for the shape checks of the layers that pass it on (the identities after it, the
+ * Sequentials whose output it is); nothing reads its values. */
+static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, const ds_tensor *in,
+                        const ds_tensor *like, ds_err *err) {
+    if (n == leaf) {
+        if (ds_tensor_ensure(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim, like->shape, err) != 0)
+            return -1;
+        ds_tensor_zero(n->out);
+        return 0;
+    }
+    int k = path_child(n);
+    for (int i = 0; i < k; i++) {
+        if (ds_layer_forward(n->child[i], r, in, err) != 0) return -1;
+        in = n->child[i]->out;
+    }
+    if (branch_until(n->child[k], leaf, r, in, like, err) != 0) return -1;
+    for (int i = k + 1; i < n->nchild; i++) /* identities: their output is their input */
+        if (ds_layer_forward(n->child[i], r, n->child[i - 1]->out, err) != 0) return -1;
     return 0;
 }
 
@@ -135,7 +192,10 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
                                const ds_tensor *dout, ds_tensor *din, ds_err *err) {
     ds_layer *f = l->child[0], *t = kept_layer(l);
     /* Same run keys as the forward: the recomputation is exact (dropout included). */
-    int rc = t ? forward_until(f, t, r, in, err) : ds_layer_forward(f, r, in, err);
+    const ds_tensor *at = in; /* t's input */
+    int rc = t ? forward_until(f, t, r, &at, err) : ds_layer_forward(f, r, in, err);
+    if (rc == 0 && t && is_residual(t)) /* the sum stays the forward's */
+        rc = branch_until(t->child[0], branch_leaf(t), r, at, t->out, err);
     if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, err);
     /* the kept output stays, as a copy would: the span's output holds its gradient
      * after backward when the criterion wrote it there (the logits) */

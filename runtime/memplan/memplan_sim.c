@@ -217,15 +217,36 @@ static void release(sim *S, mp_node *n, const mp_node *keep) {
         for (int i = 0; i < n->nkids; i++) drop(S, &n->gbuf[i]);
 }
 
+/* layer_containers.c's path_child: a Sequential's last child but trailing identities
+ * (Dropouts of p = 0) */
+static int path_child(const mp_node *n) {
+    int k = n->nkids - 1;
+    while (k >= 0 && n->kids[k]->kind == MP_DROPOUT && !n->kids[k]->dropout) k--;
+    return k;
+}
+
+/* layer_containers.c's branch_leaf: the input_only fp32 leaf a Residual's branch ends with */
+static mp_node *branch_leaf(const mp_node *r) {
+    mp_node *n = r->kids[0];
+    while (n->kind == MP_SEQUENTIAL) {
+        int k = path_child(n);
+        if (k < 0) return NULL;
+        n = n->kids[k];
+    }
+    return n->input_only && !n->out_half ? n : NULL;
+}
+
 /* layer_containers.c's kept_layer: the span's trailing layer (ds_layer_trailing: through
- * Sequentials) when its output is the span's own, else NULL */
+ * Sequentials) when its output is the span's own (an input_only leaf, or a Residual whose
+ * branch ends in one), else NULL */
 static mp_node *kept_layer(mp_node *ck) {
     mp_node *t = ck->kids[0];
     while (t->kind == MP_SEQUENTIAL) {
         if (!t->nkids) return NULL;
         t = t->kids[t->nkids - 1];
     }
-    return t->input_only ? t : NULL;
+    if (t->input_only) return t;
+    return t->kind == MP_RESIDUAL && branch_leaf(t) ? t : NULL;
 }
 
 /* A slot held on from one line into another (a span's kept output): no byte moves. */
@@ -333,15 +354,36 @@ static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *e
     }
 }
 
-/* layer_containers.c's forward_until: the span again up to its kept layer t */
-static int forward_until(sim *S, mp_node *f, const mp_node *t, const mp_shape *in, ds_err *err) {
+/* layer_containers.c's forward_until: the span again up to its kept layer t (*in: t's
+ * input on return) */
+static int forward_until(sim *S, mp_node *f, const mp_node *t, const mp_shape **in, ds_err *err) {
     while (f != t) {
         for (int i = 0; i + 1 < f->nkids; i++) {
-            if (forward(S, f->kids[i], in, 1, err) != 0) return -1;
-            in = &f->kids[i]->out_shape;
+            if (forward(S, f->kids[i], *in, 1, err) != 0) return -1;
+            *in = &f->kids[i]->out_shape;
         }
         f = f->kids[f->nkids - 1];
     }
+    return 0;
+}
+
+/* layer_containers.c's branch_until: a kept Residual's branch again up to its leaf, whose
+ * output only gets storage shaped like the sum */
+static int branch_until(sim *S, mp_node *n, const mp_node *leaf, const mp_shape *in,
+                        const mp_shape *like, ds_err *err) {
+    if (n == leaf) {
+        n->out_shape = *like;
+        ensure(S, &n->out, f32_bytes(like), DS_MP_RECOMPUTE);
+        return 0;
+    }
+    int k = path_child(n);
+    for (int i = 0; i < k; i++) {
+        if (forward(S, n->kids[i], in, 1, err) != 0) return -1;
+        in = &n->kids[i]->out_shape;
+    }
+    if (branch_until(S, n->kids[k], leaf, in, like, err) != 0) return -1;
+    for (int i = k + 1; i < n->nkids; i++)
+        if (forward(S, n->kids[i], &n->kids[i - 1]->out_shape, 1, err) != 0) return -1;
     return 0;
 }
 
@@ -371,7 +413,10 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
         mp_node *t = kept_layer(n);
         int was = S->in_backward;
         S->in_backward = 1; /* the recomputation's FLOPs */
-        int rc = t ? forward_until(S, n->kids[0], t, in, err) : forward(S, n->kids[0], in, 1, err);
+        const mp_shape *at = in;
+        int rc = t ? forward_until(S, n->kids[0], t, &at, err) : forward(S, n->kids[0], in, 1, err);
+        if (rc == 0 && t && t->kind == MP_RESIDUAL)
+            rc = branch_until(S, t->kids[0], branch_leaf(t), at, &t->out_shape, err);
         S->in_backward = was;
         if (rc == 0) rc = backward(S, n->kids[0], in, din, 1, err);
         release(S, n->kids[0], t);

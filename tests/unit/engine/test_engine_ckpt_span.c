@@ -6,7 +6,9 @@
  * gradient bit-identical to the run without checkpointing; a span ending in a layer that
  * needs its forward (LayerNorm, Attention) still recomputes all of itself. A stage of
  * Linears and a GELU checkpointed layer by layer holds what it holds without
- * checkpointing, to the byte. Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
+ * checkpointing, to the byte. A span of GPT blocks, ending in a Residual whose branch ends
+ * in mlp.c_proj, keeps the Residual's sum and does not run mlp.c_proj again, bit-identical
+ * too. Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +88,48 @@ static ds_stage *mlp_stage(int checkpoint) {
     assert_non_null(l[1]);
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = DS_F32};
     ds_stage *s = ds_stage_new("mlp", l, 3, &o, 5, &err);
+    if (!s) fail_msg("%s", err.msg);
+    return s;
+}
+
+/* in_layers, wrapped: Residual(Sequential(norm, Sequential(proj_in, mid, proj_out)
+ * named inner, Dropout(p))) */
+static ds_layer *residual_of(const char *norm, const char *inner, ds_layer *proj_in,
+                             ds_layer *mid, ds_layer *proj_out, float p) {
+    ds_err err = {{0}};
+    ds_layer *core = eng_named(ds_sequential_new(&err), inner), *branch = ds_sequential_new(&err);
+    assert_non_null(branch);
+    assert_int_equal(ds_layer_add_child(core, proj_in, &err), 0);
+    assert_int_equal(ds_layer_add_child(core, mid, &err), 0);
+    assert_int_equal(ds_layer_add_child(core, proj_out, &err), 0);
+    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_layernorm_new(C, 1e-5f, &err), norm), &err), 0);
+    assert_int_equal(ds_layer_add_child(branch, core, &err), 0);
+    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_dropout_new(p, &err), ""), &err), 0);
+    return eng_named(ds_residual_new(branch, &err), "");
+}
+
+/* nn.TransformerBlock's tree: x + attn(ln_1(x)), then x + mlp(ln_2(x)), each branch
+ * ending in a Dropout of p; four Linears */
+static ds_layer *gpt_block(const char *name, float p) {
+    ds_err err = {{0}};
+    ds_layer *b = eng_named(ds_sequential_new(&err), name);
+    ds_layer *attn = residual_of("ln_1", "attn", eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
+                                 ds_attention_new(NH, p, &err),
+                                 eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"), p);
+    ds_layer *mlp = residual_of("ln_2", "mlp", eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
+                                eng_named(ds_gelu_new(&err), ""),
+                                eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj"), p);
+    assert_int_equal(ds_layer_add_child(b, attn, &err), 0);
+    assert_int_equal(ds_layer_add_child(b, mlp, &err), 0);
+    return b;
+}
+
+/* two GPT blocks, dropout p */
+static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
+    ds_err err = {{0}};
+    ds_layer *l[2] = {gpt_block("h.0", p), gpt_block("h.1", p)};
+    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
+    ds_stage *s = ds_stage_new("blocks", l, 2, &o, 5, &err);
     if (!s) fail_msg("%s", err.msg);
     return s;
 }
@@ -190,6 +234,58 @@ static void check_gpt(ds_dtype prec) {
     ds_layer_images_free();
 }
 
+/* GPT's blocks (gpt.lua checkpoints them, not the head): a block ends in a Residual whose
+ * branch ends in mlp.c_proj (then a Dropout of p = 0), so its span keeps the Residual's
+ * sum and runs neither it nor mlp.c_proj again: one Linear forward fewer per span. With
+ * dropout on (p > 0) the Dropout is no identity and the span recomputes all of itself. */
+static void check_blocks(ds_dtype prec, float p) {
+    static const struct {
+        int checkpoint, gemms, gemms_dropout;
+    } CASES[] = {
+        {1, 8 + 6, 8 + 8}, /* each block a span: c_attn, attn.c_proj, c_fc again */
+        {2, 8 + 7, 8 + 8}, /* one span of both: all but the second block's mlp.c_proj */
+    };
+    ds_stage *s = blocks_stage(prec, 0, p);
+    run_result ref = run_step(s);
+    ds_stage_free(s);
+    assert_int_equal(ref.gemms, 8);
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        int ck = CASES[i].checkpoint, want = p > 0 ? CASES[i].gemms_dropout : CASES[i].gemms;
+        s = blocks_stage(prec, ck, p);
+        /* the second step (its gradients add to the first's): the kept sum written again */
+        for (int step = 0; step < 2; step++) {
+            run_result r = run_step(s);
+            printf("%s blocks, dropout %g, checkpoint %d: %d Linear forwards, activation peak "
+                   "%zu bytes (none: %zu)\n", ds_dtype_name(prec), (double)p, ck, r.gemms,
+                   r.act_peak, ref.act_peak);
+            assert_int_equal(r.gemms, want);
+            same(ref.out, ref.out_n, r.out, r.out_n, "the output", ck);
+            same(ref.din, ref.din_n, r.din, r.din_n, "d(input)", ck);
+            if (step == 0)
+                same(ref.grads, ref.grads_n, r.grads, r.grads_n, "the parameter gradients", ck);
+            result_free(&r);
+        }
+        ds_stage_free(s);
+    }
+    result_free(&ref);
+    ds_layer_images_free();
+}
+
+static void test_blocks_fp32(void **state) {
+    (void)state;
+    check_blocks(DS_F32, 0.0f);
+}
+
+static void test_blocks_bf16(void **state) {
+    (void)state;
+    check_blocks(DS_BF16, 0.0f);
+}
+
+static void test_blocks_dropout(void **state) {
+    (void)state;
+    check_blocks(DS_F32, 0.25f);
+}
+
 static void test_fp32(void **state) {
     (void)state;
     check_gpt(DS_F32);
@@ -226,6 +322,9 @@ int main(void) {
         cmocka_unit_test(test_fp32),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_spans_of_one_hold_no_copy),
+        cmocka_unit_test(test_blocks_fp32),
+        cmocka_unit_test(test_blocks_bf16),
+        cmocka_unit_test(test_blocks_dropout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
