@@ -126,9 +126,9 @@ void *ds_layer_workspace(size_t bytes, ds_err *err) {
     return g_images.buf;
 }
 
-int ds_layer_workspace_io(const ds_ws_io *io, void **ws, ds_err *err) {
+int ds_layer_workspace_opt(size_t bytes, void **ws, ds_err *err) {
     *ws = NULL;
-    return io->total && !(*ws = ds_layer_workspace(io->total, err)) ? -1 : 0;
+    return bytes && !(*ws = ds_layer_workspace(bytes, err)) ? -1 : 0;
 }
 
 static int takes_half(const ds_layer *l) { return l->ops->native_half && l->ops->native_half(l); }

@@ -31,7 +31,7 @@ static int workspace(const ds_layer *l, int dropout, int backward, const ds_tens
     *io = ds_attention_ws(ds_device_attn16(ds_device_get()), dropout, backward,
                           (size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
                           l->out_dtype != DS_F32);
-    return ds_layer_workspace_io(io, ws, err);
+    return ds_layer_workspace_opt(io->total, ws, err);
 }
 
 /* the 16-bit format of qkv or out (the stage's: both are, when both are 16-bit) */

@@ -102,7 +102,7 @@ static int path_child(const ds_layer *n) {
     return k;
 }
 
-static int is_sequential(const ds_layer *l) { return !strcmp(l->ops->kind, "Sequential"); }
+static int is_sequential(const ds_layer *l) { return l->ops == &SEQUENTIAL; }
 
 /* The leaf whose output Residual r's branch ends with (through Sequentials and their
  * trailing identities) when that leaf's backward needs only its input and its output is
@@ -117,7 +117,7 @@ static ds_layer *branch_leaf(const ds_layer *r) {
     return n->ops->input_only && n->ops->input_only(n) && n->out_dtype == DS_F32 ? n : NULL;
 }
 
-static int is_residual(const ds_layer *l) { return !strcmp(l->ops->kind, "Residual"); }
+static int is_residual(const ds_layer *l) { return l->ops == &RESIDUAL; }
 
 /* The span's trailing layer when the span keeps that layer's output as its own: its
  * backward needs only its input (ops->input_only), so the output need not be copied out

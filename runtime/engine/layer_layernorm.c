@@ -1,15 +1,15 @@
 /* LayerNorm over the last dimension; weight (ones) and bias (zeros), neither decayed. */
 #include "kernels.h"
 #include "layer.h"
-#include "layer_workspace.h"
+#include "kernel_table.h"
 
 enum { MEAN, RSTD };
 
 /* a 16-bit stage's LayerNorm: its parameters (and in backward their gradients)
- * resident, the workspace of layer_workspace.h */
+ * resident, its kernels' workspace (ds_layernorm16_workspace) */
 static void *workspace16(const ds_layer *l, int backward, ds_err *err) {
     if (ds_layer_check_half(l, backward, err) != 0) return NULL;
-    return ds_layer_workspace(ds_layernorm_ws(backward, (size_t)l->in_dim).total, err);
+    return ds_layer_workspace(ds_layernorm16_workspace(backward, (size_t)l->in_dim), err);
 }
 
 /* On 16-bit parameters of format h it can write its output in h (inside a 16-bit stage,

@@ -30,16 +30,18 @@ static int io16_of(ds_dtype in, ds_dtype out) {
 }
 
 /* the parameters (and in backward their gradients) resident; the kernels' workspace
- * (layer_workspace.h) in *ws, NULL where it is empty (cuda with 16-bit activations) */
+ * (ds_matmul16_workspace) in *ws, NULL where it is empty (cuda with 16-bit activations) */
 static int workspace16(const ds_layer *l, int backward, const ds_tensor *in, int io16, void **ws,
                        ds_err *err) {
     for (int i = 0; i < l->nparam; i++)
         if (!l->param[i]->half || (backward && !l->param[i]->half_grad))
             return ds_err_set(err, "parameter '%s' is not resident (released by ZeRO)",
                               l->param[i]->name);
-    ds_ws_io io = ds_linear_ws(ds_device_gemm16(ds_device_get()), backward, (size_t)ds_rows(in),
-                               (size_t)l->in_dim, (size_t)l->out_dim, io16);
-    return ds_layer_workspace_io(&io, ws, err);
+    return ds_layer_workspace_opt(ds_matmul16_workspace(ds_device_gemm16(ds_device_get()),
+                                                        backward, (size_t)ds_rows(in),
+                                                        (size_t)l->in_dim, (size_t)l->out_dim,
+                                                        io16),
+                                  ws, err);
 }
 
 static int linear_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {

@@ -1,9 +1,10 @@
-/* The bytes of layer workspace (ds_layer_workspace) a layer takes, and where its parts
- * start: its kernels' own part first (kernel_table.h), then, for a layer whose kernels
- * take fp32 activations only, an fp32 copy of a 16-bit input (widened, exact) and the
- * fp32 output of a layer whose output is 16-bit (rounded into it afterwards), each part
- * 256-byte aligned (ds_ws_part). The layers and the memory planner (runtime/memplan)
- * take the same numbers from here. */
+/* The bytes of layer workspace (ds_layer_workspace) a layer takes beyond its kernels' own
+ * part, and where its parts start: for a layer whose kernels take fp32 activations only
+ * (attention with dropout), an fp32 copy of a 16-bit input (widened, exact) and the fp32
+ * output of a layer whose output is 16-bit (rounded into it afterwards), each part
+ * 256-byte aligned (ds_ws_part). A Linear, LayerNorm or GELU takes its kernels' part
+ * alone (kernel_table.h's ds_matmul16_workspace, ds_layernorm16_workspace; gelu16 none).
+ * The layers and the memory planner (runtime/memplan) take the same numbers. */
 #ifndef DS_LAYER_WORKSPACE_H
 #define DS_LAYER_WORKSPACE_H
 
@@ -30,23 +31,9 @@ static inline ds_ws_io ds_ws_io_after(size_t kernel, size_t in_bytes, size_t out
  * is needed then). */
 static inline void *ds_ws_at(void *ws, size_t off) { return ws ? (char *)ws + off : NULL; }
 
-/* The layer workspace (ds_layer_workspace) for io in *ws, or NULL when io needs none;
- * -1 with err when it cannot be had. */
-int ds_layer_workspace_io(const ds_ws_io *io, void **ws, ds_err *err);
-
-/* A native 16-bit Linear (matmul16): N rows, C inputs, OC outputs; io16: its 16-bit
- * activations (kernel_table.h's DS_MM16_*), which matmul16 takes and gives as they are,
- * so the kernels' part is all. */
-static inline ds_ws_io ds_linear_ws(ds_gemm16_form f, int backward, size_t N, size_t C,
-                                    size_t OC, int io16) {
-    return ds_ws_io_after(ds_matmul16_workspace(f, backward, N, C, OC, io16), 0, 0);
-}
-
-/* A LayerNorm on 16-bit parameters (layernorm16): its kernels' part only (its input is
- * always fp32; a 16-bit output is written by the kernel as it is). */
-static inline ds_ws_io ds_layernorm_ws(int backward, size_t C) {
-    return ds_ws_io_after(ds_layernorm16_workspace(backward, C), 0, 0);
-}
+/* The layer workspace (ds_layer_workspace) of bytes in *ws, or NULL when bytes is 0 (a
+ * layer whose kernels need none on this device); -1 with err when it cannot be had. */
+int ds_layer_workspace_opt(size_t bytes, void **ws, ds_err *err);
 
 /* Attention over N = B*T rows of qkv [N, 3C] -> [N, C]. Without dropout (the fused
  * kernels): the attention16 entries' part for the device's form f, which holds any fp32

@@ -179,12 +179,13 @@ static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int 
     int native = n->nparam && native_half(S, n);
     switch (n->kind) {
     case MP_LINEAR:
-        return native ? ds_linear_ws(S->job->gemm16, grads, rows, (size_t)n->in_dim,
-                                     (size_t)n->out_dim, linear_io16(n, in, grads)).total : 0;
+        return native ? ds_matmul16_workspace(S->job->gemm16, grads, rows, (size_t)n->in_dim,
+                                              (size_t)n->out_dim, linear_io16(n, in, grads))
+                      : 0;
     case MP_EMBEDDING: /* ids [B,T]: one position per id */
         return native && grads
                    ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
-    case MP_LAYERNORM: return native ? ds_layernorm_ws(grads, (size_t)n->in_dim).total : 0;
+    case MP_LAYERNORM: return native ? ds_layernorm16_workspace(grads, (size_t)n->in_dim) : 0;
     case MP_ATTENTION: /* qkv [B,T,3C] */
         return ds_attention_ws(S->job->attn16, n->dropout, grads, rows,
                                (size_t)(in->d[in->ndim - 1] / 3), in->half, n->out_half).total;
