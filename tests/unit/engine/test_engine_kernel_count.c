@@ -85,15 +85,6 @@ static ds_stage *gpt_stage(ds_dtype prec) {
     return s;
 }
 
-/* t's bytes on the host; free() them */
-static unsigned char *bytes_of(const ds_tensor *t) {
-    ds_err err = {{0}};
-    unsigned char *b = malloc(ds_tensor_nbytes(t) + 1);
-    assert_non_null(b);
-    if (ds_tensor_to_host(t, 0, (size_t)t->numel, b, &err) != 0) fail_msg("%s", err.msg);
-    return b;
-}
-
 typedef struct step_bytes {
     unsigned char *out, *din, *grads;
     size_t out_n, din_n, grads_n;
@@ -108,15 +99,15 @@ static step_bytes run_step(ds_dtype prec) {
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    step_bytes res = {.out = bytes_of(out), .out_n = ds_tensor_nbytes(out)};
+    step_bytes res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
     size_t n = (size_t)out->numel;
     float *dout = malloc(n * sizeof *dout);
     for (size_t i = 0; i < n; i++) dout[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
     if (ds_tensor_from_host(out, 0, n, dout, &err) != 0) fail_msg("%s", err.msg);
     free(dout);
     if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg);
-    res.din = bytes_of(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
-    res.grads = bytes_of(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
+    res.din = eng_bytes(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
+    res.grads = eng_bytes(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
     ds_tensor_free(x);
     ds_stage_free(s);
     return res;
