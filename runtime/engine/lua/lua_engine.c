@@ -1,4 +1,5 @@
-/* The engine's part of ds._core: tensors, stages, criterion, optimizer steps, memory. */
+/* The engine's part of ds._core: tensors, stages, criterion, optimizer steps, memory,
+ * kernel counts. */
 #include "ds_lua.h"
 #include "lua_engine.h"
 
@@ -10,4 +11,5 @@ void ds_lua_open_engine(lua_State *L) {
     ds_lua_open_criterion(L);
     ds_lua_open_system(L);
     ds_lua_open_loss_scaler(L);
+    ds_lua_open_kernel_count(L);
 }

@@ -62,5 +62,6 @@ void ds_lua_open_stage(lua_State *L);  /* stage_new, metatable ds.Stage */
 void ds_lua_open_criterion(lua_State *L); /* crossentropy_new, metatable ds.CrossEntropy */
 void ds_lua_open_system(lua_State *L);    /* memory, clock, threads, blas */
 void ds_lua_open_loss_scaler(lua_State *L); /* loss_scaler, grad_overflow */
+void ds_lua_open_kernel_count(lua_State *L); /* kernel_counts */
 
 #endif

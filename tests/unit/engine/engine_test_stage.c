@@ -28,6 +28,14 @@ ds_tensor *eng_input(int64_t B, int64_t T, int64_t C) {
     return x;
 }
 
+unsigned char *eng_bytes(const ds_tensor *t) {
+    ds_err err = {{0}};
+    unsigned char *b = malloc(ds_tensor_nbytes(t) + 1);
+    assert_non_null(b);
+    if (ds_tensor_to_host(t, 0, (size_t)t->numel, b, &err) != 0) fail_msg("%s", err.msg);
+    return b;
+}
+
 int eng_open_device(void) {
     const char *dev = getenv("DS_ENGINE_DEVICE");
     ds_err err = {{0}};

@@ -11,6 +11,8 @@
 ds_layer *eng_named(ds_layer *l, const char *name);
 /* An fp32 host tensor [B, T, C] of values in [-1, 1), the same every call. */
 ds_tensor *eng_input(int64_t B, int64_t T, int64_t C);
+/* t's bytes on the host, wherever t lives; free() them */
+unsigned char *eng_bytes(const ds_tensor *t);
 /* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after
  * printing why not: main's exit status. */
 int eng_open_device(void);

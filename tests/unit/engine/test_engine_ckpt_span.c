@@ -134,15 +134,6 @@ static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
     return s;
 }
 
-/* t's bytes on the host; free() them */
-static unsigned char *bytes_of(const ds_tensor *t) {
-    ds_err err = {{0}};
-    unsigned char *b = malloc(ds_tensor_nbytes(t) + 1);
-    assert_non_null(b);
-    if (ds_tensor_to_host(t, 0, (size_t)t->numel, b, &err) != 0) fail_msg("%s", err.msg);
-    return b;
-}
-
 /* A stage's run: its output, d(input) and parameter gradients as bytes, the Linear
  * forwards it called, its activation peak over the step (from what it held before). */
 typedef struct run_result {
@@ -166,7 +157,7 @@ static run_result run_step(ds_stage *s) {
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     run_result res = {0};
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    res.out = bytes_of(out), res.out_n = ds_tensor_nbytes(out);
+    res.out = eng_bytes(out), res.out_n = ds_tensor_nbytes(out);
     size_t n = (size_t)out->numel;
     float *d = malloc(n * sizeof *d);
     for (size_t i = 0; i < n; i++) d[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
@@ -178,8 +169,8 @@ static run_result run_step(ds_stage *s) {
     /* the output still holds its gradient (model.output after backward: docs/lua-api.md) */
     assert_ptr_equal(ds_stage_output(s), out);
     assert_int_equal(ds_tensor_nbytes(out), res.out_n);
-    res.din = bytes_of(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
-    res.grads = bytes_of(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
+    res.din = eng_bytes(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
+    res.grads = eng_bytes(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
     ds_mem_get_stats(&st);
     res.act_peak = st.peak[DS_MEM_ACTIVATIONS] - base;
     ds_tensor_free(x);
