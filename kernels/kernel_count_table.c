@@ -370,11 +370,19 @@ static void count_adamw_update(float *param, const float *grad, float *m, float 
     K->adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
 }
 
-static void count_adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
-                                      float *v, size_t n, float lr, float beta1, float beta2,
-                                      float eps, float weight_decay, int t) {
-    ds_kcount_add(SLOT(adamw_update_scaled), ADAMW * (u64)n, 16 * (u64)n, 12 * (u64)n);
-    K->adamw_update_scaled(param, grad, grad_scale, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+/* the elements of every span */
+static u64 span_elems(const ds_decay_span *spans, int nspans) {
+    u64 n = 0;
+    for (int k = 0; k < nspans; k++) n += spans[k].n;
+    return n;
+}
+
+static void count_adamw_spans(float *param, const float *grad, float grad_scale, float *m, float *v,
+                              const ds_decay_span *spans, int nspans, float lr, float beta1,
+                              float beta2, float eps, int t) {
+    u64 n = span_elems(spans, nspans);
+    ds_kcount_add(SLOT(adamw_spans), ADAMW * n, 16 * n, 12 * n);
+    K->adamw_spans(param, grad, grad_scale, m, v, spans, nspans, lr, beta1, beta2, eps, t);
 }
 
 /* reads param, grad, buf; writes param, buf */
@@ -431,13 +439,14 @@ static void count_half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out
 
 /* reads grad (16-bit), master, m, v; writes w (16-bit, from the master: not read),
  * master, m, v */
-static void count_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
-                                    float *master, float *m, float *v, size_t n, float lr,
-                                    float beta1, float beta2, float eps, float weight_decay,
-                                    int t) {
-    ds_kcount_add(SLOT(adamw_update_half), ADAMW * (u64)n, 14 * (u64)n, 14 * (u64)n);
-    K->adamw_update_half(h, w, grad, grad_scale, master, m, v, n, lr, beta1, beta2, eps,
-                         weight_decay, t);
+static void count_adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                                   float *master, float *m, float *v, const ds_decay_span *spans,
+                                   int nspans, float lr, float beta1, float beta2, float eps,
+                                   int t) {
+    u64 n = span_elems(spans, nspans);
+    ds_kcount_add(SLOT(adamw_half_spans), ADAMW * n, 14 * n, 14 * n);
+    K->adamw_half_spans(h, w, grad, grad_scale, master, m, v, spans, nspans, lr, beta1, beta2,
+                        eps, t);
 }
 
 /* reads grad (16-bit), master, buf; writes w (16-bit), master, buf */
@@ -463,8 +472,8 @@ static void count_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, 
     X(attention_forward_fused) X(attention_backward_fused) X(attention16_forward_fused)           \
     X(attention16_backward_fused) X(crossentropy_forward) X(crossentropy_backward)                \
     X(crossentropy_forward_backward) X(crossentropy16) X(dropout_forward) X(dropout_backward)     \
-    X(adamw_update) X(adamw_update_scaled) X(sgd_update) X(sumsq) X(half_from_f32)                \
-    X(half_to_f32) X(half_acc_f32) X(half_add) X(half_scale) X(half_sumsq) X(adamw_update_half)   \
+    X(adamw_update) X(adamw_spans) X(sgd_update) X(sumsq) X(half_from_f32)                        \
+    X(half_to_f32) X(half_acc_f32) X(half_add) X(half_scale) X(half_sumsq) X(adamw_half_spans)    \
     X(sgd_update_half)
 
 #define ONE(f) +1

@@ -246,9 +246,12 @@ typedef struct ds_kernel_table {
     /* optimizer; sums of squares to a device double */
     void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t);
-    void (*adamw_update_scaled)(float *param, const float *grad, float grad_scale, float *m,
-                                float *v, size_t n, float lr, float beta1, float beta2,
-                                float eps, float weight_decay, int t);
+    /* AdamW on grad * grad_scale over spans of the buffers, each with its weight decay
+     * (kernels.h's ds_adamw_spans): one launch for a whole stage or shard. spans is host
+     * memory, read before the entry returns. */
+    void (*adamw_spans)(float *param, const float *grad, float grad_scale, float *m, float *v,
+                        const ds_decay_span *spans, int nspans, float lr, float beta1,
+                        float beta2, float eps, int t);
     void (*sgd_update)(float *param, const float *grad, float *buf, size_t n, float lr,
                        float momentum, float weight_decay);
     void (*sumsq)(const float *x, size_t n, double *out);
@@ -259,9 +262,9 @@ typedef struct ds_kernel_table {
     void (*half_add)(ds_half h, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
     void (*half_scale)(ds_half h, uint16_t *x, float k, size_t n);
     void (*half_sumsq)(ds_half h, const uint16_t *x, size_t n, double *out);
-    void (*adamw_update_half)(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
-                              float *master, float *m, float *v, size_t n, float lr,
-                              float beta1, float beta2, float eps, float weight_decay, int t);
+    void (*adamw_half_spans)(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                             float *master, float *m, float *v, const ds_decay_span *spans,
+                             int nspans, float lr, float beta1, float beta2, float eps, int t);
     void (*sgd_update_half)(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
                             float *master, float *buf, size_t n, float lr, float momentum,
                             float weight_decay);

@@ -159,6 +159,22 @@ void ds_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float gr
 void ds_sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
                         float *master, float *buf, size_t n, float lr, float momentum,
                         float weight_decay);
+/* A run of a flat buffer that one AdamW call steps with its own weight decay: elements
+ * [off, off + n) of the call's pointers (PyTorch's parameter groups: weights decay,
+ * biases and LayerNorms do not). One call over a stage's (or ZeRO shard's) runs is one
+ * GPU launch instead of one per parameter tensor. */
+typedef struct ds_decay_span {
+    size_t off, n;
+    float weight_decay;
+} ds_decay_span;
+/* ds_adamw_update_scaled / ds_adamw_update_half on each span in turn (spans must not
+ * overlap; elements between them are untouched): the same bits as one call per span. */
+void ds_adamw_spans(float *param, const float *grad, float grad_scale, float *m, float *v,
+                    const ds_decay_span *spans, int nspans, float lr, float beta1, float beta2,
+                    float eps, int t);
+void ds_adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                         float *master, float *m, float *v, const ds_decay_span *spans,
+                         int nspans, float lr, float beta1, float beta2, float eps, int t);
 
 /* Dense with a 16-bit weight and bias (kernel_table.h's matmul16 pair, semantics there;
  * io16: its DS_MM16_* flags): the fp32 inputs rounded to 16 bits, 16-bit ones widened,

@@ -246,6 +246,14 @@ int ds_cuda_sgd_update_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *w, const uint
                             float grad_scale, float *master, float *buf, size_t n, float lr,
                             float momentum, float weight_decay);
 
+/* AdamW on grad * grad_scale over spans of the buffers, each with its own weight decay
+ * (kernels.h's ds_adamw_spans / ds_adamw_half_spans): half = -1 for fp32 (w the
+ * parameter, master unused), DS_HALF_BF16 / DS_HALF_F16 for a 16-bit working copy. spans
+ * is host memory, read before the call returns; one launch per 64 spans. */
+int ds_cuda_adamw_spans(ds_cuda_ctx *ctx, int half, void *w, const void *grad, float grad_scale,
+                        float *master, float *m, float *v, const ds_decay_span *spans,
+                        int nspans, float lr, float beta1, float beta2, float eps, int t);
+
 /* ---- the fused AdamW of a training step ----------------------------------------------
  * One pass over a flat shard: the gradients' scale is computed on the device from
  * *dev_sumsq, their squared norm as reduced (still multiplied by the loss scale), the

@@ -78,7 +78,7 @@ const ds_kernel_table ds_cpu_kernels = {
     .dropout_forward = ds_dropout_forward,
     .dropout_backward = ds_dropout_backward,
     .adamw_update = ds_adamw_update,
-    .adamw_update_scaled = ds_adamw_update_scaled,
+    .adamw_spans = ds_adamw_spans,
     .sgd_update = ds_sgd_update,
     .sumsq = sumsq,
     .half_from_f32 = ds_half_from_f32,
@@ -87,6 +87,6 @@ const ds_kernel_table ds_cpu_kernels = {
     .half_add = ds_half_add,
     .half_scale = ds_half_scale,
     .half_sumsq = half_sumsq,
-    .adamw_update_half = ds_adamw_update_half,
+    .adamw_half_spans = ds_adamw_half_spans,
     .sgd_update_half = ds_sgd_update_half,
 };

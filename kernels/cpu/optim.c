@@ -131,6 +131,26 @@ void ds_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float gr
     }
 }
 
+void ds_adamw_spans(float *param, const float *grad, float grad_scale, float *m, float *v,
+                    const ds_decay_span *spans, int nspans, float lr, float beta1, float beta2,
+                    float eps, int t) {
+    for (int i = 0; i < nspans; i++) {
+        size_t o = spans[i].off;
+        ds_adamw_update_scaled(param + o, grad + o, grad_scale, m + o, v + o, spans[i].n, lr,
+                               beta1, beta2, eps, spans[i].weight_decay, t);
+    }
+}
+
+void ds_adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                         float *master, float *m, float *v, const ds_decay_span *spans,
+                         int nspans, float lr, float beta1, float beta2, float eps, int t) {
+    for (int i = 0; i < nspans; i++) {
+        size_t o = spans[i].off;
+        ds_adamw_update_half(h, w + o, grad + o, grad_scale, master + o, m + o, v + o,
+                             spans[i].n, lr, beta1, beta2, eps, spans[i].weight_decay, t);
+    }
+}
+
 static void sgd_half_range(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
                            float *master, float *buf, size_t n, float lr, float momentum,
                            float weight_decay) {

@@ -201,12 +201,11 @@ static void adamw_update(float *param, const float *grad, float *m, float *v, si
     RUN("adamw_update", ds_cuda_adamw_update(ctx_of(), param, grad, m, v, n, lr, beta1, beta2,
                                              eps, weight_decay, t));
 }
-static void adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
-                                float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                                float weight_decay, int t) {
-    RUN("adamw_update_scaled", ds_cuda_adamw_update_scaled(ctx_of(), param, grad, grad_scale, m,
-                                                           v, n, lr, beta1, beta2, eps,
-                                                           weight_decay, t));
+static void adamw_spans(float *param, const float *grad, float grad_scale, float *m, float *v,
+                        const ds_decay_span *spans, int nspans, float lr, float beta1,
+                        float beta2, float eps, int t) {
+    RUN("adamw_spans", ds_cuda_adamw_spans(ctx_of(), -1, param, grad, grad_scale, NULL, m, v,
+                                           spans, nspans, lr, beta1, beta2, eps, t));
 }
 static void sgd_update(float *param, const float *grad, float *buf, size_t n, float lr,
                        float momentum, float weight_decay) {
@@ -236,12 +235,11 @@ static void half_scale(ds_half h, uint16_t *x, float k, size_t n) {
 static void half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) {
     RUN("half_sumsq", ds_cuda_half_sumsq(ctx_of(), h, x, n, out));
 }
-static void adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
-                              float *master, float *m, float *v, size_t n, float lr, float beta1,
-                              float beta2, float eps, float weight_decay, int t) {
-    RUN("adamw_update_half", ds_cuda_adamw_update_half(ctx_of(), h, w, grad, grad_scale, master,
-                                                       m, v, n, lr, beta1, beta2, eps,
-                                                       weight_decay, t));
+static void adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                             float *master, float *m, float *v, const ds_decay_span *spans,
+                             int nspans, float lr, float beta1, float beta2, float eps, int t) {
+    RUN("adamw_half_spans", ds_cuda_adamw_spans(ctx_of(), (int)h, w, grad, grad_scale, master, m,
+                                                v, spans, nspans, lr, beta1, beta2, eps, t));
 }
 static void sgd_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
                             float *master, float *buf, size_t n, float lr, float momentum,
@@ -288,7 +286,7 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     dropout_forward,
     dropout_backward,
     adamw_update,
-    adamw_update_scaled,
+    adamw_spans,
     sgd_update,
     sumsq,
     half_from_f32,
@@ -297,7 +295,7 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     half_add,
     half_scale,
     half_sumsq,
-    adamw_update_half,
+    adamw_half_spans,
     sgd_update_half,
 };
 

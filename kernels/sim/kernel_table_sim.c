@@ -556,19 +556,29 @@ static void sim_adamw_update(float *param, const float *grad, float *m, float *v
     submit(&L, "adamw_update", args, NARGS(args));
 }
 
-static void k_adamw_update_scaled(const launch *L) {
-    CPU.adamw_update_scaled(L->p[0], L->p[1], L->f[5], L->p[2], L->p[3], L->n, L->f[0], L->f[1],
-                            L->f[2], L->f[3], L->f[4], L->i[0]);
+/* A span list is host memory the caller may reuse once the entry returns, so each span
+ * is its own launch (the CPU entry on one span: what the CPU's own loop over the spans
+ * computes, the same bits). */
+static void k_adamw_span(const launch *L) {
+    ds_decay_span sp = {0, L->n, L->f[4]};
+    CPU.adamw_spans(L->p[0], L->p[1], L->f[5], L->p[2], L->p[3], &sp, 1, L->f[0], L->f[1],
+                    L->f[2], L->f[3], L->i[0]);
 }
-static void sim_adamw_update_scaled(float *param, const float *grad, float grad_scale, float *m,
-                                    float *v, size_t n, float lr, float beta1, float beta2,
-                                    float eps, float weight_decay, int t) {
-    launch L = {.call = k_adamw_update_scaled,
-                .n = n,
-                .i = {t},
-                .f = {lr, beta1, beta2, eps, weight_decay, grad_scale}};
-    sim_arg args[] = {ARG(param, F32(n)), ARG(grad, F32(n)), ARG(m, F32(n)), ARG(v, F32(n))};
-    submit(&L, "adamw_update_scaled", args, NARGS(args));
+static void sim_adamw_spans(float *param, const float *grad, float grad_scale, float *m,
+                            float *v, const ds_decay_span *spans, int nspans, float lr,
+                            float beta1, float beta2, float eps, int t) {
+    for (int k = 0; k < nspans; k++) {
+        size_t o = spans[k].off, n = spans[k].n;
+        launch L = {.call = k_adamw_span,
+                    .n = n,
+                    .i = {t},
+                    .f = {lr, beta1, beta2, eps, spans[k].weight_decay, grad_scale}};
+        float *param_span = param + o, *m_span = m + o, *v_span = v + o;
+        const float *grad_span = grad + o;
+        sim_arg args[] = {ARG(param_span, F32(n)), ARG(grad_span, F32(n)), ARG(m_span, F32(n)),
+                          ARG(v_span, F32(n))};
+        submit(&L, "adamw_spans", args, NARGS(args));
+    }
 }
 
 static void k_sgd_update(const launch *L) {
@@ -632,21 +642,29 @@ static void sim_half_sumsq(ds_half h, const uint16_t *x, size_t n, double *out) 
     submit(&L, "half_sumsq", args, NARGS(args));
 }
 
-static void k_adamw_update_half(const launch *L) {
-    CPU.adamw_update_half(L->h, L->p[0], L->p[1], L->f[5], L->p[2], L->p[3], L->p[4], L->n, L->f[0],
-                          L->f[1], L->f[2], L->f[3], L->f[4], L->i[0]);
+static void k_adamw_half_span(const launch *L) {
+    ds_decay_span sp = {0, L->n, L->f[4]};
+    CPU.adamw_half_spans(L->h, L->p[0], L->p[1], L->f[5], L->p[2], L->p[3], L->p[4], &sp, 1,
+                         L->f[0], L->f[1], L->f[2], L->f[3], L->i[0]);
 }
-static void sim_adamw_update_half(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
-                                  float *master, float *m, float *v, size_t n, float lr,
-                                  float beta1, float beta2, float eps, float weight_decay, int t) {
-    launch L = {.call = k_adamw_update_half,
-                .n = n,
-                .h = h,
-                .i = {t},
-                .f = {lr, beta1, beta2, eps, weight_decay, grad_scale}};
-    sim_arg args[] = {ARG(w, U16(n)), ARG(grad, U16(n)), ARG(master, F32(n)), ARG(m, F32(n)),
-                      ARG(v, F32(n))};
-    submit(&L, "adamw_update_half", args, NARGS(args));
+static void sim_adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float grad_scale,
+                                 float *master, float *m, float *v, const ds_decay_span *spans,
+                                 int nspans, float lr, float beta1, float beta2, float eps,
+                                 int t) {
+    for (int k = 0; k < nspans; k++) {
+        size_t o = spans[k].off, n = spans[k].n;
+        launch L = {.call = k_adamw_half_span,
+                    .n = n,
+                    .h = h,
+                    .i = {t},
+                    .f = {lr, beta1, beta2, eps, spans[k].weight_decay, grad_scale}};
+        uint16_t *w_span = w + o;
+        const uint16_t *grad_span = grad + o;
+        float *master_span = master + o, *m_span = m + o, *v_span = v + o;
+        sim_arg args[] = {ARG(w_span, U16(n)), ARG(grad_span, U16(n)), ARG(master_span, F32(n)),
+                          ARG(m_span, F32(n)), ARG(v_span, F32(n))};
+        submit(&L, "adamw_half_spans", args, NARGS(args));
+    }
 }
 
 static void k_sgd_update_half(const launch *L) {
@@ -699,7 +717,7 @@ const ds_kernel_table ds_sim_kernels = {
     .dropout_forward = sim_dropout_forward,
     .dropout_backward = sim_dropout_backward,
     .adamw_update = sim_adamw_update,
-    .adamw_update_scaled = sim_adamw_update_scaled,
+    .adamw_spans = sim_adamw_spans,
     .sgd_update = sim_sgd_update,
     .sumsq = sim_sumsq,
     .half_from_f32 = sim_half_from_f32,
@@ -708,6 +726,6 @@ const ds_kernel_table ds_sim_kernels = {
     .half_add = sim_half_add,
     .half_scale = sim_half_scale,
     .half_sumsq = sim_half_sumsq,
-    .adamw_update_half = sim_adamw_update_half,
+    .adamw_half_spans = sim_adamw_half_spans,
     .sgd_update_half = sim_sgd_update_half,
 };

@@ -1,6 +1,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels.h"
 
@@ -35,14 +36,24 @@ static void overlap(const ds_param *p, size_t lo, size_t hi, size_t *a, size_t *
  * (3 MiB) stay in cache between the scaling and the update. */
 #define SCALE_CHUNK ((size_t)1 << 18)
 
-void ds_adamw_elems(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
-                    float *m, float *v, size_t n, const ds_adamw_cfg *c, float weight_decay) {
+void ds_adamw_spans_of(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
+                       float *m, float *v, const ds_decay_span *spans, int nspans,
+                       const ds_adamw_cfg *c) {
     if (dt == DS_F32)
-        DS_K->adamw_update_scaled(w, g, grad_scale, m, v, n, c->lr, c->beta1, c->beta2, c->eps,
-                                  weight_decay, c->t);
+        DS_K->adamw_spans(w, g, grad_scale, m, v, spans, nspans, c->lr, c->beta1, c->beta2,
+                          c->eps, c->t);
     else
-        DS_K->adamw_update_half(ds_half_of(dt), w, g, grad_scale, master, m, v, n, c->lr,
-                                c->beta1, c->beta2, c->eps, weight_decay, c->t);
+        DS_K->adamw_half_spans(ds_half_of(dt), w, g, grad_scale, master, m, v, spans, nspans,
+                               c->lr, c->beta1, c->beta2, c->eps, c->t);
+}
+
+void ds_decay_spans_add(ds_decay_span *spans, int *count, size_t off, size_t n, float wd) {
+    ds_decay_span *last = *count ? &spans[*count - 1] : NULL;
+    if (last && last->off + last->n == off && last->weight_decay == wd) {
+        last->n += n;
+        return;
+    }
+    spans[(*count)++] = (ds_decay_span){off, n, wd};
 }
 
 void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master, float *buf,
@@ -66,16 +77,21 @@ int ds_adamw_step_scaled(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *
     if (check_range(s, lo, hi, err) != 0 || ensure_state(&s->adam_m, s->numel, err) != 0 ||
         ensure_state(&s->adam_v, s->numel, err) != 0 || ds_stage_ensure_master(s, err) != 0)
         return -1;
-    float *master = s->master ? s->master->data : NULL;
-    float *m = s->adam_m->data, *v = s->adam_v->data;
+    ds_decay_span *spans = malloc((size_t)(s->nparams ? s->nparams : 1) * sizeof *spans);
+    if (!spans) return ds_err_set(err, "stage '%s': out of host memory for the optimizer", s->name);
+    int count = 0;
     for (int i = 0; i < s->nparams; i++) {
         size_t a, b;
         overlap(s->params[i], lo, hi, &a, &b);
-        if (a >= b) continue;
-        float wd = s->params[i]->decay ? c->weight_decay : 0.0f;
-        ds_adamw_elems(s->opts.precision, ds_tensor_at(s->flat_params, a), ds_tensor_at(s->flat_grads, a),
-                       grad_scale, master ? master + a : NULL, m + a, v + a, b - a, c, wd);
+        if (a < b)
+            ds_decay_spans_add(spans, &count, a - lo, b - a,
+                               s->params[i]->decay ? c->weight_decay : 0.0f);
     }
+    float *master = s->master ? (float *)s->master->data + lo : NULL;
+    ds_adamw_spans_of(s->opts.precision, ds_tensor_at(s->flat_params, lo),
+                      ds_tensor_at(s->flat_grads, lo), grad_scale, master,
+                      (float *)s->adam_m->data + lo, (float *)s->adam_v->data + lo, spans, count, c);
+    free(spans);
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #ifndef DS_OPTIM_H
 #define DS_OPTIM_H
 
+#include "kernels.h" /* ds_decay_span */
 #include "stage.h"
 
 typedef struct ds_adamw_cfg {
@@ -21,10 +22,18 @@ typedef struct ds_sgd_cfg {
  * it in place, in cache-sized chunks just before their update); bf16/fp16 step the fp32
  * master weights and round them into w (g untouched). What a stage's step and a ZeRO
  * shard's step are made of. */
-void ds_adamw_elems(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
-                    float *m, float *v, size_t n, const ds_adamw_cfg *c, float weight_decay);
 void ds_sgd_elems(ds_dtype dt, void *w, void *g, float grad_scale, float *master, float *buf,
                   size_t n, const ds_sgd_cfg *c, float weight_decay);
+/* AdamW the same way over spans of w, g, master, m, v, each with its weight decay, in one
+ * kernel call (one GPU launch for a stage or shard: kernels.h's ds_decay_span). */
+void ds_adamw_spans_of(ds_dtype dt, void *w, const void *g, float grad_scale, float *master,
+                       float *m, float *v, const ds_decay_span *spans, int nspans,
+                       const ds_adamw_cfg *c);
+/* Appends elements [off, off + n) with weight decay wd to spans (*count of them so far),
+ * merged into the last span when it ends at off with the same decay (GPT's weight and
+ * bias of one layer decay differently; a LayerNorm's weight and bias, and the next
+ * layer's, do not): the caller's array holds one span per parameter at most. */
+void ds_decay_spans_add(ds_decay_span *spans, int *count, size_t off, size_t n, float wd);
 
 /* Moments live in the stage (optimizer category), made zeroed on first use. */
 int ds_adamw_step(ds_stage *s, size_t lo, size_t hi, const ds_adamw_cfg *c, ds_err *err);

@@ -568,14 +568,6 @@ static void *param_at(ds_zero_stage *zs, int64_t o) { return (char *)shard_param
 static void *grad_at(ds_zero_stage *zs, int64_t o) { return (char *)shard_grads(zs) + (size_t)o * esize(zs); }
 static float *master_at(ds_zero_stage *zs, int64_t o) { return zs->master ? fdata(zs->master) + o : NULL; }
 
-static void adamw_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
-    const ds_adamw_cfg *c = a->cfg;
-    int64_t o = sl.shard_off;
-    ds_adamw_elems(zs->s->opts.precision, param_at(zs, o), grad_at(zs, o), a->grad_scale,
-                   master_at(zs, o), fdata(zs->m) + o, fdata(zs->v) + o, (size_t)sl.len, c,
-                   p->decay ? c->weight_decay : 0.0f);
-}
-
 static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, const step_args *a) {
     const ds_sgd_cfg *c = a->cfg;
     int64_t o = sl.shard_off;
@@ -584,19 +576,47 @@ static void sgd_piece(ds_zero_stage *zs, const ds_param *p, ds_shard_slice sl, c
                  p->decay ? c->weight_decay : 0.0f);
 }
 
+/* Before a shard's step: a ZeRO-3 window still open (an evaluation forward keeps the last
+ * stage's) would be stale after the update, so it goes; the master shard is made. */
+static int begin_shard_update(ds_zero *z, ds_zero_stage *zs, ds_err *err) {
+    release_params(z, (int)(zs - z->st));
+    return sync_master_shard(zs, 0, err);
+}
+
 /* Each parameter's overlap with the rank's shard, with its own decay flag, stepped as one
- * rank steps it (ds_adamw_elems / ds_sgd_elems). A ZeRO-3 window still open (an evaluation
- * forward keeps the last stage's) would be stale after the update: it goes. */
+ * rank steps it (ds_sgd_elems). */
 static int update_shard(ds_zero *z, ds_zero_stage *zs, shard_update_fn fn, const step_args *a,
                         ds_err *err) {
-    release_params(z, (int)(zs - z->st));
-    if (sync_master_shard(zs, 0, err) != 0) return -1;
+    if (begin_shard_update(z, zs, err) != 0) return -1;
     for (int i = 0; i < zs->s->nparams; i++) {
         const ds_param *p = zs->s->params[i];
         ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,
                                                    (int64_t)p->numel);
         if (sl.len > 0) fn(zs, p, sl, a);
     }
+    return 0;
+}
+
+/* AdamW on the shard: every parameter's overlap with it a span with its decay, all in one
+ * kernel call (ds_adamw_spans_of), as one rank steps its stage. */
+static int adamw_shard(ds_zero *z, ds_zero_stage *zs, const step_args *a, ds_err *err) {
+    const ds_adamw_cfg *c = a->cfg;
+    if (begin_shard_update(z, zs, err) != 0) return -1;
+    int np = zs->s->nparams, count = 0;
+    ds_decay_span *spans = malloc((size_t)(np ? np : 1) * sizeof *spans);
+    if (!spans)
+        return ds_err_set(err, "stage '%s': out of host memory for the optimizer", zs->s->name);
+    for (int i = 0; i < np; i++) {
+        const ds_param *p = zs->s->params[i];
+        ds_shard_slice sl = ds_partition_intersect(&zs->part, z->rank, (int64_t)p->offset,
+                                                   (int64_t)p->numel);
+        if (sl.len > 0)
+            ds_decay_spans_add(spans, &count, (size_t)sl.shard_off, (size_t)sl.len,
+                               p->decay ? c->weight_decay : 0.0f);
+    }
+    ds_adamw_spans_of(zs->s->opts.precision, param_at(zs, 0), grad_at(zs, 0), a->grad_scale,
+                      master_at(zs, 0), fdata(zs->m), fdata(zs->v), spans, count, c);
+    free(spans);
     return 0;
 }
 
@@ -612,7 +632,7 @@ int ds_zero_adamw(ds_zero *z, const ds_adamw_cfg *c, float grad_scale, ds_err *e
         if (ensure_state(&zs->m, zs->part.shard, err) != 0 ||
             ensure_state(&zs->v, zs->part.shard, err) != 0)
             return ds_err_prefix(err, "stage '%s': optimizer state", zs->s->name);
-        if (update_shard(z, zs, adamw_piece, &a, err) != 0) return -1;
+        if (adamw_shard(z, zs, &a, err) != 0) return -1;
     }
     return gather_updated(z, err);
 }

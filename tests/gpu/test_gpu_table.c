@@ -235,17 +235,32 @@ static void test_dropout(size_t n, float p) {
     dfree(X, n * 4), dfree(O, n * 4);
 }
 
+/* More spans than one launch takes (64), of every decay, with untouched elements between
+ * them, one empty, for the adamw span entries; *count of SPANS_MAX filled. */
+enum { SPANS_MAX = 150 };
+static void optim_spans(size_t n, ds_decay_span *spans, int *count) {
+    *count = 0;
+    for (int k = 0; k < SPANS_MAX; k++) {
+        size_t lo = n * (size_t)k / SPANS_MAX + 1, hi = n * (size_t)(k + 1) / SPANS_MAX;
+        size_t len = k == 7 || hi < lo + 1 ? 0 : hi - lo - 1;
+        spans[(*count)++] = (ds_decay_span){lo, len, k % 3 ? 0.1f : 0.0f};
+    }
+}
+
 static void test_optim(size_t n) {
     float *p = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
     void *P = up(p, n * 4), *Gd = up(g, n * 4), *M = up(m, n * 4), *Vd = up(v, n * 4);
     for (int t = 1; t <= 2; t++) {
         CPU->adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
         DEV->adamw_update(P, Gd, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        CPU->adamw_update_scaled(p, g, 0.5f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        DEV->adamw_update_scaled(P, Gd, 0.5f, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        ds_decay_span spans[SPANS_MAX];
+        int ns;
+        optim_spans(n, spans, &ns);
+        CPU->adamw_spans(p, g, 0.5f, m, v, spans, ns, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
+        DEV->adamw_spans(P, Gd, 0.5f, M, Vd, spans, ns, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
     }
-    close_f("table adamw_update, adamw_update_scaled param", P, p, n, 1e-6f, 1e-6f);
-    close_f("table adamw_update, adamw_update_scaled v", Vd, v, n, 1e-9f, 1e-6f);
+    close_f("table adamw_update, adamw_spans param", P, p, n, 1e-6f, 1e-6f);
+    close_f("table adamw_update, adamw_spans v", Vd, v, n, 1e-9f, 1e-6f);
     CPU->sgd_update(p, g, m, n, 0.01f, 0.9f, 1e-4f);
     DEV->sgd_update(P, Gd, M, n, 0.01f, 0.9f, 1e-4f);
     close_f("table sgd_update param", P, p, n, 1e-6f, 1e-6f);
@@ -641,12 +656,15 @@ static void test_half(ds_half h, size_t n) {
     /* optimizer steps on a 16-bit working copy: w = a, gradient b */
     float *master = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
     void *MA = up(master, n * 4), *M = up(m, n * 4), *Vd = up(v, n * 4);
+    ds_decay_span spans[SPANS_MAX];
+    int ns;
+    optim_spans(n, spans, &ns);
     for (int t = 1; t <= 2; t++) {
-        CPU->adamw_update_half(h, a, b, 0.25f, master, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        DEV->adamw_update_half(h, A, Bd, 0.25f, MA, M, Vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        CPU->adamw_half_spans(h, a, b, 0.25f, master, m, v, spans, ns, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
+        DEV->adamw_half_spans(h, A, Bd, 0.25f, MA, M, Vd, spans, ns, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
     }
-    close_f(NAME("adamw_update_half master"), MA, master, n, 1e-6f, 1e-6f);
-    close_half(NAME("adamw_update_half working copy"), h, A, a, n);
+    close_f(NAME("adamw_half_spans master"), MA, master, n, 1e-6f, 1e-6f);
+    close_half(NAME("adamw_half_spans working copy"), h, A, a, n);
     CPU->sgd_update_half(h, a, b, 0.5f, master, m, n, 0.01f, 0.9f, 1e-4f);
     DEV->sgd_update_half(h, A, Bd, 0.5f, MA, M, n, 0.01f, 0.9f, 1e-4f);
     close_f(NAME("sgd_update_half master"), MA, master, n, 1e-6f, 1e-6f);

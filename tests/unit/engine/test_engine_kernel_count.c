@@ -18,6 +18,7 @@
 
 #include "engine_test_stage.h"
 #include "kernel_count.h"
+#include "optim.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 37 };
 
@@ -205,6 +206,64 @@ static void test_step_bf16(void **state) {
     check_step(DS_BF16);
 }
 
+/* A stage after one forward and backward: gradients to step on. */
+static ds_stage *stepped_stage(ds_dtype prec) {
+    ds_err err = {{0}};
+    ds_stage *s = gpt_stage(prec);
+    ds_tensor *x = eng_input(B, T, C);
+    ds_run r = {.train = 1, .seed = 3};
+    if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
+    ds_tensor *out = (ds_tensor *)ds_stage_output(s);
+    if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg); /* d(out) = out */
+    ds_tensor_free(x);
+    return s;
+}
+
+/* AdamW steps a stage's every parameter, each with its own decay, in one kernel call (one
+ * GPU launch, not one per parameter tensor), to the bits of a call per parameter. */
+static void check_adamw_one_call(ds_dtype prec) {
+    ds_err err = {{0}};
+    ds_adamw_cfg c = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                      .weight_decay = 0.1f, .t = 1};
+    ds_stage *a = stepped_stage(prec), *b = stepped_stage(prec);
+    assert_int_equal(ds_kernel_count_install(ds_device_get(), &err), 0);
+    if (ds_adamw_step(a, 0, a->numel, &c, &err) != 0) fail_msg("%s", err.msg);
+    ds_kcount k = count_of(prec == DS_F32 ? "adamw_spans" : "adamw_half_spans");
+    ds_kernel_count_uninstall();
+    assert_int_equal(k.calls, 1);
+    assert_true(k.flops == 16 * (uint64_t)a->numel);
+    /* the reference: b stepped parameter by parameter */
+    if (ds_adamw_step(b, 0, 0, &c, &err) != 0) fail_msg("%s", err.msg); /* makes the state */
+    for (int i = 0; i < b->nparams; i++) {
+        const ds_param *p = b->params[i];
+        ds_decay_span one = {0, p->numel, p->decay ? c.weight_decay : 0.0f};
+        ds_adamw_spans_of(prec, ds_tensor_at(b->flat_params, p->offset),
+                          ds_tensor_at(b->flat_grads, p->offset), 1.0f,
+                          b->master ? (float *)b->master->data + p->offset : NULL,
+                          (float *)b->adam_m->data + p->offset, (float *)b->adam_v->data + p->offset,
+                          &one, 1, &c);
+    }
+    unsigned char *pa = eng_bytes(a->flat_params), *pb = eng_bytes(b->flat_params);
+    same(pa, ds_tensor_nbytes(a->flat_params), pb, ds_tensor_nbytes(b->flat_params),
+         "the parameters stepped in one call");
+    unsigned char *va = eng_bytes(a->adam_v), *vb = eng_bytes(b->adam_v);
+    same(va, ds_tensor_nbytes(a->adam_v), vb, ds_tensor_nbytes(b->adam_v), "the second moments");
+    free(pa), free(pb), free(va), free(vb);
+    ds_stage_free(a);
+    ds_stage_free(b);
+    ds_layer_images_free();
+}
+
+static void test_adamw_one_call_fp32(void **state) {
+    (void)state;
+    check_adamw_one_call(DS_F32);
+}
+
+static void test_adamw_one_call_bf16(void **state) {
+    (void)state;
+    check_adamw_one_call(DS_BF16);
+}
+
 /* The memory ops: a memset0 and a device copy through the device's ops are counted with
  * their bytes, an allocation with the bytes it zeroes; reset starts from zero. */
 static void test_memory_ops(void **state) {
@@ -243,6 +302,8 @@ int main(void) {
         cmocka_unit_test(test_every_entry_wrapped),
         cmocka_unit_test(test_step_fp32),
         cmocka_unit_test(test_step_bf16),
+        cmocka_unit_test(test_adamw_one_call_fp32),
+        cmocka_unit_test(test_adamw_one_call_bf16),
         cmocka_unit_test(test_memory_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

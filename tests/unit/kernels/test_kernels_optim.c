@@ -60,6 +60,49 @@ static void test_adamw_scaled(void **state) {
     free(p1), free(g), free(gs), free(p2), free(m1), free(v1), free(m2), free(v2), free(g_before);
 }
 
+/* Spans step each run with its own decay, as one call per run would, and leave the
+ * elements between and around them alone: fp32 and a 16-bit working copy. */
+static void test_adamw_spans(void **state) {
+    (void)state;
+    tu_seed(37);
+    size_t n = 40009;
+    const ds_decay_span spans[] = {{5, 20000, 0.1f}, {20005, 0, 0.1f}, {20011, 19990, 0.0f}};
+    float *p1 = tu_randf(n, -1, 1), *g = tu_randf(n, -1, 1), *p2 = tu_copyf(p1, n);
+    float *m1 = tu_randf(n, -0.1f, 0.1f), *v1 = tu_randf(n, 0, 0.01f);
+    float *m2 = tu_copyf(m1, n), *v2 = tu_copyf(v1, n), *p0 = tu_copyf(p1, n);
+    uint16_t *w1 = malloc(n * 2), *w2 = malloc(n * 2), *g16 = malloc(n * 2);
+    ds_half_from_f32(DS_HALF_BF16, w1, p1, n);
+    ds_half_from_f32(DS_HALF_BF16, w2, p1, n);
+    ds_half_from_f32(DS_HALF_BF16, g16, g, n);
+    for (int t = 1; t <= 2; t++) {
+        ds_adamw_spans(p1, g, 0.5f, m1, v1, spans, 3, 1e-3f, 0.9f, 0.99f, 1e-8f, t);
+        for (int k = 0; k < 3; k++) {
+            size_t o = spans[k].off;
+            ds_adamw_update_scaled(p2 + o, g + o, 0.5f, m2 + o, v2 + o, spans[k].n, 1e-3f, 0.9f,
+                                   0.99f, 1e-8f, spans[k].weight_decay, t);
+        }
+    }
+    assert_memory_equal(p1, p2, n * 4);
+    assert_memory_equal(m1, m2, n * 4);
+    assert_memory_equal(v1, v2, n * 4);
+    assert_memory_equal(p1, p0, 5 * 4);                      /* before the first span */
+    assert_memory_equal(p1 + 20005, p0 + 20005, 6 * 4);      /* between */
+    assert_memory_equal(p1 + 40001, p0 + 40001, 8 * 4);      /* after the last */
+    assert_memory_not_equal(p1 + 5, p0 + 5, 20000 * 4);
+    /* the 16-bit path: masters p1/p2 again from here, the working copies rounded */
+    ds_adamw_half_spans(DS_HALF_BF16, w1, g16, 0.25f, p1, m1, v1, spans, 3, 1e-3f, 0.9f, 0.99f,
+                        1e-8f, 3);
+    for (int k = 0; k < 3; k++) {
+        size_t o = spans[k].off;
+        ds_adamw_update_half(DS_HALF_BF16, w2 + o, g16 + o, 0.25f, p2 + o, m2 + o, v2 + o,
+                             spans[k].n, 1e-3f, 0.9f, 0.99f, 1e-8f, spans[k].weight_decay, 3);
+    }
+    assert_memory_equal(w1, w2, n * 2);
+    assert_memory_equal(p1, p2, n * 4);
+    free(p1), free(g), free(p2), free(m1), free(v1), free(m2), free(v2), free(p0);
+    free(w1), free(w2), free(g16);
+}
+
 static void test_adamw_deterministic(void **state) {
     (void)state;
     tu_seed(32);
@@ -126,6 +169,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_reference),
         cmocka_unit_test(test_adamw_scaled),
+        cmocka_unit_test(test_adamw_spans),
         cmocka_unit_test(test_adamw_deterministic),
         cmocka_unit_test(test_sgd_matches_reference),
         cmocka_unit_test(test_sumsq),

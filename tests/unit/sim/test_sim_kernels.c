@@ -271,9 +271,11 @@ static void c_adamw_update(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->adamw_update(b[0], b[1], b[2], b[3], EN, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
 }
-static void c_adamw_update_scaled(const ds_kernel_table *k, void **b, ds_half h) {
+/* two spans with different decays and untouched elements around and between them */
+static const ds_decay_span SPANS[] = {{3, EN / 2 - 3, 0.1f}, {EN / 2 + 7, EN / 2 - 9, 0.0f}};
+static void c_adamw_spans(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->adamw_update_scaled(b[0], b[1], 0.5f, b[2], b[3], EN, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    k->adamw_spans(b[0], b[1], 0.5f, b[2], b[3], SPANS, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 3);
 }
 static void c_sgd_update(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -301,9 +303,9 @@ static void c_half_scale(const ds_kernel_table *k, void **b, ds_half h) {
 static void c_half_sumsq(const ds_kernel_table *k, void **b, ds_half h) {
     k->half_sumsq(h, b[0], EN, b[1]);
 }
-static void c_adamw_update_half(const ds_kernel_table *k, void **b, ds_half h) {
-    k->adamw_update_half(h, b[0], b[1], 0.25f, b[2], b[3], b[4], EN, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                         0.1f, 3);
+static void c_adamw_half_spans(const ds_kernel_table *k, void **b, ds_half h) {
+    k->adamw_half_spans(h, b[0], b[1], 0.25f, b[2], b[3], b[4], SPANS, 2, 1e-3f, 0.9f, 0.95f,
+                        1e-8f, 3);
 }
 static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     k->sgd_update_half(h, b[0], b[1], 0.25f, b[2], b[3], EN, 0.01f, b[3] ? 0.9f : 0.0f, 0.01f);
@@ -398,7 +400,7 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"half_add", SLOT(half_add), h, c_half_add, {B_U16(EN), B_U16(EN), B_U16(EN)}},            \
     {"half_scale", SLOT(half_scale), h, c_half_scale, {B_U16(EN)}},                            \
     {"half_sumsq", SLOT(half_sumsq), h, c_half_sumsq, {B_U16(EN), B_F64}},                     \
-    {"adamw_update_half", SLOT(adamw_update_half), h, c_adamw_update_half,                     \
+    {"adamw_half_spans", SLOT(adamw_half_spans), h, c_adamw_half_spans,                        \
      {B_U16(EN), B_U16(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},                                 \
     {"sgd_update_half", SLOT(sgd_update_half), h, c_sgd_update_half,                           \
      {B_U16(EN), B_U16(EN), B_F32(EN), B_F32(EN)}},                                            \
@@ -457,7 +459,7 @@ static const kcase CASES[] = {
     {"dropout_backward", SLOT(dropout_backward), 0, c_dropout_backward, {B_F32(EN), B_F32(EN)}},
     {"adamw_update", SLOT(adamw_update), 0, c_adamw_update,
      {B_F32(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},
-    {"adamw_update_scaled", SLOT(adamw_update_scaled), 0, c_adamw_update_scaled,
+    {"adamw_spans", SLOT(adamw_spans), 0, c_adamw_spans,
      {B_F32(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},
     {"sgd_update", SLOT(sgd_update), 0, c_sgd_update, {B_F32(EN), B_F32(EN), B_F32(EN)}},
     {"sgd_update (no momentum)", SLOT(sgd_update), 0, c_sgd_update,
