@@ -1,10 +1,14 @@
 /* The kernels as one table per device (kernels/device.h): what layers, the criterion,
  * the optimizers, the loss scaler and ZeRO call, never naming a backend. Every entry has
- * the semantics of its twin in kernels.h (row-major, Linear weights [OC, C], backward
- * passes accumulate +=, reductions in a fixed order), with pointers into the device's
- * memory, queued on its compute stream. Where kernels.h returns a sum, the entry writes
- * it to a device double instead (one number the caller copies to the host when it needs
- * it: the loss, the gradient norm, the fp16 overflow). */
+ * the semantics of its twin in kernels.h (row-major, Linear weights [OC, C], parameter
+ * gradients accumulated +=, reductions in a fixed order), with pointers into the device's
+ * memory, queued on its compute stream. A backward that produces an input (activation)
+ * gradient takes `int acc` right after that pointer (dinp, dqkv): 1 adds into it (+=),
+ * 0 writes it (=) without reading what it held, so a gradient with one contributor
+ * needs no zeroing pass before it; either way the bits of adding into zeros (but the
+ * sign of a zero). Where kernels.h returns a sum, the entry writes it to a device double
+ * instead (one number the caller copies to the host when it needs it: the loss, the
+ * gradient norm, the fp16 overflow). */
 #ifndef DS_KERNEL_TABLE_H
 #define DS_KERNEL_TABLE_H
 
@@ -33,8 +37,9 @@ static inline size_t ds_ws_part(size_t bytes) { return (bytes + 255) & ~(size_t)
  * Linear of GPT-2 124M and 350M but the head in one chunk, as before chunking (the same
  * bits), and are a multiple of 8 for the tensor cores; at N = 8,192 rows a chunk's
  * 16-bit output gradient is 64 MiB. A Linear with OC > chunk sums dinp in fp32 chunk
- * after chunk (dinp += dout[:, chunk] @ W[chunk, :]), which changes dinp's summation
- * order against one GEMM over all OC, identically on every device. */
+ * after chunk (dinp += dout[:, chunk] @ W[chunk, :]; writing, acc = 0: the first chunk
+ * writes, the next add, the bits of adding them all into zeros), which changes dinp's
+ * summation order against one GEMM over all OC, identically on every device. */
 #define DS_MATMUL16_COLS 4096
 
 /* the columns of the largest chunk of OC output columns */
@@ -127,11 +132,11 @@ typedef struct ds_kernel_table {
     /* dense */
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC);
-    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+    void (*matmul_backward)(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
     /* dense with a 16-bit weight and bias (h; bias may be NULL), fp32 accumulation, the
      * activations fp32 or 16-bit in h as io16 (DS_MM16_*) says: out = round16(inp) @ W^T
-     * + b (a 16-bit out: that fp32 result rounded once per element); backward: dinp +=
+     * + b (a 16-bit out: that fp32 result rounded once per element); backward: dinp (+)=
      * round16(dout) @ W, and dweight, dbias get round16(them + the fp32 result of
      * round16(dout)^T @ round16(inp) and of round16(dout)'s column sums): one rounding per
      * element and call, as the 16-bit gradients of an fp32 image would. round16 of a
@@ -144,29 +149,29 @@ typedef struct ds_kernel_table {
     void (*matmul16_forward)(ds_half h, void *out, const void *inp, int io16,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
                              void *ws);
-    void (*matmul16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                              const void *dout, const void *inp, int io16,
-                              const uint16_t *weight, int N, int C, int OC, void *ws);
+    void (*matmul16_backward)(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
+                              const void *dout, const void *inp, int io16, const uint16_t *weight,
+                              int N, int C, int OC, void *ws);
     /* elementwise */
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n);
     void (*scale)(float *x, float s, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_backward)(float *dinp, int acc, const float *inp, const float *dout, size_t n);
     /* GELU with 16-bit activations of format h: inp is in h when in16 (else fp32), out in
      * h when out16 (else fp32); each element is gelu_forward's value on the widened input,
-     * rounded once into a 16-bit out. backward: the input in h, dinp += as gelu_backward's
+     * rounded once into a 16-bit out. backward: the input in h, dinp as gelu_backward's
      * on the widened input. Elementwise, no workspace. */
     void (*gelu16_forward)(ds_half h, void *out, const void *inp, size_t n, int in16,
                            int out16);
-    void (*gelu16_backward)(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+    void (*gelu16_backward)(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
                             size_t n);
     /* normalisation */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
+    void (*layernorm_backward)(float *dinp, int acc, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
     /* embedding */
     void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C);
     void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
@@ -193,17 +198,18 @@ typedef struct ds_kernel_table {
     void (*layernorm16_forward)(ds_half h, void *out, float *mean, float *rstd,
                                 const float *inp, const uint16_t *weight, const uint16_t *bias,
                                 int N, int C, float eps, int out16, void *ws);
-    void (*layernorm16_backward)(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                 const float *dout, const float *inp, const uint16_t *weight,
-                                 const float *mean, const float *rstd, int N, int C, void *ws);
+    void (*layernorm16_backward)(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                 uint16_t *dbias, const float *dout, const float *inp,
+                                 const uint16_t *weight, const float *mean, const float *rstd,
+                                 int N, int C, void *ws);
     /* attention */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
-    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, int acc, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
     void (*attention_forward_dropout)(float *out, float *att, const float *qkv, int B, int T,
                                       int C, int NH, float p, ds_rng_key key);
-    void (*attention_backward_dropout)(float *dqkv, float *scratch, const float *dout,
+    void (*attention_backward_dropout)(float *dqkv, int acc, float *scratch, const float *dout,
                                        const float *qkv, const float *att, int B, int T, int C,
                                        int NH, float p, ds_rng_key key);
     /* fused (kernels.h's _fused pair): lse [B,NH,T] instead of att; backward reads the
@@ -211,9 +217,9 @@ typedef struct ds_kernel_table {
      * table supports head sizes up to 128 (larger: the device's error). */
     void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T,
                                     int C, int NH);
-    void (*attention_backward_fused)(float *dqkv, float *scratch, const float *dout,
-                                     const float *qkv, const float *out, const float *lse,
-                                     int B, int T, int C, int NH);
+    void (*attention_backward_fused)(float *dqkv, int acc, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH);
     /* the fused pair with 16-bit activations of format h: qkv in h when in16 (else fp32),
      * out in h when out16 (else fp32), as the forward wrote it; lse, dout and dqkv fp32,
      * softmax and its statistics in fp32. Each value is the fp32 pair's on the widened
@@ -221,7 +227,7 @@ typedef struct ds_kernel_table {
      * device's form, clobbered. */
     void (*attention16_forward_fused)(ds_half h, void *out, float *lse, const void *qkv, int B,
                                       int T, int C, int NH, int in16, int out16, void *ws);
-    void (*attention16_backward_fused)(ds_half h, float *dqkv, float *scratch,
+    void (*attention16_backward_fused)(ds_half h, float *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
                                        const float *lse, int B, int T, int C, int NH, int in16,
                                        int out16, void *ws);
@@ -242,7 +248,8 @@ typedef struct ds_kernel_table {
                            const int32_t *targets, float dloss, int N, int V, double *sum);
     /* dropout */
     void (*dropout_forward)(float *out, const float *inp, size_t n, float p, ds_rng_key key);
-    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);
+    void (*dropout_backward)(float *dinp, int acc, const float *dout, size_t n, float p,
+                             ds_rng_key key);
     /* optimizer; sums of squares to a device double */
     void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t);

@@ -3,9 +3,13 @@
  * Conventions, shared by every kernel:
  *   - row-major; N = number of rows (B*T tokens), C = channels.
  *   - Linear weights are [OC, C] (PyTorch's nn.Linear layout); out = inp @ W^T + b.
- *   - Every *_backward ACCUMULATES (+=) into the gradients it writes (dinp, dweight, ...),
- *     so gradient accumulation and residual branches need no extra adds. The caller
- *     zeroes gradient buffers when a new accumulation starts.
+ *   - Every *_backward ACCUMULATES (+=) into the parameter gradients (dweight, dbias,
+ *     dtable), so micro-batches accumulate without extra adds; the caller zeroes them
+ *     when a new accumulation starts. The input gradient (dinp, dqkv) is followed by
+ *     `int acc`: 1 accumulates into it as well (a residual's sum), 0 WRITES it (=, its
+ *     old contents never read, NaN included), so a gradient with one contributor needs
+ *     no zeroing pass. Writing gives the bits of accumulating into zeros (up to the sign
+ *     of a zero: x + 0 is +0 where x is -0).
  *   - Reductions run in a fixed order for a given (shape, thread count): the same call
  *     twice gives the same bits.
  *   - Pointers may be NULL where noted (no bias, no dbias, ...).
@@ -21,9 +25,9 @@
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be NULL). */
 void ds_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                        int N, int C, int OC);
-/* dinp[N,C] += dout @ W; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_rows(dout).
+/* dinp[N,C] (+)= dout @ W; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_rows(dout).
  * Any of dinp, dweight, dbias may be NULL (not wanted). */
-void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+void ds_matmul_backward(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC);
 
 /* ---- elementwise ---------------------------------------------------------------- */
@@ -32,13 +36,13 @@ void ds_accumulate(float *dst, const float *src, size_t n);                    /
 void ds_scale(float *x, float s, size_t n);                                    /* x *= s */
 /* GELU, tanh approximation (GPT-2's). */
 void ds_gelu_forward(float *out, const float *inp, size_t n);
-void ds_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void ds_gelu_backward(float *dinp, int acc, const float *inp, const float *dout, size_t n);
 
 /* ---- normalisation -------------------------------------------------------------- */
 /* mean[N], rstd[N] are saved for backward. */
 void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C, float eps);
-void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+void ds_layernorm_backward(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean,
                            const float *rstd, int N, int C);
 
@@ -64,9 +68,9 @@ typedef struct ds_rng_key {
  * inside each). out[B,T,C]. att[B,NH,T,T] holds the softmax probabilities (saved for
  * backward; entries above the diagonal are 0). */
 void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv += ...; scratch must hold B*NH*T*T floats (clobbered). */
-void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH);
+/* dqkv (+)= ...; scratch must hold B*NH*T*T floats (clobbered). */
+void ds_attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH);
 /* The same with dropout on the probabilities (GPT-2's attn_pdrop): out = (P*M) V, where M
  * is ds_dropout_forward's mask for the [B,NH,T,T] tensor of probabilities under the same
  * key (element ((b*NH + h)*T + t)*T + u, plus key.offset). att keeps P UNdropped; backward
@@ -74,18 +78,18 @@ void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const
  * kernels. 0 <= p < 1. */
 void ds_attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH, float p, ds_rng_key key);
-void ds_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int C,
-                                   int NH, float p, ds_rng_key key);
+void ds_attention_backward_dropout(float *dqkv, int acc, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C, int NH,
+                                   float p, ds_rng_key key);
 
 /* Fused (no [B,NH,T,T] tensor; kernels/cuda/attention_flash.cu on a GPU): the same out as
  * ds_attention_forward (the same bits), and lse[B,NH,T], each row's natural log of its sum
- * of exp(score), what backward recomputes the probabilities from. Backward: dqkv += the
+ * of exp(score), what backward recomputes the probabilities from. Backward: dqkv (+)= the
  * gradients of ds_attention_backward, within rounding (P = exp(score - lse) is not the
  * reference's bits). A thread's workspace grows with T; nothing with T^2. No dropout. */
 void ds_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
                                 int NH);
-void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qkv,
+void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const float *qkv,
                                  const float *lse, int B, int T, int C, int NH);
 
 /* ---- loss ----------------------------------------------------------------------- */
@@ -110,7 +114,8 @@ double ds_crossentropy_forward_backward(float *losses, float *dlogits, const flo
 /* ---- dropout (keyed by ds_rng_key above) ----------------------------------------- */
 void ds_philox4x32(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
 void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key);
-void ds_dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_rng_key key);
+void ds_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
+                         ds_rng_key key);
 
 /* ---- optimizer ------------------------------------------------------------------ */
 /* One AdamW step on n elements (a slice of a flat buffer). t is the 1-based step for
@@ -182,7 +187,7 @@ void ds_adamw_half_spans(ds_half h, uint16_t *w, const uint16_t *grad, float gra
  * the bytes ds_matmul16_workspace(DS_GEMM16_F32, ...) gives (kernel_table.h). */
 void ds_matmul16_forward(ds_half h, void *out, const void *inp, int io16, const uint16_t *weight,
                          const uint16_t *bias, int N, int C, int OC, void *ws);
-void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+void ds_matmul16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
                           const void *dout, const void *inp, int io16, const uint16_t *weight,
                           int N, int C, int OC, void *ws);
 
@@ -204,7 +209,7 @@ void ds_posemb16_backward(ds_half h, uint16_t *dtable, const float *dout, int B,
 void ds_layernorm16_forward(ds_half h, void *out, float *mean, float *rstd, const float *inp,
                             const uint16_t *weight, const uint16_t *bias, int N, int C,
                             float eps, int out16, void *ws);
-void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+void ds_layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
                              const float *dout, const float *inp, const uint16_t *weight,
                              const float *mean, const float *rstd, int N, int C, void *ws);
 
@@ -213,12 +218,13 @@ void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t
  * workspace), attention runs the fused pair on fp32 copies in ws, the bytes
  * ds_attention16_workspace(DS_ATTN16_F32, ...) gives. */
 void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16, int out16);
-void ds_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout, size_t n);
+void ds_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
+                        size_t n);
 void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
                                   int T, int C, int NH, int in16, int out16, void *ws);
-void ds_attention16_backward_fused(ds_half h, float *dqkv, const float *dout, const void *qkv,
-                                   const float *lse, int B, int T, int C, int NH, int in16,
-                                   void *ws);
+void ds_attention16_backward_fused(ds_half h, float *dqkv, int acc, const float *dout,
+                                   const void *qkv, const float *lse, int B, int T, int C, int NH,
+                                   int in16, void *ws);
 
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);

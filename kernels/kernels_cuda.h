@@ -2,7 +2,8 @@
  * (DS_HAVE_CUDA); callers guard with #ifdef DS_HAVE_CUDA.
  *
  * The ds_cuda_* kernels have the semantics of their ds_* twins in kernels.h (row-major,
- * Linear weights [OC, C], every *_backward ACCUMULATES +=, fixed reduction order: the same
+ * Linear weights [OC, C], every *_backward ACCUMULATES += into parameter gradients and
+ * into its input gradient when acc (writes it when not), fixed reduction order: the same
  * call on the same GPU gives the same bits), on device pointers. They run on the context's
  * stream (the default stream unless set) and return 0 once enqueued, or -1 with the
  * context's error filled (bad argument, launch failure, cuBLAS status). Kernel faults
@@ -68,9 +69,9 @@ int ds_cuda_sync(ds_cuda_ctx *ctx);
 /* ---- dense (cuBLAS) ---------------------------------------------------------------- */
 int ds_cuda_matmul_forward(ds_cuda_ctx *ctx, float *out, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC);
-int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight, int N,
-                            int C, int OC);
+int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, int acc, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int C,
+                            int OC);
 
 /* ---- dense in 16 bits (cuBLASLt) ----------------------------------------------------
  * bf16 / fp16 operands and results (h), fp32 accumulation on tensor cores, one rounding
@@ -100,7 +101,7 @@ int ds_cuda_matmul_backward_half(ds_cuda_ctx *ctx, ds_half h, uint16_t *dinp, ui
 int ds_cuda_matmul16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, int io16,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
                              void *ws);
-int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
+int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc, uint16_t *dweight,
                               uint16_t *dbias, const void *dout, const void *inp, int io16,
                               const uint16_t *weight, int N, int C, int OC, void *ws);
 
@@ -109,20 +110,20 @@ int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const floa
 int ds_cuda_accumulate(ds_cuda_ctx *ctx, float *dst, const float *src, size_t n);
 int ds_cuda_scale(ds_cuda_ctx *ctx, float *x, float s, size_t n);
 int ds_cuda_gelu_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n);
-int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, const float *inp, const float *dout,
-                          size_t n);
+int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *inp,
+                          const float *dout, size_t n);
 /* kernel_table.h's gelu16 pair: inp / out 16-bit of format h where in16 / out16, read and
  * written as they are */
 int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, size_t n,
                            int in16, int out16);
-int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, const uint16_t *inp,
+int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc, const uint16_t *inp,
                             const float *dout, size_t n);
 
 /* ---- normalisation ----------------------------------------------------------------- */
 int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,
                               int C, float eps);
-int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
+int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, int acc, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
 
@@ -148,25 +149,25 @@ int ds_cuda_posemb16_backward(ds_cuda_ctx *ctx, ds_half h, uint16_t *dtable,
 int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *mean,
                                 float *rstd, const float *inp, const uint16_t *weight,
                                 const uint16_t *bias, int N, int C, float eps, int out16);
-int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, uint16_t *dweight,
-                                 uint16_t *dbias, const float *dout, const float *inp,
-                                 const uint16_t *weight, const float *mean, const float *rstd,
-                                 int N, int C, void *ws);
+int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc,
+                                 uint16_t *dweight, uint16_t *dbias, const float *dout,
+                                 const float *inp, const uint16_t *weight, const float *mean,
+                                 const float *rstd, int N, int C, void *ws);
 
 /* ---- attention --------------------------------------------------------------------- */
 int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv,
                               int B, int T, int C, int NH);
-int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
-                               const float *dout, const float *qkv, const float *att, int B,
-                               int T, int C, int NH);
+int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
+                               const float *dout, const float *qkv, const float *att, int B, int T,
+                               int C, int NH);
 /* With dropout on the probabilities (kernels.h's _dropout pair: the same masks, drawn
  * from the CPU's Philox stream). With p > 0 a block holds a row of T floats in shared
  * memory: T up to ~57000 on sm_90. */
 int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv,
                                       int B, int T, int C, int NH, float p, ds_rng_key key);
-int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
-                                       const float *dout, const float *qkv, const float *att,
-                                       int B, int T, int C, int NH, float p, ds_rng_key key);
+int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
+                                       const float *dout, const float *qkv, const float *att, int B,
+                                       int T, int C, int NH, float p, ds_rng_key key);
 /* Fused (FlashAttention's scheme in fp32, attention_flash.cu): the same out as
  * ds_attention_forward without the [B,NH,T,T] probabilities; lse[B,NH,T] (natural log of
  * each row's sum of exp(score)) is what backward needs. Backward: dqkv += the same
@@ -174,7 +175,7 @@ int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scr
  * B*NH*T floats. Head size C/NH up to 128; no dropout. */
 int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv,
                                     int B, int T, int C, int NH);
-int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
                                      const float *dout, const float *qkv, const float *out,
                                      const float *lse, int B, int T, int C, int NH);
 /* The fused pair with 16-bit activations (kernel_table.h's attention16 entries): qkv and
@@ -184,7 +185,7 @@ int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scrat
 int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *lse,
                                       const void *qkv, int B, int T, int C, int NH, int in16,
                                       int out16);
-int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv,
+int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv, int acc,
                                        float *scratch, const float *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int C,
                                        int NH, int in16, int out16);
@@ -208,7 +209,7 @@ int ds_cuda_crossentropy16(ds_cuda_ctx *ctx, ds_half h, float *losses, uint16_t 
 /* ---- dropout (the CPU kernel's Philox stream: same key => same mask, bit for bit) ---- */
 int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size_t n, float p,
                             ds_rng_key key);
-int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, const float *dout, size_t n,
+int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *dout, size_t n,
                              float p, ds_rng_key key);
 
 /* ---- optimizer --------------------------------------------------------------------- */

@@ -33,7 +33,7 @@ ROOT=$PWD
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
 BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:---B 8 --T 1024}
-TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim test_gpu_device test_gpu_table bench_gpu dsrun ds_cuda_module zero_bench)
+TARGETS=(test_gpu_dense test_gpu_attention test_gpu_loss test_gpu_optim test_gpu_device test_gpu_table test_gpu_write bench_gpu dsrun ds_cuda_module zero_bench)
 OPTIONAL_TARGETS=(test_comm_nccl) # the NCCL backend's test (runtime/comm), also labelled gpu
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT}" ]; then
@@ -138,7 +138,7 @@ rebuild_here() {
     local libs=(-L"$dir/lib" -l:libopenblas.so.0 -L"$cudalib" -l:libcudart.so.13 -l:libcublas.so.13
         -l:libcublasLt.so.13 -L"$nccllib" -l:libnccl.so.2 -fopenmp -lstdc++ -lm -ldl -Wl,-rpath,"$dir/lib")
     local t
-    for t in dense attention loss optim device table; do
+    for t in dense attention loss optim device table write; do
         gcc -std=gnu17 -O2 -D_GNU_SOURCE -DDS_HAVE_CUDA=1 -Ikernels -Icommon -Itests/gpu -I"$cudalib/../include" -I/usr/local/cuda/include \
             "tests/gpu/test_gpu_$t.c" "$obj"/*.o \
             "${libs[@]}" -o "$dir/bin/test_gpu_$t" || return 1

@@ -217,11 +217,12 @@ static void k_layernorm_fwd(void *a) {
 }
 static void k_layernorm_bwd(void *a) {
     (void)a;
-    OK(ds_cuda_layernorm_backward(g_ctx, K.dx, K.dw, K.db, K.y, K.x, K.w, K.mean, K.rstd, K.N, C));
+    OK(ds_cuda_layernorm_backward(g_ctx, K.dx, 1, K.dw, K.db, K.y, K.x, K.w, K.mean, K.rstd, K.N,
+                                  C));
 }
 static void k_matmul_dbias(void *a) {
     (void)a;
-    OK(ds_cuda_matmul_backward(g_ctx, NULL, NULL, K.db, K.y, NULL, NULL, K.N, C, C));
+    OK(ds_cuda_matmul_backward(g_ctx, NULL, 1, NULL, K.db, K.y, NULL, NULL, K.N, C, C));
 }
 static void k_gelu_fwd(void *a) {
     (void)a;
@@ -229,7 +230,7 @@ static void k_gelu_fwd(void *a) {
 }
 static void k_gelu_bwd(void *a) {
     (void)a;
-    OK(ds_cuda_gelu_backward(g_ctx, K.dh, K.h, K.h, (size_t)K.N * 4 * C));
+    OK(ds_cuda_gelu_backward(g_ctx, K.dh, 1, K.h, K.h, (size_t)K.N * 4 * C));
 }
 static void k_residual(void *a) {
     (void)a;
@@ -241,7 +242,7 @@ static void k_attention_fwd(void *a) {
 }
 static void k_attention_bwd(void *a) {
     (void)a;
-    OK(ds_cuda_attention_backward(g_ctx, K.dqkv, K.scratch, K.y, K.qkv, K.att, K.B, K.T, C, NH));
+    OK(ds_cuda_attention_backward(g_ctx, K.dqkv, 1, K.scratch, K.y, K.qkv, K.att, K.B, K.T, C, NH));
 }
 static void k_ce_fused(void *a) {
     (void)a;
@@ -256,7 +257,7 @@ static void k_head16_fwd(void *a) {
 }
 static void k_head16_bwd(void *a) {
     int v = *(const int *)a;
-    OK(ds_cuda_matmul16_backward(g_ctx, DS_HALF_BF16, K.dx, K.dw16, NULL, K.logits16, K.x16,
+    OK(ds_cuda_matmul16_backward(g_ctx, DS_HALF_BF16, K.dx, 1, K.dw16, NULL, K.logits16, K.x16,
                                  DS_MM16_IN | DS_MM16_OUT, K.w16, K.N, C, v, K.ws16));
 }
 static void k_ce16(void *a) {
@@ -270,7 +271,7 @@ static void k_flash_fwd(void *a) {
 }
 static void k_flash_bwd(void *a) {
     (void)a;
-    OK(ds_cuda_flash_attention_backward(g_ctx, K.dqkv, K.scratch, K.x, K.qkv, K.y, K.lse, K.B,
+    OK(ds_cuda_flash_attention_backward(g_ctx, K.dqkv, 1, K.scratch, K.x, K.qkv, K.y, K.lse, K.B,
                                         K.T, C, NH));
 }
 static void k_flash16_fwd(void *a) {
@@ -280,7 +281,7 @@ static void k_flash16_fwd(void *a) {
 }
 static void k_flash16_bwd(void *a) {
     (void)a;
-    OK(ds_cuda_flash_attention16_backward(g_ctx, DS_HALF_BF16, K.dqkv, K.scratch, K.x, K.qkv16,
+    OK(ds_cuda_flash_attention16_backward(g_ctx, DS_HALF_BF16, K.dqkv, 1, K.scratch, K.x, K.qkv16,
                                           K.out16, K.lse, K.B, K.T, C, NH, 1, 1));
 }
 static void k_embed_fwd(void *a) {

@@ -124,9 +124,9 @@ static void run_gemm(const linear *l, int p, int N, int native, float *inp, floa
     else if (p == 0)
         ds_matmul_forward(out, inp, w, NULL, N, C, OC);
     else if (p == 1)
-        ds_matmul_backward(dinp, NULL, NULL, out, inp, w, N, C, OC);
+        ds_matmul_backward(dinp, 1, NULL, NULL, out, inp, w, N, C, OC);
     else
-        ds_matmul_backward(NULL, dw, NULL, out, inp, w, N, C, OC);
+        ds_matmul_backward(NULL, 1, dw, NULL, out, inp, w, N, C, OC);
 }
 
 /* Every GEMM shape through ds_matmul_* (the kernels' path: single-threaded OpenBLAS calls
@@ -229,11 +229,11 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
     float *w = frand(4 * C, 1), *mean = falloc(N), *rstd = falloc(N);
     TIME_IT(t, ds_layernorm_forward(o, mean, rstd, a, w, w + C, N, C, 1e-5f));
     report_kernel(m->name, "layernorm_forward", t, 2 * L + 1, threads, &step);
-    TIME_IT(t, ds_layernorm_backward(o, w + 2 * C, w + 3 * C, b, a, w, mean, rstd, N, C));
+    TIME_IT(t, ds_layernorm_backward(o, 1, w + 2 * C, w + 3 * C, b, a, w, mean, rstd, N, C));
     report_kernel(m->name, "layernorm_backward", t, 2 * L + 1, threads, &step);
     TIME_IT(t, ds_gelu_forward(o, a, 4 * NC));
     report_kernel(m->name, "gelu_forward", t, L, threads, &step);
-    TIME_IT(t, ds_gelu_backward(o, a, b, 4 * NC));
+    TIME_IT(t, ds_gelu_backward(o, 1, a, b, 4 * NC));
     report_kernel(m->name, "gelu_backward", t, L, threads, &step);
     TIME_IT(t, ds_add_forward(o, a, b, NC));
     report_kernel(m->name, "residual_add", t, 2 * L, threads, &step);
@@ -246,11 +246,11 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
         double reference = 0; /* the engine runs the fused pair (no attention dropout) */
         TIME_IT(t, ds_attention_forward(o, att, qkv, B, T, C, NH));
         report_kernel(m->name, "attention_forward", t, L, threads, &reference);
-        TIME_IT(t, ds_attention_backward(dqkv, scratch, b, qkv, att, B, T, C, NH));
+        TIME_IT(t, ds_attention_backward(dqkv, 1, scratch, b, qkv, att, B, T, C, NH));
         report_kernel(m->name, "attention_backward", t, L, threads, &reference);
         TIME_IT(t, ds_attention_forward_fused(o, lse, qkv, B, T, C, NH));
         report_kernel(m->name, "attention_fwd_fused", t, L, threads, &step);
-        TIME_IT(t, ds_attention_backward_fused(dqkv, b, qkv, lse, B, T, C, NH));
+        TIME_IT(t, ds_attention_backward_fused(dqkv, 1, b, qkv, lse, B, T, C, NH));
         report_kernel(m->name, "attention_bwd_fused", t, L, threads, &step);
         free(qkv), free(att), free(scratch), free(dqkv), free(lse);
     }
@@ -258,7 +258,7 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
         float *bias_grad = falloc(4 * (size_t)C);
         float *dout = frand((size_t)N * 4 * C, 1);
         /* the bias part of matmul_backward, alone (dinp and dweight NULL) */
-        TIME_IT(t, ds_matmul_backward(NULL, NULL, bias_grad, dout, a, w, N, C, 4 * C));
+        TIME_IT(t, ds_matmul_backward(NULL, 1, NULL, bias_grad, dout, a, w, N, C, 4 * C));
         report_kernel(m->name, "bias_backward(4C)", t, L, threads, &step);
         free(bias_grad), free(dout);
     }

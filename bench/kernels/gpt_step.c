@@ -165,9 +165,9 @@ static void backward(gpt_step *g, const int32_t *ids) {
     /* the head: dlogits overwrite the logits */
     const float *xL = c.L ? g->la[c.L - 1].res3 : g->x0;
     memset(g->dtmp, 0, NC * sizeof(float));
-    ds_matmul_backward(g->dtmp, g->dwte, NULL, g->logits, g->lnf, g->wte, N, C, c.V);
+    ds_matmul_backward(g->dtmp, 1, g->dwte, NULL, g->logits, g->lnf, g->wte, N, C, c.V);
     memset(g->dres, 0, NC * sizeof(float));
-    ds_layernorm_backward(g->dres, g->dlnfw, g->dlnfb, g->dtmp, xL, g->lnfw, g->lnf_mean,
+    ds_layernorm_backward(g->dres, 1, g->dlnfw, g->dlnfb, g->dtmp, xL, g->lnfw, g->lnf_mean,
                           g->lnf_rstd, N, C);
     for (int l = c.L - 1; l >= 0; l--) {
         layer_params *p = &g->lp[l], *dp = &g->lg[l];
@@ -175,21 +175,22 @@ static void backward(gpt_step *g, const int32_t *ids) {
         const float *x = l ? g->la[l - 1].res3 : g->x0;
         /* MLP branch: dres is d(res3), also d(res2) through the residual */
         memset(g->dbig, 0, 4 * NC * sizeof(float));
-        ds_matmul_backward(g->dbig, dp->fcpw, dp->fcpb, g->dres, a->fch_gelu, p->fcpw, N, 4 * C, C);
+        ds_matmul_backward(g->dbig, 1, dp->fcpw, dp->fcpb, g->dres, a->fch_gelu, p->fcpw, N, 4 * C,
+                           C);
         memset(g->dbig2, 0, 4 * NC * sizeof(float));
-        ds_gelu_backward(g->dbig2, a->fch, g->dbig, 4 * NC);
+        ds_gelu_backward(g->dbig2, 1, a->fch, g->dbig, 4 * NC);
         memset(g->dtmp, 0, NC * sizeof(float));
-        ds_matmul_backward(g->dtmp, dp->fcw, dp->fcb, g->dbig2, a->ln2, p->fcw, N, C, 4 * C);
-        ds_layernorm_backward(g->dres, dp->ln2w, dp->ln2b, g->dtmp, a->res2, p->ln2w,
+        ds_matmul_backward(g->dtmp, 1, dp->fcw, dp->fcb, g->dbig2, a->ln2, p->fcw, N, C, 4 * C);
+        ds_layernorm_backward(g->dres, 1, dp->ln2w, dp->ln2b, g->dtmp, a->res2, p->ln2w,
                               a->ln2_mean, a->ln2_rstd, N, C);
         /* attention branch */
         memset(g->dtmp, 0, NC * sizeof(float));
-        ds_matmul_backward(g->dtmp, dp->projw, dp->projb, g->dres, a->atty, p->projw, N, C, C);
+        ds_matmul_backward(g->dtmp, 1, dp->projw, dp->projb, g->dres, a->atty, p->projw, N, C, C);
         memset(g->dqkv, 0, 3 * NC * sizeof(float));
-        ds_attention_backward(g->dqkv, g->datt, g->dtmp, a->qkv, a->att, c.B, c.T, C, c.NH);
+        ds_attention_backward(g->dqkv, 1, g->datt, g->dtmp, a->qkv, a->att, c.B, c.T, C, c.NH);
         memset(g->dtmp, 0, NC * sizeof(float));
-        ds_matmul_backward(g->dtmp, dp->qkvw, dp->qkvb, g->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-        ds_layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->dtmp, x, p->ln1w, a->ln1_mean,
+        ds_matmul_backward(g->dtmp, 1, dp->qkvw, dp->qkvb, g->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+        ds_layernorm_backward(g->dres, 1, dp->ln1w, dp->ln1b, g->dtmp, x, p->ln1w, a->ln1_mean,
                               a->ln1_rstd, N, C);
     }
     ds_embedding_backward(g->dwte, g->dres, ids, N, C);

@@ -147,10 +147,11 @@ static size_t backward_workspace(att_dims d, int drop) {
            (drop ? (size_t)d.T * d.T : 0);
 }
 
-/* dq for rows t0.. and the softmax gradients dP of those rows */
-HEAD_INLINE void backward_rows(float *dP, float *dq, const float *A, float *Am, const float *K,
-                                 const float *Vt, const float *dY, float *S, float *m, int t0,
-                                 size_t head, att_dims d, const att_drop *dr) {
+/* dq for rows t0.. (written, or added to with acc) and the softmax gradients dP of those
+ * rows */
+HEAD_INLINE void backward_rows(float *dP, float *dq, int acc, const float *A, float *Am,
+                               const float *K, const float *Vt, const float *dY, float *S, float *m,
+                               int t0, size_t head, att_dims d, const att_drop *dr) {
     int T = d.T, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     int mr = T - t0 < MR ? T - t0 : MR;
     amat G = {dY + (size_t)t0 * hsp, (size_t)hsp, 1};
@@ -171,12 +172,13 @@ HEAD_INLINE void backward_rows(float *dP, float *dq, const float *A, float *Am, 
     amat P = {dP + (size_t)t0 * T, (size_t)T, 1};
     krange causal = {0, 0, t0 + 1, 1};
     for (int i0 = 0; i0 < hs; i0 += NR)
-        tile(dq + t0 * d.C3 + i0, d.C3, mr, hs - i0 < NR ? hs - i0 : NR, 1, P, K + i0, hsp, causal);
+        tile(dq + t0 * d.C3 + i0, d.C3, mr, hs - i0 < NR ? hs - i0 : NR, acc, P, K + i0, hsp,
+             causal);
 }
 
-DS_SIMD static void backward_head(float *dqkv, float *scratch, const float *dout,
-                                  const float *qkv, const float *att, int b, int h,
-                                  att_dims d, const att_drop *dr, float *ws) {
+DS_SIMD static void backward_head(float *dqkv, int acc, float *scratch, const float *dout,
+                                  const float *qkv, const float *att, int b, int h, att_dims d,
+                                  const att_drop *dr, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     size_t head = ((size_t)b * d.NH + h) * T * T;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
@@ -191,7 +193,7 @@ DS_SIMD static void backward_head(float *dqkv, float *scratch, const float *dout
     pack_rows(Q, base, d.C3, T, hs, hsp, 1.0f);
     pack_rows(dY, dout + (size_t)b * T * C + (size_t)h * hs, (size_t)C, T, hs, hsp, 1.0f);
     for (int t0 = 0; t0 < T; t0 += MR)
-        backward_rows(dP, dbase, A, Am, K, Vt, dY, S, m, t0, head, d, dr);
+        backward_rows(dP, dbase, acc, A, Am, K, Vt, dY, S, m, t0, head, d, dr);
     const float *AV = dr->p > 0.0f ? Am : A; /* the probabilities that met V */
     for (int u0 = 0; u0 < T; u0 += MR) { /* dk[u] += sum_t dP[t][u] q[t]; dv[u] += sum_t a[t][u] dy[t] */
         int mr = T - u0 < MR ? T - u0 : MR;
@@ -200,13 +202,13 @@ DS_SIMD static void backward_head(float *dqkv, float *scratch, const float *dout
         float *dk = dbase + u0 * d.C3 + C, *dv = dk + C;
         for (int i0 = 0; i0 < hs; i0 += NR) {
             int nc = hs - i0 < NR ? hs - i0 : NR;
-            tile(dk + i0, d.C3, mr, nc, 1, dPt, Q + i0, hsp, causal);
-            tile(dv + i0, d.C3, mr, nc, 1, Pt, dY + i0, hsp, causal);
+            tile(dk + i0, d.C3, mr, nc, acc, dPt, Q + i0, hsp, causal);
+            tile(dv + i0, d.C3, mr, nc, acc, Pt, dY + i0, hsp, causal);
         }
     }
 }
 
-static void attention_backward(float *dqkv, float *scratch, const float *dout,
+static void attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int C, int NH,
                                const att_drop *dr) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
@@ -218,20 +220,20 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout,
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
-                backward_head(dqkv, scratch, dout, qkv, att, b, h, d, dr, ws);
+                backward_head(dqkv, acc, scratch, dout, qkv, att, b, h, d, dr, ws);
         free(ws);
     }
 }
 
-void ds_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH) {
+void ds_attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH) {
     att_drop none = {0};
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, &none);
+    attention_backward(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH, &none);
 }
 
-void ds_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int C,
-                                   int NH, float p, ds_rng_key key) {
+void ds_attention_backward_dropout(float *dqkv, int acc, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C, int NH,
+                                   float p, ds_rng_key key) {
     att_drop dr = att_drop_of(p, key);
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, &dr);
+    attention_backward(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH, &dr);
 }

@@ -82,8 +82,10 @@ typedef struct fused_head {
     float *dq;             /* dqkv at the head's first row; dk at +C, dv at +2C */
 } fused_head;
 
-/* Rows t0..t0+mr of the chunk starting at c0: P, dS and dq += dS.K. */
-HEAD_INLINE void fused_backward_rows(const fused_head *f, int t0, int mr, int c0, att_dims d) {
+/* Rows t0..t0+mr of the chunk starting at c0: P, dS and dq = dS.K (acc: +=), whole in
+ * one call since row t's keys are all in it. */
+HEAD_INLINE void fused_backward_rows(const fused_head *f, int acc, int t0, int mr, int c0,
+                                     att_dims d) {
     int hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     float *P = f->P + (size_t)(t0 - c0) * Tp, *G = f->dS + (size_t)(t0 - c0) * Tp;
     amat Q = {f->qs + (size_t)t0 * hsp, (size_t)hsp, 1};
@@ -104,13 +106,14 @@ HEAD_INLINE void fused_backward_rows(const fused_head *f, int t0, int mr, int c0
     amat dS = {G, (size_t)Tp, 1};
     krange causal = {0, 0, t0 + 1, 1};
     for (int i0 = 0; i0 < hs; i0 += NR)
-        tile(f->dq + t0 * d.C3 + i0, d.C3, mr, hs - i0 < NR ? hs - i0 : NR, 1, dS, f->K + i0, hsp,
+        tile(f->dq + t0 * d.C3 + i0, d.C3, mr, hs - i0 < NR ? hs - i0 : NR, acc, dS, f->K + i0, hsp,
              causal);
 }
 
 /* dk[u] += sum dS[t][u] q[t], dv[u] += sum P[t][u] dy[t] over the chunk's rows
- * t in [c0, c1), t >= u. */
-HEAD_INLINE void fused_backward_keys(const fused_head *f, int c0, int c1, att_dims d) {
+ * t in [c0, c1), t >= u; the first chunk to reach a block of keys (the one holding it)
+ * writes it unless acc. */
+HEAD_INLINE void fused_backward_keys(const fused_head *f, int acc, int c0, int c1, att_dims d) {
     int hs = d.hs, Tp = d.Tp, hsp = d.hsp, C = d.C;
     for (int u0 = 0; u0 < c1; u0 += MR) {
         int mr = c1 - u0 < MR ? c1 - u0 : MR;
@@ -118,15 +121,16 @@ HEAD_INLINE void fused_backward_keys(const fused_head *f, int c0, int c1, att_di
         krange kr = u0 >= c0 ? (krange){u0 - c0, 1, c1 - c0, 0} : (krange){0, 0, c1 - c0, 0};
         amat dSt = {f->dS + u0, 1, (size_t)Tp}, Pt = {f->P + u0, 1, (size_t)Tp};
         float *dk = f->dq + u0 * d.C3 + C, *dv = dk + C;
+        int add = acc || u0 < c0;
         for (int i0 = 0; i0 < hs; i0 += NR) {
             int nc = hs - i0 < NR ? hs - i0 : NR;
-            tile(dk + i0, d.C3, mr, nc, 1, dSt, f->Q + (size_t)c0 * hsp + i0, hsp, kr);
-            tile(dv + i0, d.C3, mr, nc, 1, Pt, f->dY + (size_t)c0 * hsp + i0, hsp, kr);
+            tile(dk + i0, d.C3, mr, nc, add, dSt, f->Q + (size_t)c0 * hsp + i0, hsp, kr);
+            tile(dv + i0, d.C3, mr, nc, add, Pt, f->dY + (size_t)c0 * hsp + i0, hsp, kr);
         }
     }
 }
 
-DS_SIMD static void fused_backward_head(float *dqkv, const float *dout, const float *qkv,
+DS_SIMD static void fused_backward_head(float *dqkv, int acc, const float *dout, const float *qkv,
                                         const float *lse, int b, int h, att_dims d, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
@@ -146,12 +150,12 @@ DS_SIMD static void fused_backward_head(float *dqkv, const float *dout, const fl
     for (int c0 = 0; c0 < T; c0 += CHUNK) {
         int c1 = T - c0 < CHUNK ? T : c0 + CHUNK;
         for (int t0 = c0; t0 < c1; t0 += MR)
-            fused_backward_rows(&f, t0, c1 - t0 < MR ? c1 - t0 : MR, c0, d);
-        fused_backward_keys(&f, c0, c1, d);
+            fused_backward_rows(&f, acc, t0, c1 - t0 < MR ? c1 - t0 : MR, c0, d);
+        fused_backward_keys(&f, acc, c0, c1, d);
     }
 }
 
-void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qkv,
+void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const float *qkv,
                                  const float *lse, int B, int T, int C, int NH) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = att_dims_of(B, T, C, NH);
@@ -161,7 +165,8 @@ void ds_attention_backward_fused(float *dqkv, const float *dout, const float *qk
         float *ws = att_workspace(fused_backward_workspace(d));
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) fused_backward_head(dqkv, dout, qkv, lse, b, h, d, ws);
+            for (int h = 0; h < NH; h++)
+                fused_backward_head(dqkv, acc, dout, qkv, lse, b, h, d, ws);
         free(ws);
     }
 }
@@ -184,13 +189,13 @@ void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *
     if (out16) ds_half_from_f32(h, out, y, N * (size_t)C);
 }
 
-void ds_attention16_backward_fused(ds_half h, float *dqkv, const float *dout, const void *qkv,
-                                   const float *lse, int B, int T, int C, int NH, int in16,
-                                   void *ws) {
+void ds_attention16_backward_fused(ds_half h, float *dqkv, int acc, const float *dout,
+                                   const void *qkv, const float *lse, int B, int T, int C, int NH,
+                                   int in16, void *ws) {
     const float *x = qkv;
     if (in16) {
         ds_half_to_f32(h, ws, qkv, (size_t)B * (size_t)T * 3 * (size_t)C);
         x = ws;
     }
-    ds_attention_backward_fused(dqkv, dout, x, lse, B, T, C, NH);
+    ds_attention_backward_fused(dqkv, acc, dout, x, lse, B, T, C, NH);
 }

@@ -44,6 +44,7 @@ void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_
     dropout_apply(out, inp, n, p, key, 0);
 }
 
-void ds_dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_rng_key key) {
-    dropout_apply(dinp, dout, n, p, key, 1);
+void ds_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
+                         ds_rng_key key) {
+    dropout_apply(dinp, dout, n, p, key, acc);
 }

@@ -11,8 +11,12 @@ DS_SIMD static void gelu_fwd_range(float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = ds_km_gelu_fwd(inp[i]);
 }
 
-DS_SIMD static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = 0; i < n; i++) dinp[i] += ds_km_gelu_grad(inp[i]) * dout[i];
+DS_SIMD static void gelu_bwd_range(float *dinp, int acc, const float *inp, const float *dout,
+                                   size_t n) {
+    if (acc)
+        for (size_t i = 0; i < n; i++) dinp[i] += ds_km_gelu_grad(inp[i]) * dout[i];
+    else
+        for (size_t i = 0; i < n; i++) dinp[i] = ds_km_gelu_grad(inp[i]) * dout[i];
 }
 
 static size_t chunk_len(size_t c, size_t n) {
@@ -42,11 +46,11 @@ void ds_gelu_forward(float *out, const float *inp, size_t n) {
         gelu_fwd_range(out + c * CHUNK, inp + c * CHUNK, chunk_len(c, n));
 }
 
-void ds_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+void ds_gelu_backward(float *dinp, int acc, const float *inp, const float *dout, size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 4)
     for (size_t c = 0; c < nchunks; c++)
-        gelu_bwd_range(dinp + c * CHUNK, inp + c * CHUNK, dout + c * CHUNK, chunk_len(c, n));
+        gelu_bwd_range(dinp + c * CHUNK, acc, inp + c * CHUNK, dout + c * CHUNK, chunk_len(c, n));
 }
 
 /* ---- 16-bit activations (kernel_table.h's gelu16 pair) --------------------------------
@@ -73,13 +77,13 @@ static void gelu16_fwd_range(ds_half h, void *out, const void *inp, size_t n, in
     }
 }
 
-static void gelu16_bwd_range(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
-                             size_t n) {
+static void gelu16_bwd_range(ds_half h, float *dinp, int acc, const uint16_t *inp,
+                             const float *dout, size_t n) {
     float a[BLOCK];
     for (size_t i = 0; i < n; i += BLOCK) {
         size_t m = n - i < BLOCK ? n - i : BLOCK;
         ds_half_widen(h, a, inp + i, m);
-        gelu_bwd_range(dinp + i, a, dout + i, m);
+        gelu_bwd_range(dinp + i, acc, a, dout + i, m);
     }
 }
 
@@ -91,10 +95,11 @@ void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16
                          chunk_len(c, n), in16, out16);
 }
 
-void ds_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+void ds_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
                         size_t n) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 4)
     for (size_t c = 0; c < nchunks; c++)
-        gelu16_bwd_range(h, dinp + c * CHUNK, inp + c * CHUNK, dout + c * CHUNK, chunk_len(c, n));
+        gelu16_bwd_range(h, dinp + c * CHUNK, acc, inp + c * CHUNK, dout + c * CHUNK,
+                         chunk_len(c, n));
 }

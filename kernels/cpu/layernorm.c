@@ -74,8 +74,8 @@ void ds_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     forward_rows(out, 0, DS_HALF_BF16, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
-DS_SIMD static void dinp_row(float *dx, const float *dy, const float *x, const float *weight,
-                             float m, float s, int C) {
+DS_SIMD static void dinp_row(float *dx, int acc, const float *dy, const float *x,
+                             const float *weight, float m, float s, int C) {
     float a1[DS_LANES] = {0}, a2[DS_LANES] = {0};
     int i = 0, tail = C - C % DS_LANES;
     for (; i < tail; i += DS_LANES)
@@ -92,9 +92,14 @@ DS_SIMD static void dinp_row(float *dx, const float *dy, const float *x, const f
     }
     dnorm_mean /= C;
     dnorm_norm_mean /= C;
-    for (i = 0; i < C; i++)
-        dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight ? weight[i] : 1.0f, m, s, dnorm_mean,
-                                     dnorm_norm_mean);
+    if (acc)
+        for (i = 0; i < C; i++)
+            dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight ? weight[i] : 1.0f, m, s, dnorm_mean,
+                                         dnorm_norm_mean);
+    else
+        for (i = 0; i < C; i++)
+            dx[i] = ds_km_layernorm_dx1(x[i], dy[i], weight ? weight[i] : 1.0f, m, s, dnorm_mean,
+                                        dnorm_norm_mean);
 }
 
 DS_SIMD static void dparams_cols(float *dweight, float *dbias, const float *dout,
@@ -118,14 +123,14 @@ DS_SIMD static void dparams_cols(float *dweight, float *dbias, const float *dout
     }
 }
 
-void ds_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+void ds_layernorm_backward(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean,
                            const float *rstd, int N, int C) {
     int big = (size_t)N * C > DS_PAR_MIN;
     if (dinp) {
 #pragma omp parallel for schedule(dynamic, 8) if (big)
         for (int n = 0; n < N; n++)
-            dinp_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight,
+            dinp_row(dinp + (size_t)n * C, acc, dout + (size_t)n * C, inp + (size_t)n * C, weight,
                      mean[n], rstd[n], C);
     }
     if (dweight || dbias) {
@@ -149,7 +154,7 @@ void ds_layernorm16_forward(ds_half h, void *out, float *mean, float *rstd, cons
     forward_rows(out, out16, h, mean, rstd, inp, w, b, N, C, eps);
 }
 
-void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+void ds_layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
                              const float *dout, const float *inp, const uint16_t *weight,
                              const float *mean, const float *rstd, int N, int C, void *ws) {
     size_t part = ds_ws_part((size_t)C * 4);
@@ -157,8 +162,8 @@ void ds_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t
     ds_half_to_f32(h, w, weight, (size_t)C);
     memset(dw, 0, (size_t)C * sizeof *dw);
     memset(db, 0, (size_t)C * sizeof *db);
-    ds_layernorm_backward(dinp, dweight ? dw : NULL, dbias ? db : NULL, dout, inp, w, mean, rstd,
-                          N, C);
+    ds_layernorm_backward(dinp, acc, dweight ? dw : NULL, dbias ? db : NULL, dout, inp, w, mean,
+                          rstd, N, C);
     if (dweight) ds_half_acc_f32(h, dweight, dw, (size_t)C);
     if (dbias) ds_half_acc_f32(h, dbias, db, (size_t)C);
 }

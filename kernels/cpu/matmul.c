@@ -86,9 +86,9 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     }
 }
 
-void ds_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+void ds_matmul_backward(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC) {
-    if (dinp) sgemm_parallel(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dinp) sgemm_parallel(0, 0, N, C, OC, dout, OC, weight, C, acc ? 1.0f : 0.0f, dinp, C);
     if (dweight) sgemm_parallel(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
@@ -151,7 +151,7 @@ void ds_matmul16_forward(ds_half h, void *out, const void *inp, int io16, const 
     }
 }
 
-void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+void ds_matmul16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
                           const void *dout, const void *inp, int io16, const uint16_t *weight,
                           int N, int C, int OC, void *ws) {
     size_t K = ds_matmul16_cols((size_t)OC), xn = (size_t)N * C;
@@ -166,7 +166,10 @@ void ds_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *d
         round_cols(h, d, dout, io16 & DS_MM16_OUT, N, OC, o0, k);
         if (dinp) {
             ds_half_to_f32(h, w, weight + (size_t)o0 * C, wn);
-            sgemm_parallel(0, 0, N, C, k, d, k, w, C, 1.0f, dinp, C);
+            /* writing: the first chunk writes, the next ones add (the bits of adding
+             * every chunk into zeros) */
+            float beta = acc || o0 > 0 ? 1.0f : 0.0f;
+            sgemm_parallel(0, 0, N, C, k, d, k, w, C, beta, dinp, C);
         }
         if (dweight) {
             sgemm_parallel(1, 0, k, C, N, d, k, x, C, 0.0f, w, C);

@@ -145,7 +145,7 @@ extern "C" int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, f
 
 // per query row t: dpre[u] = a[u] * (dy . v[u] - sum_w a[w] dy . v[w]) * scale into
 // scratch, then dq[t] += sum_u dpre[u] k[u]
-__global__ static void backward_query_k(float *dqkv, float *scratch, const float *dout,
+__global__ static void backward_query_k(float *dqkv, int acc, float *scratch, const float *dout,
                                         const float *qkv, const float *att, att_dims d,
                                         att_drop dr) {
     extern __shared__ float dy[]; // hs floats
@@ -174,18 +174,17 @@ __global__ static void backward_query_k(float *dqkv, float *scratch, const float
     __syncthreads();
     float *dq = dqkv + (size_t)b * T * C3 + t * C3 + (size_t)h * hs;
     for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-        float acc = 0.0f;
-        for (int u = 0; u <= t; u++) acc += dpre[u] * base[u * C3 + C + i];
-        dq[i] += acc;
+        float accum = 0.0f;
+        for (int u = 0; u <= t; u++) accum += dpre[u] * base[u * C3 + C + i];
+        ds_cu_grad(dq + i, accum, acc);
     }
 }
 
 // per key row u: dk[u] += sum_{t>=u} dpre[t][u] q[t]; dv[u] += sum_{t>=u} a[t][u] dy[t]
 // (with dropout a[t][u] times its mask: the probabilities that met V, column u of the
 // mask drawn once into shared memory)
-__global__ static void backward_key_k(float *dqkv, const float *scratch, const float *dout,
-                                      const float *qkv, const float *att, att_dims d,
-                                      att_drop dr) {
+__global__ static void backward_key_k(float *dqkv, int acc, const float *scratch, const float *dout,
+                                      const float *qkv, const float *att, att_dims d, att_drop dr) {
     extern __shared__ float mcol[]; // with dropout: mcol[t - u], t = u..T-1
     int u = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int T = d.T, C = d.C, hs = d.hs;
@@ -208,39 +207,42 @@ __global__ static void backward_key_k(float *dqkv, const float *scratch, const f
             float a = dr.p > 0.0f ? att[tu] * mcol[t - u] : att[tu];
             av += a * dyb[(size_t)t * C + i];
         }
-        dk[i] += ak;
-        dv[i] += av;
+        ds_cu_grad(dk + i, ak, acc);
+        ds_cu_grad(dv + i, av, acc);
     }
 }
 
-static int attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch, const float *dout,
-                              const float *qkv, const float *att, int B, int T, int C, int NH,
-                              att_drop dr) {
+static int attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
+                              const float *dout, const float *qkv, const float *att, int B, int T,
+                              int C, int NH, att_drop dr) {
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && att);
     DS_CU_ARG(ctx, B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     att_dims d = dims_of(T, C, NH);
     dim3 grid(T, NH, B);
     backward_query_k<<<grid, ATT_THREADS, d.hs * sizeof(float), ctx->stream>>>(
-        dqkv, scratch, dout, qkv, att, d, dr);
+        dqkv, acc, scratch, dout, qkv, att, d, dr);
     DS_CU_LAUNCHED(ctx, "attention backward (queries)");
     size_t shared = dr.p > 0.0f ? (size_t)T * sizeof(float) : 0;
     if (shared_ok(ctx, (const void *)backward_key_k, shared) != 0) return -1;
-    backward_key_k<<<grid, ATT_THREADS, shared, ctx->stream>>>(dqkv, scratch, dout, qkv, att, d, dr);
+    backward_key_k<<<grid, ATT_THREADS, shared, ctx->stream>>>(dqkv, acc, scratch, dout, qkv, att,
+                                                               d, dr);
     DS_CU_LAUNCHED(ctx, "attention backward (keys)");
     return 0;
 }
 
-extern "C" int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
+extern "C" int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
                                           const float *dout, const float *qkv, const float *att,
                                           int B, int T, int C, int NH) {
-    return attention_backward(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_of(0.0f, NULL));
+    return attention_backward(ctx, dqkv, acc, scratch, dout, qkv, att, B, T, C, NH,
+                              drop_of(0.0f, NULL));
 }
 
-extern "C" int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, float *scratch,
-                                                  const float *dout, const float *qkv,
-                                                  const float *att, int B, int T, int C, int NH,
-                                                  float p, ds_rng_key key) {
+extern "C" int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, int acc,
+                                                  float *scratch, const float *dout,
+                                                  const float *qkv, const float *att, int B, int T,
+                                                  int C, int NH, float p, ds_rng_key key) {
     DS_CU_ARG(ctx, p >= 0.0f && p < 1.0f);
-    return attention_backward(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_of(p, &key));
+    return attention_backward(ctx, dqkv, acc, scratch, dout, qkv, att, B, T, C, NH,
+                              drop_of(p, &key));
 }

@@ -65,6 +65,8 @@ static inline unsigned ds_cu_blocks(size_t n) {
     size_t b = (n + DS_CU_THREADS - 1) / DS_CU_THREADS;
     return (unsigned)(b < 65536 ? (b ? b : 1) : 65536);
 }
+// An input gradient's element: added to (acc, kernel_table.h) or written, never read.
+__device__ inline void ds_cu_grad(float *p, float v, int acc) { *p = acc ? *p + v : v; }
 // The loop of an elementwise kernel: i over [0, n), whatever the grid.
 #define GRID_STRIDE(i, n)                                                                  \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);               \

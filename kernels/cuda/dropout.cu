@@ -54,7 +54,7 @@ extern "C" int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float
     return dropout_apply(ctx, out, inp, n, p, key, 0);
 }
 
-extern "C" int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, const float *dout,
+extern "C" int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *dout,
                                         size_t n, float p, ds_rng_key key) {
-    return dropout_apply(ctx, dinp, dout, n, p, key, 1);
+    return dropout_apply(ctx, dinp, dout, n, p, key, acc);
 }

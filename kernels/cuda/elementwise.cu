@@ -15,14 +15,16 @@ __global__ static void scale_k(float *x, float s, size_t n) {
 __global__ static void gelu_fwd_k(float *out, const float *inp, size_t n) {
     GRID_STRIDE(i, n) out[i] = ds_km_gelu_fwd(inp[i]);
 }
-__global__ static void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
-    GRID_STRIDE(i, n) dinp[i] += ds_km_gelu_grad(inp[i]) * dout[i];
+__global__ static void gelu_bwd_k(float *dinp, int acc, const float *inp, const float *dout,
+                                  size_t n) {
+    GRID_STRIDE(i, n) ds_cu_grad(dinp + i, ds_km_gelu_grad(inp[i]) * dout[i], acc);
 }
 __global__ static void gelu16_fwd_k(ds_cu_act out, ds_cu_act inp, size_t n) {
     GRID_STRIDE(i, n) out.store(i, ds_km_gelu_fwd(inp.load(i)));
 }
-__global__ static void gelu16_bwd_k(float *dinp, ds_cu_act inp, const float *dout, size_t n) {
-    GRID_STRIDE(i, n) dinp[i] += ds_km_gelu_grad(inp.load(i)) * dout[i];
+__global__ static void gelu16_bwd_k(float *dinp, int acc, ds_cu_act inp, const float *dout,
+                                    size_t n) {
+    GRID_STRIDE(i, n) ds_cu_grad(dinp + i, ds_km_gelu_grad(inp.load(i)) * dout[i], acc);
 }
 
 extern "C" int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b,
@@ -46,10 +48,10 @@ extern "C" int ds_cuda_gelu_forward(ds_cuda_ctx *ctx, float *out, const float *i
     DS_CU_LAUNCH_N(ctx, "gelu forward", gelu_fwd_k, n, out, inp, n);
 }
 
-extern "C" int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, const float *inp,
+extern "C" int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *inp,
                                      const float *dout, size_t n) {
     DS_CU_ARG(ctx, n == 0 || (dinp && inp && dout));
-    DS_CU_LAUNCH_N(ctx, "gelu backward", gelu_bwd_k, n, dinp, inp, dout, n);
+    DS_CU_LAUNCH_N(ctx, "gelu backward", gelu_bwd_k, n, dinp, acc, inp, dout, n);
 }
 
 extern "C" int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp,
@@ -59,9 +61,9 @@ extern "C" int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, co
                    ds_cu_act_of(inp, in16, h), n);
 }
 
-extern "C" int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
+extern "C" int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc,
                                        const uint16_t *inp, const float *dout, size_t n) {
     DS_CU_ARG(ctx, n == 0 || (dinp && inp && dout));
-    DS_CU_LAUNCH_N(ctx, "gelu16 backward", gelu16_bwd_k, n, dinp, ds_cu_act_of(inp, 1, h),
+    DS_CU_LAUNCH_N(ctx, "gelu16 backward", gelu16_bwd_k, n, dinp, acc, ds_cu_act_of(inp, 1, h),
                    dout, n);
 }

@@ -18,10 +18,10 @@ static void matmul_forward(float *out, const float *inp, const float *weight, co
                            int N, int C, int OC) {
     RUN("matmul_forward", ds_cuda_matmul_forward(ctx_of(), out, inp, weight, bias, N, C, OC));
 }
-static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+static void matmul_backward(float *dinp, int acc, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
     RUN("matmul_backward",
-        ds_cuda_matmul_backward(ctx_of(), dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+        ds_cuda_matmul_backward(ctx_of(), dinp, acc, dweight, dbias, dout, inp, weight, N, C, OC));
 }
 static void matmul16_forward(ds_half h, void *out, const void *inp, int io16,
                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
@@ -29,10 +29,10 @@ static void matmul16_forward(ds_half h, void *out, const void *inp, int io16,
     RUN("matmul16_forward",
         ds_cuda_matmul16_forward(ctx_of(), h, out, inp, io16, weight, bias, N, C, OC, ws));
 }
-static void matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
+static void matmul16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight, uint16_t *dbias,
                               const void *dout, const void *inp, int io16, const uint16_t *weight,
                               int N, int C, int OC, void *ws) {
-    RUN("matmul16_backward", ds_cuda_matmul16_backward(ctx_of(), h, dinp, dweight, dbias, dout,
+    RUN("matmul16_backward", ds_cuda_matmul16_backward(ctx_of(), h, dinp, acc, dweight, dbias, dout,
                                                        inp, io16, weight, N, C, OC, ws));
 }
 static void add_forward(float *out, const float *a, const float *b, size_t n) {
@@ -45,26 +45,26 @@ static void scale(float *x, float s, size_t n) { RUN("scale", ds_cuda_scale(ctx_
 static void gelu_forward(float *out, const float *inp, size_t n) {
     RUN("gelu_forward", ds_cuda_gelu_forward(ctx_of(), out, inp, n));
 }
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    RUN("gelu_backward", ds_cuda_gelu_backward(ctx_of(), dinp, inp, dout, n));
+static void gelu_backward(float *dinp, int acc, const float *inp, const float *dout, size_t n) {
+    RUN("gelu_backward", ds_cuda_gelu_backward(ctx_of(), dinp, acc, inp, dout, n));
 }
 static void gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16,
                            int out16) {
     RUN("gelu16_forward", ds_cuda_gelu16_forward(ctx_of(), h, out, inp, n, in16, out16));
 }
-static void gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
+static void gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
                             size_t n) {
-    RUN("gelu16_backward", ds_cuda_gelu16_backward(ctx_of(), h, dinp, inp, dout, n));
+    RUN("gelu16_backward", ds_cuda_gelu16_backward(ctx_of(), h, dinp, acc, inp, dout, n));
 }
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps) {
     RUN("layernorm_forward",
         ds_cuda_layernorm_forward(ctx_of(), out, mean, rstd, inp, weight, bias, N, C, eps));
 }
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C) {
-    RUN("layernorm_backward", ds_cuda_layernorm_backward(ctx_of(), dinp, dweight, dbias, dout,
+static void layernorm_backward(float *dinp, int acc, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C) {
+    RUN("layernorm_backward", ds_cuda_layernorm_backward(ctx_of(), dinp, acc, dweight, dbias, dout,
                                                          inp, weight, mean, rstd, N, C));
 }
 static void embedding_forward(float *out, const int32_t *ids, const float *table, int N, int C) {
@@ -98,12 +98,13 @@ static void layernorm16_forward(ds_half h, void *out, float *mean, float *rstd,
     RUN("layernorm16_forward", ds_cuda_layernorm16_forward(ctx_of(), h, out, mean, rstd, inp,
                                                            weight, bias, N, C, eps, out16));
 }
-static void layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                 const float *dout, const float *inp, const uint16_t *weight,
-                                 const float *mean, const float *rstd, int N, int C, void *ws) {
+static void layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                 uint16_t *dbias, const float *dout, const float *inp,
+                                 const uint16_t *weight, const float *mean, const float *rstd,
+                                 int N, int C, void *ws) {
     RUN("layernorm16_backward",
-        ds_cuda_layernorm16_backward(ctx_of(), h, dinp, dweight, dbias, dout, inp, weight, mean,
-                                     rstd, N, C, ws));
+        ds_cuda_layernorm16_backward(ctx_of(), h, dinp, acc, dweight, dbias, dout, inp, weight,
+                                     mean, rstd, N, C, ws));
 }
 
 // ---- attention -------------------------------------------------------------------------
@@ -111,21 +112,22 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH) {
     RUN("attention_forward", ds_cuda_attention_forward(ctx_of(), out, att, qkv, B, T, C, NH));
 }
-static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
+static void attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
     RUN("attention_backward",
-        ds_cuda_attention_backward(ctx_of(), dqkv, scratch, dout, qkv, att, B, T, C, NH));
+        ds_cuda_attention_backward(ctx_of(), dqkv, acc, scratch, dout, qkv, att, B, T, C, NH));
 }
 static void attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T,
                                       int C, int NH, float p, ds_rng_key key) {
     RUN("attention_forward_dropout",
         ds_cuda_attention_forward_dropout(ctx_of(), out, att, qkv, B, T, C, NH, p, key));
 }
-static void attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
+static void attention_backward_dropout(float *dqkv, int acc, float *scratch, const float *dout,
                                        const float *qkv, const float *att, int B, int T, int C,
                                        int NH, float p, ds_rng_key key) {
-    RUN("attention_backward_dropout", ds_cuda_attention_backward_dropout(
-                                          ctx_of(), dqkv, scratch, dout, qkv, att, B, T, C, NH, p, key));
+    RUN("attention_backward_dropout",
+        ds_cuda_attention_backward_dropout(ctx_of(), dqkv, acc, scratch, dout, qkv, att, B, T, C,
+                                           NH, p, key));
 }
 
 // head sizes up to 128 (attention_flash.cu); a larger one is the device's error, naming it
@@ -134,11 +136,12 @@ static void attention_forward_fused(float *out, float *lse, const float *qkv, in
     RUN("attention_forward_fused",
         ds_cuda_flash_attention_forward(ctx_of(), out, lse, qkv, B, T, C, NH));
 }
-static void attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+static void attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH) {
-    RUN("attention_backward_fused", ds_cuda_flash_attention_backward(
-                                        ctx_of(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
+    RUN("attention_backward_fused",
+        ds_cuda_flash_attention_backward(ctx_of(), dqkv, acc, scratch, dout, qkv, out, lse, B, T, C,
+                                         NH));
 }
 
 // 16-bit qkv and out read and written as they are (DS_ATTN16_HALF: no workspace)
@@ -148,14 +151,14 @@ static void attention16_forward_fused(ds_half h, void *out, float *lse, const vo
     RUN("attention16_forward_fused",
         ds_cuda_flash_attention16_forward(ctx_of(), h, out, lse, qkv, B, T, C, NH, in16, out16));
 }
-static void attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+static void attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
                                        const float *lse, int B, int T, int C, int NH, int in16,
                                        int out16, void *ws) {
     (void)ws;
     RUN("attention16_backward_fused",
-        ds_cuda_flash_attention16_backward(ctx_of(), h, dqkv, scratch, dout, qkv, out, lse, B, T,
-                                           C, NH, in16, out16));
+        ds_cuda_flash_attention16_backward(ctx_of(), h, dqkv, acc, scratch, dout, qkv, out, lse, B,
+                                           T, C, NH, in16, out16));
 }
 
 // ---- loss ------------------------------------------------------------------------------
@@ -193,8 +196,9 @@ static void crossentropy16(ds_half h, float *losses, uint16_t *dlogits, const ui
 static void dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key) {
     RUN("dropout_forward", ds_cuda_dropout_forward(ctx_of(), out, inp, n, p, key));
 }
-static void dropout_backward(float *dinp, const float *dout, size_t n, float p, ds_rng_key key) {
-    RUN("dropout_backward", ds_cuda_dropout_backward(ctx_of(), dinp, dout, n, p, key));
+static void dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
+                             ds_rng_key key) {
+    RUN("dropout_backward", ds_cuda_dropout_backward(ctx_of(), dinp, acc, dout, n, p, key));
 }
 static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t) {

@@ -73,7 +73,7 @@ extern "C" int ds_cuda_layernorm16_forward(ds_cuda_ctx *ctx, ds_half h, void *ou
 }
 
 template <typename W>
-__global__ static void dinp_k(float *dinp, const float *dout, const float *inp, W weight,
+__global__ static void dinp_k(float *dinp, int acc, const float *dout, const float *inp, W weight,
                               const float *mean, const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -89,8 +89,10 @@ __global__ static void dinp_k(float *dinp, const float *dout, const float *inp, 
     float dnorm_mean = ds_cu_warp_sum(a1) / C, dnorm_norm_mean = ds_cu_warp_sum(a2) / C;
     float *dx = dinp + (size_t)n * C;
     for (int i = lane; i < C; i += 32)
-        dx[i] += ds_km_layernorm_dx1(x[i], dy[i], weight(i, 1.0f), m, s, dnorm_mean,
-                                     dnorm_norm_mean);
+        ds_cu_grad(
+            dx + i,
+            ds_km_layernorm_dx1(x[i], dy[i], weight(i, 1.0f), m, s, dnorm_mean, dnorm_norm_mean),
+            acc);
 }
 
 struct ln_param_grads {
@@ -102,15 +104,15 @@ struct ln_param_grads {
     }
 };
 
-extern "C" int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight,
+extern "C" int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, int acc, float *dweight,
                                           float *dbias, const float *dout, const float *inp,
-                                          const float *weight, const float *mean,
-                                          const float *rstd, int N, int C) {
+                                          const float *weight, const float *mean, const float *rstd,
+                                          int N, int C) {
     DS_CU_ARG(ctx, dout && inp && mean && rstd && N > 0 && C > 0);
     if (dinp) {
         int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-        dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, ln_f32{weight},
-                                                                mean, rstd, N, C);
+        dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, acc, dout, inp,
+                                                                ln_f32{weight}, mean, rstd, N, C);
         DS_CU_LAUNCHED(ctx, "layernorm backward");
     }
     if (dweight || dbias)
@@ -120,16 +122,16 @@ extern "C" int ds_cuda_layernorm_backward(ds_cuda_ctx *ctx, float *dinp, float *
 
 // dweight and dbias summed in fp32 in ws (the layout of ds_layernorm16_workspace: the
 // widened weight's part is not used here), then added with one rounding.
-extern "C" int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
-                                            uint16_t *dweight, uint16_t *dbias,
-                                            const float *dout, const float *inp,
-                                            const uint16_t *weight, const float *mean,
-                                            const float *rstd, int N, int C, void *ws) {
+extern "C" int ds_cuda_layernorm16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc,
+                                            uint16_t *dweight, uint16_t *dbias, const float *dout,
+                                            const float *inp, const uint16_t *weight,
+                                            const float *mean, const float *rstd, int N, int C,
+                                            void *ws) {
     DS_CU_ARG(ctx, dout && inp && weight && mean && rstd && ws && N > 0 && C > 0);
     if (dinp) {
         int blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
         dinp_k<<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-            dinp, dout, inp, ln_half{weight, h}, mean, rstd, N, C);
+            dinp, acc, dout, inp, ln_half{weight, h}, mean, rstd, N, C);
         DS_CU_LAUNCHED(ctx, "layernorm16 backward");
     }
     if (!dweight && !dbias) return 0;

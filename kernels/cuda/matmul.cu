@@ -33,16 +33,16 @@ struct col_of {
     }
 };
 
-extern "C" int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, float *dweight,
+extern "C" int ds_cuda_matmul_backward(ds_cuda_ctx *ctx, float *dinp, int acc, float *dweight,
                                        float *dbias, const float *dout, const float *inp,
                                        const float *weight, int N, int C, int OC) {
     DS_CU_ARG(ctx, dout && N > 0 && C > 0 && OC > 0);
     DS_CU_ARG(ctx, !dinp || weight);
     DS_CU_ARG(ctx, !dweight || inp);
-    float one = 1.0f;
-    if (dinp) // dinp[N,C] += dout[N,OC] @ W[OC,C]
-        DS_CU_BLAS(ctx, cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight,
-                                    C, dout, OC, &one, dinp, C));
+    float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+    if (dinp) // dinp[N,C] (+)= dout[N,OC] @ W[OC,C]; beta 0: dinp is not read
+        DS_CU_BLAS(ctx, cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
+                                    dout, OC, &beta, dinp, C));
     if (dweight) // dW[OC,C] += dout^T @ inp
         DS_CU_BLAS(ctx, cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
                                     dout, OC, &one, dweight, C));

@@ -278,10 +278,10 @@ __global__ static void chunk_cols_k(ds_half h, uint16_t *d, int ld, const S *dou
 // ds_matmul16_ld(k) apart. GPT's head (OC = 50,257) is the case: its rows in place are 2
 // bytes aligned, which keeps the two largest GEMMs of the step off Hopper's TMA kernels
 // (16-byte strides), while the copy costs one pass over 2 * N * OC bytes.
-extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp,
+extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc,
                                          uint16_t *dweight, uint16_t *dbias, const void *dout,
-                                         const void *inp, int io16, const uint16_t *weight,
-                                         int N, int C, int OC, void *ws) {
+                                         const void *inp, int io16, const uint16_t *weight, int N,
+                                         int C, int OC, void *ws) {
     int in16 = io16 & DS_MM16_IN, out16 = io16 & DS_MM16_OUT;
     int copy = ds_matmul16_dout_copied(io16, (size_t)OC);
     DS_CU_ARG(ctx, dout && N > 0 && C > 0 && OC > 0);
@@ -318,8 +318,23 @@ extern "C" int ds_cuda_matmul16_backward(ds_cuda_ctx *ctx, ds_half h, float *din
             dc = d;
         }
         if (dinp) { // dinp[N,C] += dout16[N,k] @ W[o0:o0+k, C], in fp32
-            lt_call c = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, k, weight + (size_t)o0 * C, dc, dinp, C,
-                         ldo, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 1};
+            lt_call c = {CUBLAS_OP_N,
+                         CUBLAS_OP_N,
+                         C,
+                         N,
+                         k,
+                         weight + (size_t)o0 * C,
+                         dc,
+                         dinp,
+                         C,
+                         ldo,
+                         C,
+                         acc || o0 > 0 ? 1.0f : 0.0f,
+                         CUBLASLT_EPILOGUE_DEFAULT,
+                         NULL,
+                         NULL,
+                         0,
+                         1};
             if (lt_matmul(ctx, h, &c) != 0) return -1;
         }
         if (weight_grads_half(ctx, h, dweight ? dweight + (size_t)o0 * C : NULL,

@@ -45,6 +45,7 @@ typedef struct launch {
     float f[7];
     ds_rng_key key;
     ds_half h;
+    int acc; /* a backward's input gradient: 1 added to, 0 written */
 } launch;
 
 static int run_launch(sim_work *w, sim_stream *s, ds_err *err) {
@@ -105,12 +106,13 @@ static void sim_matmul_forward(float *out, const float *inp, const float *weight
 }
 
 static void k_matmul_backward(const launch *L) {
-    CPU.matmul_backward(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0], L->i[1],
-                        L->i[2]);
+    CPU.matmul_backward(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
+                        L->i[1], L->i[2]);
 }
-static void sim_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, int N, int C, int OC) {
-    launch L = {.call = k_matmul_backward, .i = {N, C, OC}};
+static void sim_matmul_backward(float *dinp, int acc, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight, int N,
+                                int C, int OC) {
+    launch L = {.call = k_matmul_backward, .i = {N, C, OC}, .acc = acc};
     /* inp is read only for dweight, weight only for dinp */
     sim_arg args[] = {OPT(dinp, F32(MUL(N, C))), OPT(dweight, F32(MUL(OC, C))),
                       OPT(dbias, F32(OC)),       ARG(dout, F32(MUL(N, OC))),
@@ -140,13 +142,13 @@ static void sim_matmul16_forward(ds_half h, void *out, const void *inp, int io16
 }
 
 static void k_matmul16_backward(const launch *L) {
-    CPU.matmul16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->i[3], L->p[5],
-                          L->i[0], L->i[1], L->i[2], L->p[6]);
+    CPU.matmul16_backward(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->i[3],
+                          L->p[5], L->i[0], L->i[1], L->i[2], L->p[6]);
 }
-static void sim_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                  const void *dout, const void *inp, int io16,
+static void sim_matmul16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                  uint16_t *dbias, const void *dout, const void *inp, int io16,
                                   const uint16_t *weight, int N, int C, int OC, void *ws) {
-    launch L = {.call = k_matmul16_backward, .i = {N, C, OC, io16}, .h = h};
+    launch L = {.call = k_matmul16_backward, .i = {N, C, OC, io16}, .h = h, .acc = acc};
     /* inp is read only for dweight, weight only for dinp */
     sim_arg args[] = {OPT(dinp, F32(MUL(N, C))),
                       OPT(dweight, U16(MUL(OC, C))),
@@ -222,14 +224,14 @@ static void sim_layernorm16_forward(ds_half h, void *out, float *mean, float *rs
 }
 
 static void k_layernorm16_backward(const launch *L) {
-    CPU.layernorm16_backward(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->p[6],
-                             L->p[7], L->i[0], L->i[1], L->p[8]);
+    CPU.layernorm16_backward(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->p[5],
+                             L->p[6], L->p[7], L->i[0], L->i[1], L->p[8]);
 }
-static void sim_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                     const float *dout, const float *inp,
-                                     const uint16_t *weight, const float *mean,
-                                     const float *rstd, int N, int C, void *ws) {
-    launch L = {.call = k_layernorm16_backward, .i = {N, C}, .h = h};
+static void sim_layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                     uint16_t *dbias, const float *dout, const float *inp,
+                                     const uint16_t *weight, const float *mean, const float *rstd,
+                                     int N, int C, void *ws) {
+    launch L = {.call = k_layernorm16_backward, .i = {N, C}, .h = h, .acc = acc};
     sim_arg args[] = {OPT(dinp, F32(MUL(N, C))), OPT(dweight, U16(C)),
                       OPT(dbias, U16(C)),         ARG(dout, F32(MUL(N, C))),
                       ARG(inp, F32(MUL(N, C))),   ARG(weight, U16(C)),
@@ -268,9 +270,11 @@ static void sim_gelu_forward(float *out, const float *inp, size_t n) {
     submit(&L, "gelu_forward", args, NARGS(args));
 }
 
-static void k_gelu_backward(const launch *L) { CPU.gelu_backward(L->p[0], L->p[1], L->p[2], L->n); }
-static void sim_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    launch L = {.call = k_gelu_backward, .n = n};
+static void k_gelu_backward(const launch *L) {
+    CPU.gelu_backward(L->p[0], L->acc, L->p[1], L->p[2], L->n);
+}
+static void sim_gelu_backward(float *dinp, int acc, const float *inp, const float *dout, size_t n) {
+    launch L = {.call = k_gelu_backward, .n = n, .acc = acc};
     sim_arg args[] = {ARG(dinp, F32(n)), ARG(inp, F32(n)), ARG(dout, F32(n))};
     submit(&L, "gelu_backward", args, NARGS(args));
 }
@@ -286,11 +290,11 @@ static void sim_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, 
 }
 
 static void k_gelu16_backward(const launch *L) {
-    CPU.gelu16_backward(L->h, L->p[0], L->p[1], L->p[2], L->n);
+    CPU.gelu16_backward(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->n);
 }
-static void sim_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
-                                size_t n) {
-    launch L = {.call = k_gelu16_backward, .n = n, .h = h};
+static void sim_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp,
+                                const float *dout, size_t n) {
+    launch L = {.call = k_gelu16_backward, .n = n, .h = h, .acc = acc};
     sim_arg args[] = {ARG(dinp, F32(n)), ARG(inp, U16(n)), ARG(dout, F32(n))};
     submit(&L, "gelu16_backward", args, NARGS(args));
 }
@@ -310,13 +314,13 @@ static void sim_layernorm_forward(float *out, float *mean, float *rstd, const fl
 }
 
 static void k_layernorm_backward(const launch *L) {
-    CPU.layernorm_backward(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->p[6], L->p[7],
-                           L->i[0], L->i[1]);
+    CPU.layernorm_backward(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->p[6],
+                           L->p[7], L->i[0], L->i[1]);
 }
-static void sim_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                   const float *inp, const float *weight, const float *mean,
-                                   const float *rstd, int N, int C) {
-    launch L = {.call = k_layernorm_backward, .i = {N, C}};
+static void sim_layernorm_backward(float *dinp, int acc, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int N, int C) {
+    launch L = {.call = k_layernorm_backward, .i = {N, C}, .acc = acc};
     sim_arg args[] = {OPT(dinp, F32(MUL(N, C))), OPT(dweight, F32(C)),     OPT(dbias, F32(C)),
                       ARG(dout, F32(MUL(N, C))), ARG(inp, F32(MUL(N, C))), OPT(weight, F32(C)),
                       ARG(mean, F32(N)),         ARG(rstd, F32(N))};
@@ -362,12 +366,13 @@ static void sim_attention_forward(float *out, float *att, const float *qkv, int 
 }
 
 static void k_attention_backward(const launch *L) {
-    CPU.attention_backward(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->i[0], L->i[1], L->i[2],
-                           L->i[3]);
+    CPU.attention_backward(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->i[0], L->i[1],
+                           L->i[2], L->i[3]);
 }
-static void sim_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-    launch L = {.call = k_attention_backward, .i = {B, T, C, NH}};
+static void sim_attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C,
+                                   int NH) {
+    launch L = {.call = k_attention_backward, .i = {B, T, C, NH}, .acc = acc};
     sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)), ARG(scratch, F32(ATT_ELEMS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)), ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(att, F32(ATT_ELEMS(B, NH, T)))};
@@ -387,13 +392,14 @@ static void sim_attention_forward_dropout(float *out, float *att, const float *q
 }
 
 static void k_attention_backward_dropout(const launch *L) {
-    CPU.attention_backward_dropout(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->i[0], L->i[1],
-                                   L->i[2], L->i[3], L->f[0], L->key);
+    CPU.attention_backward_dropout(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->i[0],
+                                   L->i[1], L->i[2], L->i[3], L->f[0], L->key);
 }
-static void sim_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
+static void sim_attention_backward_dropout(float *dqkv, int acc, float *scratch, const float *dout,
                                            const float *qkv, const float *att, int B, int T, int C,
                                            int NH, float p, ds_rng_key key) {
-    launch L = {.call = k_attention_backward_dropout, .i = {B, T, C, NH}, .f = {p}, .key = key};
+    launch L = {
+        .call = k_attention_backward_dropout, .i = {B, T, C, NH}, .f = {p}, .key = key, .acc = acc};
     sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)), ARG(scratch, F32(ATT_ELEMS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)), ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(att, F32(ATT_ELEMS(B, NH, T)))};
@@ -414,15 +420,15 @@ static void sim_attention_forward_fused(float *out, float *lse, const float *qkv
 }
 
 static void k_attention_backward_fused(const launch *L) {
-    CPU.attention_backward_fused(L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5], L->i[0],
-                                 L->i[1], L->i[2], L->i[3]);
+    CPU.attention_backward_fused(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->p[5],
+                                 L->i[0], L->i[1], L->i[2], L->i[3]);
 }
 /* scratch and out are checked although the CPU kernel reads neither: the cuda table's
  * kernel needs both, so an engine that passes a bad one fails here first */
-static void sim_attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+static void sim_attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                          const float *qkv, const float *out, const float *lse,
                                          int B, int T, int C, int NH) {
-    launch L = {.call = k_attention_backward_fused, .i = {B, T, C, NH}};
+    launch L = {.call = k_attention_backward_fused, .i = {B, T, C, NH}, .acc = acc};
     sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)), ARG(scratch, F32(ROWS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)),     ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(out, F32(TOKENS(B, T) * C)),      ARG(lse, F32(ROWS(B, NH, T)))};
@@ -449,16 +455,17 @@ static void sim_attention16_forward_fused(ds_half h, void *out, float *lse, cons
 }
 
 static void k_attention16_backward_fused(const launch *L) {
-    CPU.attention16_backward_fused(L->h, L->p[0], L->p[1], L->p[2], L->p[3], L->p[4], L->p[5],
-                                   L->i[0], L->i[1], L->i[2], L->i[3], L->i[4], L->i[5],
+    CPU.attention16_backward_fused(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4],
+                                   L->p[5], L->i[0], L->i[1], L->i[2], L->i[3], L->i[4], L->i[5],
                                    L->p[6]);
 }
 /* scratch and out are checked as attention_backward_fused's are */
-static void sim_attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+static void sim_attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
                                            const float *dout, const void *qkv, const void *out,
-                                           const float *lse, int B, int T, int C, int NH,
-                                           int in16, int out16, void *ws) {
-    launch L = {.call = k_attention16_backward_fused, .i = {B, T, C, NH, in16, out16}, .h = h};
+                                           const float *lse, int B, int T, int C, int NH, int in16,
+                                           int out16, void *ws) {
+    launch L = {
+        .call = k_attention16_backward_fused, .i = {B, T, C, NH, in16, out16}, .h = h, .acc = acc};
     sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(scratch, F32(ROWS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)),
@@ -531,11 +538,11 @@ static void sim_dropout_forward(float *out, const float *inp, size_t n, float p,
 }
 
 static void k_dropout_backward(const launch *L) {
-    CPU.dropout_backward(L->p[0], L->p[1], L->n, L->f[0], L->key);
+    CPU.dropout_backward(L->p[0], L->acc, L->p[1], L->n, L->f[0], L->key);
 }
-static void sim_dropout_backward(float *dinp, const float *dout, size_t n, float p,
+static void sim_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
                                  ds_rng_key key) {
-    launch L = {.call = k_dropout_backward, .n = n, .f = {p}, .key = key};
+    launch L = {.call = k_dropout_backward, .n = n, .f = {p}, .key = key, .acc = acc};
     sim_arg args[] = {ARG(dinp, F32(n)), ARG(dout, F32(n))};
     submit(&L, "dropout_backward", args, NARGS(args));
 }

@@ -206,7 +206,7 @@ static int same_input(const ds_layer *l, const ds_tensor *in) {
 }
 
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
-                      ds_tensor *din, ds_err *err) {
+                      ds_tensor *din, int acc, ds_err *err) {
     if (!same_input(l, in)) {
         ds_err_set(err, "backward: the input is not the last forward's (run forward again)");
         return with_path(l, err);
@@ -217,10 +217,19 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
         return with_path(l, err);
     }
     if (make_images(l, 1, err) != 0) return with_path(l, err);
-    int rc = l->ops->backward(l, r, in, dout, din, err);
+    int rc = l->ops->backward(l, r, in, dout, din, acc, err);
     drop_images(l, rc == 0);
     if (rc != 0) return with_path(l, err);
     return 0;
+}
+
+void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout) {
+    if (acc) {
+        DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
+        return;
+    }
+    ds_device *d = ds_tensor_device(din);
+    d->ops->copy(d, din->data, dout->data, ds_tensor_nbytes(dout));
 }
 
 ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat) {

@@ -1,9 +1,13 @@
 /* Layers: C modules with explicit forward and backward (torch7 nn style). A layer reads
  * its input tensor, writes its output into a tensor it keeps (l->out, reused across
- * calls), and in backward ACCUMULATES the gradient of its input into a tensor the caller
- * gives (the kernels' += convention) and the gradients of its parameters into its
- * stage's flat gradient buffer. Containers (sequential, residual, checkpoint) compose
- * layers; the whole tree runs in C without calling back into Lua. */
+ * calls), and in backward ACCUMULATES the gradients of its parameters into its stage's
+ * flat gradient buffer and either ACCUMULATES (acc = 1) the gradient of its input into
+ * a tensor the caller gives or WRITES it there (acc = 0: the tensor is fresh storage,
+ * its contents garbage), the kernels' convention (kernel_table.h). The caller decides:
+ * a gradient buffer with one contributor (a Sequential's boundary, the stage's input
+ * gradient) is written, not zeroed and added to; a Residual's input gradient has two.
+ * Containers (sequential, residual, checkpoint) compose layers; the whole tree runs in C
+ * without calling back into Lua. */
 #ifndef DS_LAYER_H
 #define DS_LAYER_H
 
@@ -54,10 +58,12 @@ typedef struct ds_layer_ops {
     const char *kind;
     /* Computes l->out from in. Errors (shape, range) fill err and return -1. */
     int (*forward)(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
-    /* Given the input of the last forward and dout (shaped like l->out), accumulates
-     * d(input) into din (may be NULL: not wanted) and the parameter gradients. */
+    /* Given the input of the last forward and dout (shaped like l->out), accumulates the
+     * parameter gradients and d(input) into din (acc = 1) or writes d(input) over all of
+     * din (acc = 0: din's values are never read, every element is written, zeros where
+     * the input gets no gradient); din may be NULL: not wanted. */
     int (*backward)(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
-                    ds_tensor *din, ds_err *err);
+                    ds_tensor *din, int acc, ds_err *err);
     /* 1: this layer computes on its 16-bit parameters itself (half, half_grad), so
      * ds_layer_forward / _backward make no fp32 images for it. NULL: never. */
     int (*native_half)(const ds_layer *l);
@@ -155,7 +161,10 @@ int ds_layer_check_half(const ds_layer *l, int grads, ds_err *err);
 /* Runs forward / backward through the ops with the layer's path added to errors. */
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
-                      ds_tensor *din, ds_err *err);
+                      ds_tensor *din, int acc, ds_err *err);
+/* The input gradient of a layer whose output is its input plus something: din = dout
+ * (acc = 0: a copy) or din += dout (acc = 1). */
+void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout);
 
 /* Decides every layer's out_dtype in the tree under root for a stage of the given
  * precision: inside a Sequential, child i's output goes to child i + 1 (through nested

@@ -78,7 +78,7 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
 }
 
 static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                              const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
     int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
     float p = drop_p(l, r);
@@ -95,15 +95,15 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
         return -1;
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (p > 0.0f)
-        DS_K->attention_backward_dropout(din->data, l->buf[SCRATCH]->data, dout->data,
+        DS_K->attention_backward_dropout(din->data, acc, l->buf[SCRATCH]->data, dout->data,
                                          ds_in_f32(in, ds_ws_at(ws, io.in)), l->buf[SAVED]->data,
                                          (int)B, (int)T, (int)C, l->heads, p, key_of(l, r, T));
     else if (in16 || out16)
-        DS_K->attention16_backward_fused(half_of(in, l->out), din->data, l->buf[SCRATCH]->data,
+        DS_K->attention16_backward_fused(half_of(in, l->out), din->data, acc, l->buf[SCRATCH]->data,
                                          dout->data, in->data, l->out->data, l->buf[SAVED]->data,
                                          (int)B, (int)T, (int)C, l->heads, in16, out16, ws);
     else
-        DS_K->attention_backward_fused(din->data, l->buf[SCRATCH]->data, dout->data, in->data,
+        DS_K->attention_backward_fused(din->data, acc, l->buf[SCRATCH]->data, dout->data, in->data,
                                        l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
                                        l->heads);
     return 0;

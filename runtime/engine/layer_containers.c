@@ -24,28 +24,30 @@ static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 /* *dx: the gradient at the boundary after child i, fp32 shaped like child i's output
- * (fp32 or 16-bit) and zeroed; NULL when that output is int32 ids (no gradient flows
- * into them). */
+ * (fp32 or 16-bit), its values stale: child i + 1, its one contributor, writes it (no
+ * zeroing pass); NULL when that output is int32 ids (no gradient flows into them). */
 static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     *dx = NULL;
     if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
         return ds_err_set(err, "out of memory");
     const ds_tensor *o = l->child[i]->out;
     if (o->dtype == DS_I32) return 0;
-    if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
-    ds_tensor_zero(l->gbuf[i]);
+    if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0)
+        return -1;
     *dx = l->gbuf[i];
     return 0;
 }
 
 static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                               const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
+    if (!l->nchild && din) ds_grad_through(din, acc, dout); /* empty: the identity */
     const ds_tensor *d = dout;
     for (int i = l->nchild - 1; i >= 0; i--) {
         const ds_tensor *x = i ? l->child[i - 1]->out : in;
         ds_tensor *dx = din;
         if (i && boundary_grad(l, i - 1, &dx, err) != 0) return -1;
-        if (ds_layer_backward(l->child[i], r, x, d, dx, err) != 0) return -1;
+        /* only the first child adds into the caller's din, as the caller says */
+        if (ds_layer_backward(l->child[i], r, x, d, dx, i ? 0 : acc, err) != 0) return -1;
         d = dx;
         if (!d && i) return 0; /* nothing flows further back */
     }
@@ -69,10 +71,13 @@ static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, d
 }
 
 static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                             const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                             const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     if (!din) return ds_err_set(err, "a residual needs its input gradient buffer");
-    DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
-    return ds_layer_backward(l->child[0], r, in, dout, din, err);
+    /* din = dout (a copy when fresh), then the branch adds: the order of summing both
+     * into zeros, so the bits do not depend on acc, however the branch nests (a branch
+     * writing first would reorder the sums of nested residuals) */
+    ds_grad_through(din, acc, dout);
+    return ds_layer_backward(l->child[0], r, in, dout, din, 1, err);
 }
 
 static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
@@ -166,16 +171,13 @@ static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const 
 }
 
 /* A kept Residual's branch again up to its leaf: the leaf does not run (its backward
- * needs only its input), its output only gets storage, zeroed, shaped like the sum (like),
- * for the shape checks of the layers that pass it on (the identities after it, the
- * Sequentials whose output it is); nothing reads its values. */
+ * needs only its input), its output only gets storage shaped like the sum (like), for
+ * the shape checks of the layers that pass it on (the identities after it, the
+ * Sequentials whose output it is); nothing reads its values, so nothing clears them. */
 static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, const ds_tensor *in,
                         const ds_tensor *like, ds_err *err) {
     if (n == leaf) {
-        if (ds_tensor_ensure(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim, like->shape, err) != 0)
-            return -1;
-        ds_tensor_zero(n->out);
-        return 0;
+        return ds_tensor_ensure(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim, like->shape, err);
     }
     int k = path_child(n);
     for (int i = 0; i < k; i++) {
@@ -189,14 +191,14 @@ static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, cons
 }
 
 static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                               const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                               const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     ds_layer *f = l->child[0], *t = kept_layer(l);
     /* Same run keys as the forward: the recomputation is exact (dropout included). */
     const ds_tensor *at = in; /* t's input */
     int rc = t ? forward_until(f, t, r, &at, err) : ds_layer_forward(f, r, in, err);
     if (rc == 0 && t && is_residual(t)) /* the sum stays the forward's */
         rc = branch_until(t->child[0], branch_leaf(t), r, at, t->out, err);
-    if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, err);
+    if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, acc, err);
     /* the kept output stays, as a copy would: the span's output holds its gradient
      * after backward when the criterion wrote it there (the logits) */
     ds_layer_release_but(f, t);

@@ -31,11 +31,14 @@ static int dropout_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds
 }
 
 static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                            const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                            const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     (void)err;
     if (!din) return 0;
-    if (!active(l, r)) DS_K->accumulate(din->data, dout->data, (size_t)in->numel);
-    else DS_K->dropout_backward(din->data, dout->data, (size_t)in->numel, l->p, key_of(l, r, in));
+    if (!active(l, r))
+        ds_grad_through(din, acc, dout);
+    else
+        DS_K->dropout_backward(din->data, acc, dout->data, (size_t)in->numel, l->p,
+                               key_of(l, r, in));
     return 0;
 }
 

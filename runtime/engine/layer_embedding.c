@@ -33,8 +33,8 @@ static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
 }
 
 static int embedding_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
-    (void)r; (void)din;
+                              const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
+    (void)r, (void)din, (void)acc; /* no gradient flows into ids */
     const ds_param *w = l->param[0];
     int N = (int)in->numel;
     if (!ds_layer_params_half(l)) {

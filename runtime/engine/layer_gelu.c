@@ -27,14 +27,14 @@ static int gelu_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_er
 }
 
 static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
-                         ds_tensor *din, ds_err *err) {
+                         ds_tensor *din, int acc, ds_err *err) {
     (void)l, (void)r, (void)err;
     if (!din) return 0;
     if (in->dtype != DS_F32)
-        DS_K->gelu16_backward(ds_half_of(in->dtype), din->data, in->data, dout->data,
+        DS_K->gelu16_backward(ds_half_of(in->dtype), din->data, acc, in->data, dout->data,
                               (size_t)in->numel);
     else
-        DS_K->gelu_backward(din->data, in->data, dout->data, (size_t)in->numel);
+        DS_K->gelu_backward(din->data, acc, in->data, dout->data, (size_t)in->numel);
     return 0;
 }
 

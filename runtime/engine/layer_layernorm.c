@@ -43,21 +43,21 @@ static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
 }
 
 static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                              const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+                              const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     (void)r;
     if (!din) return ds_err_set(err, "LayerNorm needs its input gradient buffer");
     const ds_param *w = l->param[0], *b = l->param[1];
     if (ds_layer_params_half(l)) {
         void *ws = workspace16(l, 1, err);
         if (!ws) return -1;
-        DS_K->layernorm16_backward(ds_half_of(w->dtype), din->data, w->half_grad, b->half_grad,
+        DS_K->layernorm16_backward(ds_half_of(w->dtype), din->data, acc, w->half_grad, b->half_grad,
                                    dout->data, in->data, w->half, l->buf[MEAN]->data,
                                    l->buf[RSTD]->data, (int)ds_rows(in), l->in_dim, ws);
         return 0;
     }
-    DS_K->layernorm_backward(din->data, l->param[0]->grad, l->param[1]->grad, dout->data, in->data,
-                          l->param[0]->data, l->buf[MEAN]->data, l->buf[RSTD]->data,
-                          (int)ds_rows(in), l->in_dim);
+    DS_K->layernorm_backward(din->data, acc, l->param[0]->grad, l->param[1]->grad, dout->data,
+                             in->data, l->param[0]->data, l->buf[MEAN]->data, l->buf[RSTD]->data,
+                             (int)ds_rows(in), l->in_dim);
     return 0;
 }
 

@@ -65,8 +65,8 @@ static int linear_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
     return 0;
 }
 
-static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                           const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
+                           ds_tensor *din, int acc, ds_err *err) {
     (void)r;
     const ds_param *w = l->param[0], *b = l->has_bias ? l->param[1] : NULL;
     int N = (int)ds_rows(in);
@@ -78,12 +78,12 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
         int io16 = io16_of(in->dtype, dout->dtype);
         void *ws;
         if (workspace16(l, 1, in, io16, &ws, err) != 0) return -1;
-        DS_K->matmul16_backward(ds_half_of(w->dtype), din ? din->data : NULL, w->half_grad,
+        DS_K->matmul16_backward(ds_half_of(w->dtype), din ? din->data : NULL, acc, w->half_grad,
                                 b ? b->half_grad : NULL, dout->data, in->data, io16, w->half, N,
                                 l->in_dim, l->out_dim, ws);
         return 0;
     }
-    DS_K->matmul_backward(din ? din->data : NULL, w->grad, b ? b->grad : NULL, dout->data,
+    DS_K->matmul_backward(din ? din->data : NULL, acc, w->grad, b ? b->grad : NULL, dout->data,
                           in->data, w->data, N, l->in_dim, l->out_dim);
     return 0;
 }

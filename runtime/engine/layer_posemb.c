@@ -27,13 +27,13 @@ static int posemb_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_
     return 0;
 }
 
-static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
-                           const ds_tensor *dout, ds_tensor *din, ds_err *err) {
+static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
+                           ds_tensor *din, int acc, ds_err *err) {
     (void)r;
     int64_t B = in->shape[0], T = in->shape[1], C = l->out_dim;
     const ds_param *w = l->param[0];
     if (ds_layer_params_half(l) && ds_layer_check_half(l, 1, err) != 0) return -1;
-    if (din) DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);
+    if (din) ds_grad_through(din, acc, dout);
     if (ds_layer_params_half(l)) {
         DS_K->posemb16_backward(ds_half_of(w->dtype), w->half_grad, dout->data, (int)B, (int)T,
                                 (int)C);

@@ -316,10 +316,9 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
     if (in->dtype == DS_F32) {
         if (ds_tensor_ensure(&s->grad_in, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0)
             return ds_err_prefix(err, "stage '%s' backward", s->name);
-        ds_tensor_zero(s->grad_in);
-        din = s->grad_in;
+        din = s->grad_in; /* written, not zeroed: the root is its one contributor */
     }
-    if (ds_layer_backward(s->root, &s->run, in, dout, din, err) != 0)
+    if (ds_layer_backward(s->root, &s->run, in, dout, din, 0, err) != 0)
         return ds_err_prefix(err, "stage '%s' backward", s->name);
     return 0;
 }

@@ -23,7 +23,7 @@ static ref reference(gh *g, int B, int T, int C, int NH) {
     float *scratch = gh_alloc(r.natt * 4);
     ds_attention_forward(r.out, r.att, r.qkv, B, T, C, NH);
     r.dqkv = gh_copyf(r.dqkv0, r.nqkv);
-    ds_attention_backward(r.dqkv, scratch, r.dout, r.qkv, r.att, B, T, C, NH);
+    ds_attention_backward(r.dqkv, 1, scratch, r.dout, r.qkv, r.att, B, T, C, NH);
     free(scratch);
     return r;
 }
@@ -53,8 +53,8 @@ static void test_attention(gh *g, int B, int T, int C, int NH) {
         float *d_dqkv = gh_up(g, dqkv0, nqkv * 4);
         /* from the CPU's probabilities, so only backward is compared */
         GH_OK(g, ds_cuda_to_device(g->ctx, d_att, att, natt * 4));
-        GH_OK(g, ds_cuda_attention_backward(g->ctx, d_dqkv, d_scratch, d_dout, d_qkv, d_att, B, T,
-                                            C, NH));
+        GH_OK(g, ds_cuda_attention_backward(g->ctx, d_dqkv, 1, d_scratch, d_dout, d_qkv, d_att, B,
+                                            T, C, NH));
         runs[r] = gh_downf(g, d_dqkv, nqkv);
         ds_cuda_free(g->ctx, d_dqkv);
     }
@@ -107,8 +107,8 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
     float *runs[2];
     for (int r = 0; r < 2; r++) {
         float *d_dqkv = gh_up(g, dqkv0, nqkv * 4);
-        GH_OK(g, ds_cuda_flash_attention_backward(g->ctx, d_dqkv, d_scratch, d_dout, d_qkv, d_out,
-                                                  d_lse, B, T, C, NH));
+        GH_OK(g, ds_cuda_flash_attention_backward(g->ctx, d_dqkv, 1, d_scratch, d_dout, d_qkv,
+                                                  d_out, d_lse, B, T, C, NH));
         runs[r] = gh_downf(g, d_dqkv, nqkv);
         ds_cuda_free(g->ctx, d_dqkv);
     }

@@ -35,12 +35,13 @@ static void test_matmul(gh *g, int N, int C, int OC) {
 
     float *dinp = gh_copyf(dinp0, (size_t)N * C), *dw = gh_copyf(dw0, (size_t)OC * C);
     float *db = gh_copyf(db0, OC);
-    ds_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    ds_matmul_backward(dinp, 1, dw, db, dout, inp, w, N, C, OC);
     float *runs[2][3];
     for (int r = 0; r < 2; r++) {
         float *d_dinp = gh_up(g, dinp0, (size_t)N * C * 4), *d_dw = gh_up(g, dw0, (size_t)OC * C * 4);
         float *d_db = gh_up(g, db0, OC * 4);
-        GH_OK(g, ds_cuda_matmul_backward(g->ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
+        GH_OK(g,
+              ds_cuda_matmul_backward(g->ctx, d_dinp, 1, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
         runs[r][0] = gh_downf(g, d_dinp, (size_t)N * C);
         runs[r][1] = gh_downf(g, d_dw, (size_t)OC * C);
         runs[r][2] = gh_downf(g, d_db, OC);
@@ -58,7 +59,7 @@ static void test_matmul(gh *g, int N, int C, int OC) {
 
     /* only dbias wanted (NULL dinp and dweight) */
     float *d_db = gh_up(g, db0, OC * 4);
-    GH_OK(g, ds_cuda_matmul_backward(g->ctx, NULL, NULL, d_db, d_dout, NULL, NULL, N, C, OC));
+    GH_OK(g, ds_cuda_matmul_backward(g->ctx, NULL, 1, NULL, d_db, d_dout, NULL, NULL, N, C, OC));
     float *got = gh_downf(g, d_db, OC);
     gh_same_bits(g, "matmul bwd dbias alone = with the others", got, runs[0][2], (size_t)OC * 4);
     free(got);
@@ -101,9 +102,9 @@ static void test_elementwise(gh *g, size_t n) {
     free(got);
 
     memcpy(want, acc0, n * 4);
-    ds_gelu_backward(want, a, b, n);
+    ds_gelu_backward(want, 1, a, b, n);
     GH_OK(g, ds_cuda_to_device(g->ctx, d_o, acc0, n * 4));
-    GH_OK(g, ds_cuda_gelu_backward(g->ctx, d_o, d_a, d_b, n));
+    GH_OK(g, ds_cuda_gelu_backward(g->ctx, d_o, 1, d_a, d_b, n));
     got = gh_downf(g, d_o, n);
     gh_close(g, "gelu bwd (accumulating)", got, want, n, 1e-5f, 1e-5f);
     free(got);
@@ -122,7 +123,8 @@ static void test_layernorm(gh *g, int N, int C, int affine) {
     float *out = gh_alloc(NC * 4), *mean = gh_alloc(N * 4), *rstd = gh_alloc(N * 4);
     ds_layernorm_forward(out, mean, rstd, x, W, Bi, N, C, 1e-5f);
     float *dx = gh_copyf(dx0, NC), *dw = gh_copyf(dw0, C), *db = gh_copyf(db0, C);
-    ds_layernorm_backward(dx, affine ? dw : NULL, affine ? db : NULL, dy, x, W, mean, rstd, N, C);
+    ds_layernorm_backward(dx, 1, affine ? dw : NULL, affine ? db : NULL, dy, x, W, mean, rstd, N,
+                          C);
 
     float *d_x = gh_up(g, x, NC * 4), *d_w = gh_up(g, w, C * 4), *d_b = gh_up(g, b, C * 4);
     float *d_dy = gh_up(g, dy, NC * 4), *d_out = gh_zeros(g, NC * 4);
@@ -142,7 +144,7 @@ static void test_layernorm(gh *g, int N, int C, int affine) {
         /* backward from the CPU's saved statistics, so only backward is compared */
         GH_OK(g, ds_cuda_to_device(g->ctx, d_mean, mean, N * 4));
         GH_OK(g, ds_cuda_to_device(g->ctx, d_rstd, rstd, N * 4));
-        GH_OK(g, ds_cuda_layernorm_backward(g->ctx, d_dx, affine ? d_dw : NULL,
+        GH_OK(g, ds_cuda_layernorm_backward(g->ctx, d_dx, 1, affine ? d_dw : NULL,
                                             affine ? d_db : NULL, d_dy, d_x, affine ? d_w : NULL,
                                             d_mean, d_rstd, N, C));
         runs[r][0] = gh_downf(g, d_dx, NC);
@@ -190,7 +192,8 @@ static void test_tf32_and_stream(gh *g, int N, int C, int OC) {
     for (int r = 0; r < 2; r++) {
         GH_OK(g, ds_cuda_ctx_set_stream(g->ctx, r ? (void *)st : NULL));
         float *d_dw = gh_zeros(g, (size_t)OC * C * 4), *d_db = gh_zeros(g, (size_t)OC * 4);
-        GH_OK(g, ds_cuda_matmul_backward(g->ctx, NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
+        GH_OK(g,
+              ds_cuda_matmul_backward(g->ctx, NULL, 1, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
         runs[r] = gh_downf(g, d_dw, (size_t)OC * C);
         ds_cuda_free(g->ctx, d_dw), ds_cuda_free(g->ctx, d_db);
     }
@@ -277,7 +280,7 @@ static void test_matmul_half(gh *g, ds_half h, int N, int C, int OC) {
     uint16_t *dx16 = to16(h, dx0, nx), *dw16 = to16(h, dw0, nw), *db16 = to16(h, db0, OC);
     float *dx = from16(h, dx16, nx), *dw = from16(h, dw16, nw), *db = from16(h, db16, OC);
     void *DX = gh_up(g, dx16, nx * 2), *DW = gh_up(g, dw16, nw * 2), *DB = gh_up(g, db16, OC * 2);
-    ds_matmul_backward(dx, dw, db, dy, x, w, N, C, OC);
+    ds_matmul_backward(dx, 1, dw, db, dy, x, w, N, C, OC);
     GH_OK(g, ds_cuda_matmul_backward_half(g->ctx, h, DX, DW, DB, DY, X, W, NULL, N, C, OC));
     snprintf(what, sizeof what, "matmul bwd %s dinp (+=)", hn);
     got = down16(g, h, DX, nx), gh_close(g, what, got, dx, nx, atol, rtol), free(got);
@@ -292,10 +295,10 @@ static void test_matmul_half(gh *g, ds_half h, int N, int C, int OC) {
         uint16_t *pre16 = to16(h, pre0, nx);
         float *pre = from16(h, pre16, nx);
         memset(zero, 0, nx * 4);
-        ds_matmul_backward(zero, NULL, NULL, dy, NULL, w, N, C, OC);
+        ds_matmul_backward(zero, 1, NULL, NULL, dy, NULL, w, N, C, OC);
         for (size_t i = 0; i < nx; i++) {
             float d[1] = {0}, one[1] = {1.0f};
-            ds_gelu_backward(d, pre + i, one, 1);
+            ds_gelu_backward(d, 1, pre + i, one, 1);
             want[i] = zero[i] * d[0];
         }
         void *PR = gh_up(g, pre16, nx * 2);

@@ -148,10 +148,10 @@ static void test_dropout(gh *g, size_t n, float p, ds_rng_key key) {
     float *x = gh_randf(g, n, -1, 1), *acc0 = gh_randf(g, n, -1, 1);
     float *want = gh_alloc(n * 4), *wantb = gh_copyf(acc0, n);
     ds_dropout_forward(want, x, n, p, key);
-    ds_dropout_backward(wantb, x, n, p, key);
+    ds_dropout_backward(wantb, 1, x, n, p, key);
     float *d_x = gh_up(g, x, n * 4), *d_o = gh_zeros(g, n * 4), *d_b = gh_up(g, acc0, n * 4);
     GH_OK(g, ds_cuda_dropout_forward(g->ctx, d_o, d_x, n, p, key));
-    GH_OK(g, ds_cuda_dropout_backward(g->ctx, d_b, d_x, n, p, key));
+    GH_OK(g, ds_cuda_dropout_backward(g->ctx, d_b, 1, d_x, n, p, key));
     float *got = gh_downf(g, d_o, n), *gotb = gh_downf(g, d_b, n);
     snprintf(what, sizeof what, "dropout fwd = CPU bits n=%zu p=%g seed=%llx", n, p,
              (unsigned long long)key.seed);

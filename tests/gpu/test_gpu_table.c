@@ -71,8 +71,8 @@ static void test_dense(int N, int C, int OC) {
     CPU->matmul_forward(y, x, w, b, N, C, OC);
     DEV->matmul_forward(Y, X, W, Bi, N, C, OC);
     close_f("table matmul_forward", Y, y, ny, 2e-4f, 1e-4f);
-    CPU->matmul_backward(dx, dw, db, dy, x, w, N, C, OC);
-    DEV->matmul_backward(DX, DW, DB, DY, X, W, N, C, OC);
+    CPU->matmul_backward(dx, 1, dw, db, dy, x, w, N, C, OC);
+    DEV->matmul_backward(DX, 1, DW, DB, DY, X, W, N, C, OC);
     close_f("table matmul_backward dinp", DX, dx, nx, 2e-4f, 1e-4f);
     close_f("table matmul_backward dweight", DW, dw, nw, 8e-4f, 1e-4f);
     close_f("table matmul_backward dbias", DB, db, OC, 1e-4f, 1e-5f);
@@ -92,8 +92,8 @@ static void test_dense(int N, int C, int OC) {
     DEV->gelu_forward(O, A, nx);
     close_f("table gelu_forward", O, o, nx, 1e-6f, 1e-5f);
     gh_dev_down(&G, o, DX, nx * 4); /* the same start on both sides */
-    CPU->gelu_backward(o, a, x, nx);
-    DEV->gelu_backward(DX, A, X, nx);
+    CPU->gelu_backward(o, 1, a, x, nx);
+    DEV->gelu_backward(DX, 1, A, X, nx);
     close_f("table gelu_backward", DX, o, nx, 1e-5f, 1e-5f);
 
     /* layernorm */
@@ -108,8 +108,8 @@ static void test_dense(int N, int C, int OC) {
     void *LWG = up(lwg, C * 4), *LBG = up(lbg, C * 4);
     gh_dev_down(&G, mean, MEAN, N * 4); /* backward from the device's statistics */
     gh_dev_down(&G, rstd, RSTD, N * 4);
-    CPU->layernorm_backward(o, lwg, lbg, x, a, lw, mean, rstd, N, C);
-    DEV->layernorm_backward(DX, LWG, LBG, X, A, LW, MEAN, RSTD, N, C);
+    CPU->layernorm_backward(o, 1, lwg, lbg, x, a, lw, mean, rstd, N, C);
+    DEV->layernorm_backward(DX, 1, LWG, LBG, X, A, LW, MEAN, RSTD, N, C);
     close_f("table layernorm_backward dinp", DX, o, nx, 1e-5f, 1e-4f);
     close_f("table layernorm_backward dweight", LWG, lwg, C, 1e-4f, 1e-5f);
     close_f("table layernorm_backward dbias", LBG, lbg, C, 1e-4f, 1e-5f);
@@ -158,11 +158,11 @@ static void test_attention(int B, int T, int C, int NH, float p) {
     dfree(ATT, na * 4); /* backward from the CPU's probabilities: only backward compared */
     ATT = up(att, na * 4);
     if (p > 0) {
-        CPU->attention_backward_dropout(dq, scr, dy, qkv, att, B, T, C, NH, p, key);
-        DEV->attention_backward_dropout(DQ, SCR, DY, QKV, ATT, B, T, C, NH, p, key);
+        CPU->attention_backward_dropout(dq, 1, scr, dy, qkv, att, B, T, C, NH, p, key);
+        DEV->attention_backward_dropout(DQ, 1, SCR, DY, QKV, ATT, B, T, C, NH, p, key);
     } else {
-        CPU->attention_backward(dq, scr, dy, qkv, att, B, T, C, NH);
-        DEV->attention_backward(DQ, SCR, DY, QKV, ATT, B, T, C, NH);
+        CPU->attention_backward(dq, 1, scr, dy, qkv, att, B, T, C, NH);
+        DEV->attention_backward(DQ, 1, SCR, DY, QKV, ATT, B, T, C, NH);
     }
     snprintf(what, sizeof what, "table attention_backward%s T%d", p > 0 ? "_dropout" : "", T);
     close_f(what, DQ, dq, nq, 1e-5f, 1e-4f);
@@ -189,8 +189,8 @@ static void test_attention_fused(int B, int T, int C, int NH) {
     close_f(what, LSE, lse, nl, 1e-5f, 1e-5f);
     dfree(O, no * 4), dfree(LSE, nl * 4);
     O = up(o, no * 4), LSE = up(lse, nl * 4);
-    CPU->attention_backward_fused(dq, scr, dy, qkv, o, lse, B, T, C, NH);
-    DEV->attention_backward_fused(DQ, SCR, DY, QKV, O, LSE, B, T, C, NH);
+    CPU->attention_backward_fused(dq, 1, scr, dy, qkv, o, lse, B, T, C, NH);
+    DEV->attention_backward_fused(DQ, 1, SCR, DY, QKV, O, LSE, B, T, C, NH);
     snprintf(what, sizeof what, "table attention_backward_fused T%d hs%d", T, C / NH);
     close_f(what, DQ, dq, nq, 2e-5f, 2e-4f);
     free(qkv), free(dy), free(dq), free(o), free(lse), free(scr);
@@ -225,8 +225,8 @@ static void test_dropout(size_t n, float p) {
     ds_rng_key key = {77, 5, 4, 3, 1001};
     float *x = rnd(n, -1, 1), *o = rnd(n, -1, 1);
     void *X = up(x, n * 4), *O = up(o, n * 4);
-    CPU->dropout_backward(o, x, n, p, key); /* accumulating into o */
-    DEV->dropout_backward(O, X, n, p, key);
+    CPU->dropout_backward(o, 1, x, n, p, key); /* accumulating into o */
+    DEV->dropout_backward(O, 1, X, n, p, key);
     same_f("table dropout_backward", O, o, n * 4);
     CPU->dropout_forward(o, x, n, p, key);
     DEV->dropout_forward(O, X, n, p, key);
@@ -323,8 +323,8 @@ static void test_dense16(ds_half h, int N, int C, int OC) {
     CPU->matmul16_forward(h, y, x, 0, w, NULL, N, C, OC, ws); /* out is written, not added to */
     DEV->matmul16_forward(h, Y, X, 0, W, NULL, N, C, OC, WS);
     close_f(NAME("matmul16_forward (no bias)"), Y, y, ny, 2e-4f, 1e-4f);
-    CPU->matmul16_backward(h, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
-    DEV->matmul16_backward(h, DX, DW, DB, DY, X, 0, W, N, C, OC, WS);
+    CPU->matmul16_backward(h, dx, 1, dw, db, dy, x, 0, w, N, C, OC, ws);
+    DEV->matmul16_backward(h, DX, 1, DW, DB, DY, X, 0, W, N, C, OC, WS);
     /* dinp sums OC products (GPT's head: 50,257, in 13 chunks): the absolute error of
      * two fp32 sums in other orders (tensor cores' accumulation truncates) grows with
      * sqrt(OC); 2e-4 holds for the 768-term sums above */
@@ -416,8 +416,8 @@ static void test_dense16_io(ds_half h, int N, int C, int OC, int io16) {
     DEV->matmul16_forward(h, Y, X, io16, W, Bi, N, C, OC, WS);
     if (out16) close_half_abs(NAME("matmul16_forward"), h, Y, y, ny, 2e-4f);
     else close_f(NAME("matmul16_forward"), Y, y, ny, 2e-4f, 1e-4f);
-    CPU->matmul16_backward(h, dx, dw, db, dy, x, io16, w, N, C, OC, ws);
-    DEV->matmul16_backward(h, DX, DW, DB, DY, X, io16, W, N, C, OC, WS);
+    CPU->matmul16_backward(h, dx, 1, dw, db, dy, x, io16, w, N, C, OC, ws);
+    DEV->matmul16_backward(h, DX, 1, DW, DB, DY, X, io16, W, N, C, OC, WS);
     float datol = 2e-4f * (OC > 768 ? sqrtf((float)OC / 768.0f) : 1.0f);
     close_f(NAME("matmul16_backward dinp"), DX, dx, nx, datol, 1e-4f);
     close_half_abs(NAME("matmul16_backward dweight"), h, DW, dw, nw, 8e-4f);
@@ -448,8 +448,8 @@ static void test_f16_overflow(void) {
     size_t hws = ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0);
     size_t dws = ds_matmul16_workspace(ds_device_gemm16(G.dev), 1, N, C, OC, 0);
     void *ws = gh_alloc(hws), *WS = zeros(dws);
-    CPU->matmul16_backward(DS_HALF_F16, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
-    DEV->matmul16_backward(DS_HALF_F16, DX, DW, DB, DY, X, 0, W, N, C, OC, WS);
+    CPU->matmul16_backward(DS_HALF_F16, dx, 1, dw, db, dy, x, 0, w, N, C, OC, ws);
+    DEV->matmul16_backward(DS_HALF_F16, DX, 1, DW, DB, DY, X, 0, W, N, C, OC, WS);
     gh_expect(&G, "f16 overflow: the CPU's dweight and dbias are inf", dw[0] == 0x7C00u && db[0] == 0x7C00u);
     same_f("f16 overflow: matmul16_backward dweight (inf, not saturated)", DW, dw, nw * 2);
     same_f("f16 overflow: matmul16_backward dbias (inf)", DB, db, OC * 2);
@@ -512,8 +512,8 @@ static void test_params16(ds_half h, int N, int C, int vocab, int B, int T) {
     gh_dev_down(&G, rstd, RSTD, (size_t)R * 4);
     gh_dev_down(&G, px, PX, nb * 4); /* and from the same dinp */
     uint16_t *DTw = (uint16_t *)DT + 2 * C, *DTb = (uint16_t *)DT + 3 * C;
-    CPU->layernorm16_backward(h, px, dt + 2 * C, dt + 3 * C, pdy, x, t, mean, rstd, R, C, ws);
-    DEV->layernorm16_backward(h, PX, DTw, DTb, PDY, X, Tb, MEAN, RSTD, R, C, WS);
+    CPU->layernorm16_backward(h, px, 1, dt + 2 * C, dt + 3 * C, pdy, x, t, mean, rstd, R, C, ws);
+    DEV->layernorm16_backward(h, PX, 1, DTw, DTb, PDY, X, Tb, MEAN, RSTD, R, C, WS);
     close_f(NAME("layernorm16_backward dinp"), PX, px, nb, 1e-5f, 1e-4f);
     close_half_abs(NAME("layernorm16_backward dweight"), h, DTw, dt + 2 * C, C, 1e-4f);
     close_half_abs(NAME("layernorm16_backward dbias"), h, DTb, dt + 3 * C, C, 1e-4f);
@@ -563,8 +563,8 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     gh_dev_down(&G, of, DQ, nq * 4); /* the same start on both sides */
     float *gq = rnd(nq, -1, 1);
     void *GQ = up(gq, nq * 4);
-    CPU->gelu16_backward(h, of, q16, gq, nq);
-    DEV->gelu16_backward(h, DQ, Q16, GQ, nq);
+    CPU->gelu16_backward(h, of, 1, q16, gq, nq);
+    DEV->gelu16_backward(h, DQ, 1, Q16, GQ, nq);
     close_f(NAME("gelu16_backward"), DQ, of, nq, 1e-5f, 1e-5f);
     gh_dev_free(&G, DQ, nq * 4);
     DQ = up(dq, nq * 4);
@@ -594,8 +594,8 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     close_f(NAME("attention16_forward_fused (16-bit qkv) out"), OF, of, no, 2e-5f, 1e-4f);
     dfree(LSE, nl * 4), dfree(OF, nq * 4);
     LSE = up(lse, nl * 4), OF = up(of, no * 4); /* backward from the CPU's out and lse */
-    CPU->attention16_backward_fused(h, dq, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, ws);
-    DEV->attention16_backward_fused(h, DQ, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    CPU->attention16_backward_fused(h, dq, 1, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, ws);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
     close_f(NAME("attention16_backward_fused (16-bit qkv)"), DQ, dq, nq, 2e-5f, 2e-4f);
     /* a 16-bit out read as it is = that out widened, on the device */
     float *ow = gh_alloc(no * 4);
@@ -606,8 +606,8 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     void *DQ2 = up(dq, nq * 4);
     gh_dev_free(&G, DQ, nq * 4);
     DQ = up(dq, nq * 4);
-    DEV->attention16_backward_fused(h, DQ, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, NULL);
-    DEV->attention16_backward_fused(h, DQ2, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, NULL);
+    DEV->attention16_backward_fused(h, DQ2, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
     float *dq2 = downf(DQ2, nq);
     same_f(NAME("attention16_backward_fused (16-bit out)"), DQ, dq2, nq * 4);
 #undef NAME

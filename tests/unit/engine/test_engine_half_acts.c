@@ -288,7 +288,7 @@ static void exact_gelu(const block *k) {
     DS_K->gelu_forward(y->data, xf->data, (size_t)x->numel);
     ds_tensor *r = rounded(y, k->gelu->out->dtype), *g = dev_tensor(DS_F32, x->numel);
     exact(r, k->gelu->out, "GELU forward");
-    DS_K->gelu_backward(g->data, xf->data, dy->data, (size_t)x->numel);
+    DS_K->gelu_backward(g->data, 1, xf->data, dy->data, (size_t)x->numel);
     exact(g, dx, "GELU backward");
     ds_tensor_free(xf), ds_tensor_free(y), ds_tensor_free(r), ds_tensor_free(g);
 }
@@ -304,8 +304,8 @@ static void exact_attention(const block *k) {
     ds_tensor *g = dev_tensor(DS_F32, qkv->numel);
     exact(r, out, "attention forward");
     exact(l, lse, "attention forward (lse)");
-    DS_K->attention_backward_fused(g->data, scr->data, dy->data, qf->data, of->data, lse->data, B,
-                                   T, C, NH);
+    DS_K->attention_backward_fused(g->data, 1, scr->data, dy->data, qf->data, of->data, lse->data,
+                                   B, T, C, NH);
     exact(g, dx, "attention backward");
     ds_tensor *all[] = {qf, y, l, scr, r, of, g};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ds_tensor_free(all[i]);

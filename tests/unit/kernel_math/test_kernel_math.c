@@ -115,7 +115,7 @@ static void test_gelu_matches_cpu(void **state) {
     size_t n = 100000;
     float *x = randv(n, -8, 8), *dy = randv(n, -1, 1), *y = malloc(n * 4), *dx = calloc(n, 4);
     ds_gelu_forward(y, x, n);
-    ds_gelu_backward(dx, x, dy, n);
+    ds_gelu_backward(dx, 1, x, dy, n);
     for (size_t i = 0; i < n; i++) {
         assert_close(ds_km_gelu_fwd(x[i]), y[i], 1e-7f, 1e-6f);
         assert_close(ds_km_gelu_grad(x[i]) * dy[i], dx[i], 1e-7f, 1e-5f);
@@ -166,7 +166,7 @@ static void test_layernorm_pieces_match_cpu(void **state) {
     float *dy = randv(NC, -1, 1), *y = malloc(NC * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     float *dx = calloc(NC, 4);
     ds_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
-    ds_layernorm_backward(dx, NULL, NULL, dy, x, w, mean, rstd, N, C);
+    ds_layernorm_backward(dx, 1, NULL, NULL, dy, x, w, mean, rstd, N, C);
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
         double a1 = 0, a2 = 0;

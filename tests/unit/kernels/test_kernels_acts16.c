@@ -54,8 +54,8 @@ static void check_gelu(ds_half h, size_t n, int in16, int out16) {
     assert_memory_equal(got, want, n * (out16 ? 2 : 4));
     if (in16) { /* backward reads the 16-bit input; dinp += */
         float *dout = tu_randf(n, -1, 1), *dinp = tu_randf(n, -1, 1), *wd = tu_copyf(dinp, n);
-        ds_gelu_backward(wd, xf, dout, n);
-        ds_gelu16_backward(h, dinp, x, dout, n);
+        ds_gelu_backward(wd, 1, xf, dout, n);
+        ds_gelu16_backward(h, dinp, 1, x, dout, n);
         assert_memory_equal(dinp, wd, n * 4);
         free(dout), free(dinp), free(wd);
     }
@@ -97,9 +97,9 @@ static void check_attention(ds_half h, int B, int T, int C, int NH, int in16, in
     assert_memory_equal(glse, lse, nl * 4);
     free(ws);
     float *dout = tu_randf(ny, -1, 1), *dq = tu_randf(nx, -0.5f, 0.5f), *wdq = tu_copyf(dq, nx);
-    ds_attention_backward_fused(wdq, dout, xf, lse, B, T, C, NH);
+    ds_attention_backward_fused(wdq, 1, dout, xf, lse, B, T, C, NH);
     ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16));
-    ds_attention16_backward_fused(h, dq, dout, x, lse, B, T, C, NH, in16, ws);
+    ds_attention16_backward_fused(h, dq, 1, dout, x, lse, B, T, C, NH, in16, ws);
     assert_memory_equal(dq, wdq, nx * 4);
     if (x != xf) free(x);
     free(xf), free(y), free(lse), free(glse), free(want), free(got), free(ws), free(dout),

@@ -55,13 +55,13 @@ static void check_fused(int B, int T, int C, int NH) {
     double *want_lse = ref_lse(qkv, B, T, C, NH);
     assert_int_equal(tu_mismatch("lse", lse, want_lse, nl, LSE_TOL, LSE_TOL), 0);
 
-    ds_attention_backward(g_ref, scratch, dout, qkv, att, B, T, C, NH);
-    ds_attention_backward_fused(g, dout, qkv, lse, B, T, C, NH);
+    ds_attention_backward(g_ref, 1, scratch, dout, qkv, att, B, T, C, NH);
+    ds_attention_backward_fused(g, 1, dout, qkv, lse, B, T, C, NH);
     double *want = tu_to_double(g_ref, nx);
     assert_int_equal(tu_mismatch("fused dqkv", g, want, nx, BWD_ATOL, BWD_RTOL), 0);
     /* the same call gives the same bits */
     float *g2 = tu_copyf(base, nx);
-    ds_attention_backward_fused(g2, dout, qkv, lse, B, T, C, NH);
+    ds_attention_backward_fused(g2, 1, dout, qkv, lse, B, T, C, NH);
     assert_memory_equal(g, g2, nx * sizeof(float));
 
     free(qkv), free(dout), free(base), free(out_ref), free(att), free(scratch), free(out);

@@ -64,7 +64,7 @@ static void check_matmul(int N, int C, int OC, int full_fd) {
     assert_int_equal(tu_mismatch("matmul out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
 
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
-    ds_matmul_backward(grad, grad + ni, grad + ni + nw, dout, x, x + ni, N, C, OC);
+    ds_matmul_backward(grad, 1, grad + ni, grad + ni + nw, dout, x, x + ni, N, C, OC);
     double *g = tu_to_double(dout, ny);
     if (full_fd) {
         double *fd = malloc(nx * sizeof *fd);
@@ -85,7 +85,7 @@ static void check_matmul(int N, int C, int OC, int full_fd) {
     }
     /* NULL gradients are skipped; the others still accumulate the same values */
     float *only_w = tu_copyf(base, nx);
-    ds_matmul_backward(NULL, only_w + ni, NULL, dout, x, x + ni, N, C, OC);
+    ds_matmul_backward(NULL, 1, only_w + ni, NULL, dout, x, x + ni, N, C, OC);
     assert_memory_equal(only_w, base, ni * sizeof(float));
     assert_memory_equal(only_w + ni + nw, base + ni + nw, OC * sizeof(float));
     free(only_w);
@@ -134,7 +134,7 @@ static void check_gelu(size_t n) {
     ref_gelu(xd, yd, &n);
     assert_int_equal(tu_mismatch("gelu out", out, yd, n, FWD_ATOL, FWD_RTOL), 0);
     float *base = tu_randf(n, -1, 1), *grad = tu_copyf(base, n);
-    ds_gelu_backward(grad, x, dout, n);
+    ds_gelu_backward(grad, 1, x, dout, n);
     double *g = tu_to_double(dout, n);
     tu_fd_grad(ref_gelu, &n, xd, n, g, n, fd);
     expect_accumulated("gelu dinp", grad, base, fd, n);
@@ -201,7 +201,7 @@ static void check_layernorm(int N, int C, int full_fd) {
         expect_close("layernorm mean", mean[n], m / C, 1e-5);
     }
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
-    ds_layernorm_backward(grad, grad + ni, grad + ni + C, dout, x, x + ni, mean, rstd, N, C);
+    ds_layernorm_backward(grad, 1, grad + ni, grad + ni + C, dout, x, x + ni, mean, rstd, N, C);
     double *g = tu_to_double(dout, ni);
     if (full_fd) {
         double *fd = malloc(nx * sizeof *fd);
@@ -315,7 +315,7 @@ static void check_attention(int B, int T, int C, int NH, int full_fd) {
         expect_close("attention row sum", sum, 1.0, 1e-5);
     }
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
-    ds_attention_backward(grad, scratch, dout, qkv, att, B, T, C, NH);
+    ds_attention_backward(grad, 1, scratch, dout, qkv, att, B, T, C, NH);
     double *g = tu_to_double(dout, ny);
     if (full_fd) {
         double *fd = malloc(nx * sizeof *fd);
@@ -366,7 +366,7 @@ static void check_attention_dropout(int B, int T, int C, int NH, float p, int fu
     ref_attention(xd, yd, &c);
     assert_int_equal(tu_mismatch("attention dropout out", out, yd, ny, FWD_ATOL, FWD_RTOL), 0);
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
-    ds_attention_backward_dropout(grad, scratch, dout, qkv, att, B, T, C, NH, p, key);
+    ds_attention_backward_dropout(grad, 1, scratch, dout, qkv, att, B, T, C, NH, p, key);
     double *g = tu_to_double(dout, ny);
     if (full_fd) {
         double *fd = malloc(nx * sizeof *fd);
@@ -409,9 +409,9 @@ static void test_attention_dropout_p0(void **state) {
         g[k] = tu_copyf(base, nx);
     }
     ds_attention_forward(o[0], a[0], qkv, B, T, C, NH);
-    ds_attention_backward(g[0], sc[0], dout, qkv, a[0], B, T, C, NH);
+    ds_attention_backward(g[0], 1, sc[0], dout, qkv, a[0], B, T, C, NH);
     ds_attention_forward_dropout(o[1], a[1], qkv, B, T, C, NH, 0.0f, key);
-    ds_attention_backward_dropout(g[1], sc[1], dout, qkv, a[1], B, T, C, NH, 0.0f, key);
+    ds_attention_backward_dropout(g[1], 1, sc[1], dout, qkv, a[1], B, T, C, NH, 0.0f, key);
     assert_memory_equal(o[0], o[1], ny * sizeof(float));
     assert_memory_equal(a[0], a[1], na * sizeof(float));
     assert_memory_equal(g[0], g[1], nx * sizeof(float));
@@ -462,10 +462,11 @@ static void test_attention_dropout_offset(void **state) {
     float *o1 = malloc(ry * sizeof *o1), *a1 = malloc(ra * sizeof *a1), *s1 = malloc(ra * sizeof *s1);
     ds_rng_key key = {99, 2, 6, 1, 0};
     ds_attention_forward_dropout(out, att, qkv, B, T, C, NH, 0.4f, key);
-    ds_attention_backward_dropout(grad, sc, dout, qkv, att, B, T, C, NH, 0.4f, key);
+    ds_attention_backward_dropout(grad, 1, sc, dout, qkv, att, B, T, C, NH, 0.4f, key);
     key.offset = 2 * ra;
     ds_attention_forward_dropout(o1, a1, qkv + 2 * rx, 1, T, C, NH, 0.4f, key);
-    ds_attention_backward_dropout(g1, s1, dout + 2 * ry, qkv + 2 * rx, a1, 1, T, C, NH, 0.4f, key);
+    ds_attention_backward_dropout(g1, 1, s1, dout + 2 * ry, qkv + 2 * rx, a1, 1, T, C, NH, 0.4f,
+                                  key);
     assert_memory_equal(o1, out + 2 * ry, ry * sizeof *o1);
     assert_memory_equal(g1, grad + 2 * rx, rx * sizeof *g1);
     free(qkv), free(dout), free(out), free(att), free(sc), free(grad), free(g1), free(o1),
@@ -582,14 +583,14 @@ static void run_non_gemm(float *res, const float *x, int threads) {
     ds_layernorm_forward(res + off, mean, rstd, x, x + N * C, x + N * C + C, N, C, 1e-5f);
     off += N * C;
     memset(res + off, 0, ((size_t)N * C + 2 * C) * sizeof(float));
-    ds_layernorm_backward(res + off, res + off + N * C, res + off + N * C + C, x + 5, x, x + 1,
+    ds_layernorm_backward(res + off, 1, res + off + N * C, res + off + N * C + C, x + 5, x, x + 1,
                           mean, rstd, N, C);
     off += N * C + 2 * C;
     ds_attention_forward(res + off, res + off + (size_t)N * C, x, B, T, C, NH);
     const float *att = res + off + (size_t)N * C;
     off += (size_t)N * C + (size_t)B * NH * T * T;
     memset(res + off, 0, (size_t)N * 3 * C * sizeof(float));
-    ds_attention_backward(res + off, res + off + (size_t)N * 3 * C, x + 3, x, att, B, T, C, NH);
+    ds_attention_backward(res + off, 1, res + off + (size_t)N * 3 * C, x + 3, x, att, B, T, C, NH);
     off += (size_t)N * 3 * C + (size_t)B * NH * T * T;
     int32_t tg[N];
     for (int i = 0; i < N; i++) tg[i] = (i * 31) % V;
@@ -625,7 +626,7 @@ static void test_determinism(void **state) {
     for (int k = 0; k < 2; k++) {
         float *o = k ? o2 : o1, *g = k ? g2 : g1;
         ds_matmul_forward(o, x, w, x + 7, N, C, OC);
-        ds_matmul_backward(g, g + N * C, g + N * C + OC * C, x + 11, x, w, N, C, OC);
+        ds_matmul_backward(g, 1, g + N * C, g + N * C + OC * C, x + 11, x, w, N, C, OC);
     }
     assert_memory_equal(o1, o2, N * OC * 4);
     assert_memory_equal(g1, g2, (OC * C + N * C + OC) * 4);

@@ -130,7 +130,7 @@ static void check_backward(ds_half h, const shape *s, int wanted) {
     }
     float *dinp0 = tu_copyf(dinp, (size_t)N * C);
     void *ws = nan_workspace(h, 1, s, 0);
-    ds_matmul16_backward(h, want_dinp ? dinp : NULL, want_dw ? dw : NULL, want_db ? db : NULL,
+    ds_matmul16_backward(h, want_dinp ? dinp : NULL, 1, want_dw ? dw : NULL, want_db ? db : NULL,
                          dout, want_dw ? inp : NULL, 0, want_dinp ? w : NULL, N, C, OC, ws);
     if (want_dinp) assert_int_equal(tu_mismatch("dinp", dinp, wdinp, (size_t)N * C, ATOL, RTOL), 0);
     else assert_memory_equal(dinp, dinp0, (size_t)N * C * sizeof *dinp);
@@ -171,7 +171,7 @@ static void test_one_rounding_per_call(void **state) {
     for (int n = 0; n < N; n++) inp[n] = 1.0f, dout[n] = 1.0f / 512; /* bf16 exact */
     uint16_t dw = narrow(DS_HALF_BF16, 1.0f), db = dw;
     void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0));
-    ds_matmul16_backward(DS_HALF_BF16, NULL, &dw, &db, dout, inp, 0, NULL, N, C, OC, ws);
+    ds_matmul16_backward(DS_HALF_BF16, NULL, 1, &dw, &db, dout, inp, 0, NULL, N, C, OC, ws);
     assert_true(widen(DS_HALF_BF16, dw) == 1.125); /* 1 + 64/512 */
     assert_true(widen(DS_HALF_BF16, db) == 1.125);
     free(ws);
@@ -190,7 +190,7 @@ static void test_dinp_by_chunks(void **state) {
     dout[LAST] = dout[LAST + 1] = 1.0f;
     w[LAST] = w[LAST + 1] = narrow(DS_HALF_BF16, 1.0f);
     void *ws = malloc(ds_matmul16_workspace(DS_GEMM16_F32, 1, N, C, OC, 0));
-    ds_matmul16_backward(DS_HALF_BF16, &dinp, NULL, NULL, dout, NULL, 0, w, N, C, OC, ws);
+    ds_matmul16_backward(DS_HALF_BF16, &dinp, 1, NULL, NULL, dout, NULL, 0, w, N, C, OC, ws);
     assert_true(dinp == 0x1p24f);
     free(ws);
 }
@@ -266,8 +266,8 @@ static void check_half_io(ds_half h, const shape *s, int io16) {
     memcpy(dw2, dw, nw * 2);
     memcpy(db2, db, (size_t)OC * 2);
     ws = nan_workspace(h, 1, s, 0), ws16 = nan_workspace(h, 1, s, io16);
-    ds_matmul16_backward(h, dx, dw, db, dy, x, 0, w, N, C, OC, ws);
-    ds_matmul16_backward(h, dx2, dw2, db2, out16 ? (void *)y16 : (void *)dy,
+    ds_matmul16_backward(h, dx, 1, dw, db, dy, x, 0, w, N, C, OC, ws);
+    ds_matmul16_backward(h, dx2, 1, dw2, db2, out16 ? (void *)y16 : (void *)dy,
                          in16 ? (void *)x16 : (void *)x, io16, w, N, C, OC, ws16);
     assert_memory_equal(dx2, dx, nx * 4);
     assert_memory_equal(dw2, dw, nw * 2);

@@ -129,12 +129,12 @@ static void check_layernorm(ds_half h, int wanted) {
     float *dout = tu_randf(n, -1, 1), *dinp = tu_randf(n, -1, 1), *wdinp = tu_copyf(dinp, n);
     float *gw = calloc(C, 4), *gb = calloc(C, 4);
     uint16_t *wdw = copy16(dw, C), *wdb = copy16(db, C);
-    ds_layernorm_backward(want_dinp ? wdinp : NULL, want_dw ? gw : NULL, want_db ? gb : NULL,
+    ds_layernorm_backward(want_dinp ? wdinp : NULL, 1, want_dw ? gw : NULL, want_db ? gb : NULL,
                           dout, inp, wimg, mean, rstd, N, C);
     if (want_dw) ds_half_acc_f32(h, wdw, gw, C);
     if (want_db) ds_half_acc_f32(h, wdb, gb, C);
     ws = nan_ws(ds_layernorm16_workspace(1, C));
-    ds_layernorm16_backward(h, want_dinp ? dinp : NULL, want_dw ? dw : NULL, want_db ? db : NULL,
+    ds_layernorm16_backward(h, want_dinp ? dinp : NULL, 1, want_dw ? dw : NULL, want_db ? db : NULL,
                             dout, inp, w, mean, rstd, N, C, ws);
     assert_memory_equal(dinp, wdinp, n * 4);
     assert_memory_equal(dw, wdw, C * 2);
@@ -181,7 +181,7 @@ static void test_one_rounding_per_call(void **state) {
     assert_true(widen(h, pos) == 1.0f + 1.0f / 128);
 
     uint16_t w = one, dw = one, db = one;
-    ds_layernorm16_backward(h, NULL, &dw, &db, dout, ones, &w, zeros, rstd, 4, 1, ws);
+    ds_layernorm16_backward(h, NULL, 1, &dw, &db, dout, ones, &w, zeros, rstd, 4, 1, ws);
     assert_true(widen(h, db) == 1.0f + 1.0f / 128);
     assert_true(widen(h, dw) == 1.0f + 1.0f / 128); /* (x - 0) * 1 * dout */
     free(ws);

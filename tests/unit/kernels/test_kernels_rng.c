@@ -118,7 +118,7 @@ static void test_dropout_backward(void **state) {
     float *inp = tu_randf(n, 0.5f, 1.0f), *out = malloc(n * sizeof(float));
     float *dout = tu_randf(n, -1, 1), *base = tu_randf(n, -1, 1), *dinp = tu_copyf(base, n);
     ds_dropout_forward(out, inp, n, p, key);
-    ds_dropout_backward(dinp, dout, n, p, key);
+    ds_dropout_backward(dinp, 1, dout, n, p, key);
     float scale = 1.0f / (1.0f - p);
     for (size_t i = 0; i < n; i++) {
         if (out[i] == 0.0f) {
@@ -132,7 +132,7 @@ static void test_dropout_backward(void **state) {
     ds_dropout_forward(out, inp, n, 0.0f, key);
     assert_memory_equal(out, inp, n * sizeof(float));
     float *d0 = tu_copyf(base, n);
-    ds_dropout_backward(d0, dout, n, 0.0f, key);
+    ds_dropout_backward(d0, 1, dout, n, 0.0f, key);
     for (size_t i = 0; i < n; i++) assert_true(d0[i] == base[i] + dout[i]);
     free(inp), free(out), free(dout), free(base), free(dinp), free(d0);
 }

@@ -65,7 +65,7 @@ static void c_matmul_forward(const ds_kernel_table *k, void **b, ds_half h) {
 }
 static void c_matmul_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->matmul_backward(b[0], b[1], b[2], b[3], b[4], b[5], MN, MC, MOC);
+    k->matmul_backward(b[0], 1, b[1], b[2], b[3], b[4], b[5], MN, MC, MOC);
 }
 /* matmul16's workspace in floats (ds_matmul16_workspace for DS_GEMM16_F32: every part a
  * multiple of 256 bytes at these shapes), checked in test_every_entry_covered */
@@ -77,13 +77,13 @@ static void c_matmul16_forward(const ds_kernel_table *k, void **b, ds_half h) {
     k->matmul16_forward(h, b[0], b[1], 0, b[2], b[3], MN, MC, MOC, b[4]);
 }
 static void c_matmul16_backward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], 0, b[5], MN, MC, MOC, b[6]);
+    k->matmul16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], 0, b[5], MN, MC, MOC, b[6]);
 }
 static void c_matmul16_forward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
     k->matmul16_forward(h, b[0], b[1], 0, b[2], b[3], HN, HC, HOC, b[4]);
 }
 static void c_matmul16_backward_chunked(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], 0, b[5], HN, HC, HOC, b[6]);
+    k->matmul16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], 0, b[5], HN, HC, HOC, b[6]);
 }
 /* 16-bit activations (DS_MM16_*): the input and output (gradient) both, or only the
  * output (gradient); a 16-bit forward output adds one chunk's fp32 part (WS16O) */
@@ -97,16 +97,16 @@ static void c_matmul16_forward_out(const ds_kernel_table *k, void **b, ds_half h
     k->matmul16_forward(h, b[0], b[1], DS_MM16_OUT, b[2], b[3], MN, MC, MOC, b[4]);
 }
 static void c_matmul16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], IO16, b[5], MN, MC, MOC, b[6]);
+    k->matmul16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], IO16, b[5], MN, MC, MOC, b[6]);
 }
 static void c_matmul16_backward_out(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], DS_MM16_OUT, b[5], MN, MC, MOC, b[6]);
+    k->matmul16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], DS_MM16_OUT, b[5], MN, MC, MOC, b[6]);
 }
 static void c_matmul16_forward_io_chunked(const ds_kernel_table *k, void **b, ds_half h) {
     k->matmul16_forward(h, b[0], b[1], IO16, b[2], b[3], HN, HC, HOC, b[4]);
 }
 static void c_matmul16_backward_io_chunked(const ds_kernel_table *k, void **b, ds_half h) {
-    k->matmul16_backward(h, b[0], b[1], b[2], b[3], b[4], IO16, b[5], HN, HC, HOC, b[6]);
+    k->matmul16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], IO16, b[5], HN, HC, HOC, b[6]);
 }
 static void c_crossentropy16(const ds_kernel_table *k, void **b, ds_half h) {
     k->crossentropy16(h, b[0], b[1], b[2], b[3], 1.0f / XN, XN, XV, b[4]);
@@ -138,7 +138,7 @@ static void c_gelu_forward(const ds_kernel_table *k, void **b, ds_half h) {
 }
 static void c_gelu_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->gelu_backward(b[0], b[1], b[2], EN);
+    k->gelu_backward(b[0], 1, b[1], b[2], EN);
 }
 static void c_layernorm_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -146,7 +146,7 @@ static void c_layernorm_forward(const ds_kernel_table *k, void **b, ds_half h) {
 }
 static void c_layernorm_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->layernorm_backward(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC);
+    k->layernorm_backward(b[0], 1, b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC);
 }
 static void c_embedding_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -193,7 +193,7 @@ static void c_gelu16_forward_o(const ds_kernel_table *k, void **b, ds_half h) {
     k->gelu16_forward(h, b[0], b[1], EN, 0, 1);
 }
 static void c_gelu16_backward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->gelu16_backward(h, b[0], b[1], b[2], EN);
+    k->gelu16_backward(h, b[0], 1, b[1], b[2], EN);
 }
 static void c_attention16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
     k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 1, b[3]);
@@ -205,15 +205,15 @@ static void c_attention16_forward_o(const ds_kernel_table *k, void **b, ds_half 
     k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0, 1, b[3]);
 }
 static void c_attention16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_backward_fused(h, b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 1, 1,
+    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 1, 1,
                                   b[6]);
 }
 static void c_attention16_backward_o(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_backward_fused(h, b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0, 1,
+    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0, 1,
                                   b[6]);
 }
 static void c_layernorm16_backward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->layernorm16_backward(h, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
+    k->layernorm16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
 }
 static void c_attention_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -221,7 +221,7 @@ static void c_attention_forward(const ds_kernel_table *k, void **b, ds_half h) {
 }
 static void c_attention_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->attention_backward(b[0], b[1], b[2], b[3], b[4], AB, AT, AC, ANH);
+    k->attention_backward(b[0], 1, b[1], b[2], b[3], b[4], AB, AT, AC, ANH);
 }
 static void c_attention_forward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -229,7 +229,7 @@ static void c_attention_forward_dropout(const ds_kernel_table *k, void **b, ds_h
 }
 static void c_attention_backward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->attention_backward_dropout(b[0], b[1], b[2], b[3], b[4], AB, AT, AC, ANH, 0.1f, KEY);
+    k->attention_backward_dropout(b[0], 1, b[1], b[2], b[3], b[4], AB, AT, AC, ANH, 0.1f, KEY);
 }
 static void c_attention_forward_fused(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -237,7 +237,7 @@ static void c_attention_forward_fused(const ds_kernel_table *k, void **b, ds_hal
 }
 static void c_attention_backward_fused(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->attention_backward_fused(b[0], b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH);
+    k->attention_backward_fused(b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH);
 }
 static void c_crossentropy_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -265,7 +265,7 @@ static void c_dropout_forward(const ds_kernel_table *k, void **b, ds_half h) {
 }
 static void c_dropout_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->dropout_backward(b[0], b[1], EN, 0.2f, KEY);
+    k->dropout_backward(b[0], 1, b[1], EN, 0.2f, KEY);
 }
 static void c_adamw_update(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
