@@ -100,7 +100,7 @@ run_program() { # run_program NAME PATH TIMEOUT
 }
 
 run_program test_gpu_device "$BIN/test_gpu_device" 60
-for t in table dense attention loss optim; do run_program "test_gpu_$t" "$BIN/test_gpu_$t" 75; done
+for t in table write dense attention loss optim; do run_program "test_gpu_$t" "$BIN/test_gpu_$t" 75; done
 run_program test_comm_nccl "$NCCL_TEST" 90
 
 # ---- bad input: clear errors, never a crash --------------------------------------------

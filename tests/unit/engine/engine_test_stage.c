@@ -28,6 +28,38 @@ ds_tensor *eng_input(int64_t B, int64_t T, int64_t C) {
     return x;
 }
 
+/* Residual(Sequential(norm, Sequential(proj_in, mid, proj_out) named inner, Dropout(p))) */
+static ds_layer *residual_of(int C, const char *norm, const char *inner, ds_layer *proj_in,
+                             ds_layer *mid, ds_layer *proj_out, float p) {
+    ds_err err = {{0}};
+    ds_layer *core = eng_named(ds_sequential_new(&err), inner), *branch = ds_sequential_new(&err);
+    assert_non_null(branch);
+    assert_int_equal(ds_layer_add_child(core, proj_in, &err), 0);
+    assert_int_equal(ds_layer_add_child(core, mid, &err), 0);
+    assert_int_equal(ds_layer_add_child(core, proj_out, &err), 0);
+    ds_layer *ln = eng_named(ds_layernorm_new(C, 1e-5f, &err), norm);
+    assert_int_equal(ds_layer_add_child(branch, ln, &err), 0);
+    assert_int_equal(ds_layer_add_child(branch, core, &err), 0);
+    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_dropout_new(p, &err), ""), &err), 0);
+    return eng_named(ds_residual_new(branch, &err), "");
+}
+
+ds_layer *eng_gpt_block(const char *name, int C, int NH, float p) {
+    ds_err err = {{0}};
+    ds_layer *b = eng_named(ds_sequential_new(&err), name);
+    ds_layer *attn =
+        residual_of(C, "ln_1", "attn", eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
+                    ds_attention_new(NH, p, &err),
+                    eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"), p);
+    ds_layer *mlp =
+        residual_of(C, "ln_2", "mlp", eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
+                    eng_named(ds_gelu_new(&err), ""),
+                    eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj"), p);
+    assert_int_equal(ds_layer_add_child(b, attn, &err), 0);
+    assert_int_equal(ds_layer_add_child(b, mlp, &err), 0);
+    return b;
+}
+
 unsigned char *eng_bytes(const ds_tensor *t) {
     ds_err err = {{0}};
     unsigned char *b = malloc(ds_tensor_nbytes(t) + 1);

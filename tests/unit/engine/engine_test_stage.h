@@ -1,5 +1,6 @@
 /* What the engine tests that build stages from C layers share: naming a layer, a fixed
- * pseudo-random input, and the device the test runs on (DS_ENGINE_DEVICE). */
+ * pseudo-random input, GPT's block, a tensor's bytes, and the device the test runs on
+ * (DS_ENGINE_DEVICE). */
 #ifndef ENGINE_TEST_STAGE_H
 #define ENGINE_TEST_STAGE_H
 
@@ -11,6 +12,11 @@
 ds_layer *eng_named(ds_layer *l, const char *name);
 /* An fp32 host tensor [B, T, C] of values in [-1, 1), the same every call. */
 ds_tensor *eng_input(int64_t B, int64_t T, int64_t C);
+/* nn.TransformerBlock's tree for width C and NH heads: x + attn(ln_1(x)), then
+ * x + mlp(ln_2(x)), each branch Residual(Sequential(ln, Sequential(c_attn | c_fc,
+ * Attention | GELU, c_proj) named attn | mlp, Dropout(p))); four Linears, attention
+ * dropout p. */
+ds_layer *eng_gpt_block(const char *name, int C, int NH, float p);
 /* t's bytes on the host, wherever t lives; free() them */
 unsigned char *eng_bytes(const ds_tensor *t);
 /* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after

@@ -92,42 +92,10 @@ static ds_stage *mlp_stage(int checkpoint) {
     return s;
 }
 
-/* in_layers, wrapped: Residual(Sequential(norm, Sequential(proj_in, mid, proj_out)
- * named inner, Dropout(p))) */
-static ds_layer *residual_of(const char *norm, const char *inner, ds_layer *proj_in,
-                             ds_layer *mid, ds_layer *proj_out, float p) {
-    ds_err err = {{0}};
-    ds_layer *core = eng_named(ds_sequential_new(&err), inner), *branch = ds_sequential_new(&err);
-    assert_non_null(branch);
-    assert_int_equal(ds_layer_add_child(core, proj_in, &err), 0);
-    assert_int_equal(ds_layer_add_child(core, mid, &err), 0);
-    assert_int_equal(ds_layer_add_child(core, proj_out, &err), 0);
-    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_layernorm_new(C, 1e-5f, &err), norm), &err), 0);
-    assert_int_equal(ds_layer_add_child(branch, core, &err), 0);
-    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_dropout_new(p, &err), ""), &err), 0);
-    return eng_named(ds_residual_new(branch, &err), "");
-}
-
-/* nn.TransformerBlock's tree: x + attn(ln_1(x)), then x + mlp(ln_2(x)), each branch
- * ending in a Dropout of p; four Linears */
-static ds_layer *gpt_block(const char *name, float p) {
-    ds_err err = {{0}};
-    ds_layer *b = eng_named(ds_sequential_new(&err), name);
-    ds_layer *attn = residual_of("ln_1", "attn", eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
-                                 ds_attention_new(NH, p, &err),
-                                 eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"), p);
-    ds_layer *mlp = residual_of("ln_2", "mlp", eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),
-                                eng_named(ds_gelu_new(&err), ""),
-                                eng_named(ds_linear_new(4 * C, C, 1, 0.2f, &err), "c_proj"), p);
-    assert_int_equal(ds_layer_add_child(b, attn, &err), 0);
-    assert_int_equal(ds_layer_add_child(b, mlp, &err), 0);
-    return b;
-}
-
 /* two GPT blocks, dropout p */
 static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
     ds_err err = {{0}};
-    ds_layer *l[2] = {gpt_block("h.0", p), gpt_block("h.1", p)};
+    ds_layer *l[2] = {eng_gpt_block("h.0", C, NH, p), eng_gpt_block("h.1", C, NH, p)};
     ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
     ds_stage *s = ds_stage_new("blocks", l, 2, &o, 5, &err);
     if (!s) fail_msg("%s", err.msg);
