@@ -29,16 +29,17 @@ static void count_matmul_forward(float *out, const float *inp, const float *weig
 }
 
 /* 2*N*C*OC per GEMM wanted (dinp, dweight); reads dout, and weight for dinp, inp for
- * dweight; dinp, dweight, dbias r+w (all fp32) */
-static void count_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                  const float *inp, const float *weight, int N, int C, int OC) {
+ * dweight; dinp written (read too when acc), dweight, dbias r+w (all fp32) */
+static void count_matmul_backward(float *dinp, int acc, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight, int N,
+                                  int C, int OC) {
     u64 nc = (u64)N * C, wc = (u64)OC * C, gemm = 2 * nc * OC;
     u64 rd = 4 * (u64)N * OC, wr = 0, fl = 0;
-    if (dinp) fl += gemm, rd += 4 * (wc + nc), wr += 4 * nc;
+    if (dinp) fl += gemm, rd += 4 * (wc + (acc ? nc : 0)), wr += 4 * nc;
     if (dweight) fl += gemm, rd += 4 * (nc + wc), wr += 4 * wc;
     if (dbias) rd += 4 * (u64)OC, wr += 4 * (u64)OC;
     ds_kcount_add(SLOT(matmul_backward), fl, rd, wr);
-    K->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    K->matmul_backward(dinp, acc, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 /* 2*N*C*OC; reads inp (e(in)), weight and bias (16-bit); writes out (e(out)) */
@@ -53,17 +54,17 @@ static void count_matmul16_forward(ds_half h, void *out, const void *inp, int io
 }
 
 /* 2*N*C*OC per GEMM wanted; reads dout (e(out)), weight (16-bit) for dinp, inp (e(in))
- * for dweight; dinp r+w fp32, dweight and dbias r+w 16-bit */
-static void count_matmul16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                    const void *dout, const void *inp, int io16,
+ * for dweight; dinp fp32 written (read too when acc), dweight and dbias r+w 16-bit */
+static void count_matmul16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                    uint16_t *dbias, const void *dout, const void *inp, int io16,
                                     const uint16_t *weight, int N, int C, int OC, void *ws) {
     u64 nc = (u64)N * C, wc = (u64)OC * C, gemm = 2 * nc * OC;
     u64 rd = e(io16 & DS_MM16_OUT) * (u64)N * OC, wr = 0, fl = 0;
-    if (dinp) fl += gemm, rd += 2 * wc + 4 * nc, wr += 4 * nc;
+    if (dinp) fl += gemm, rd += 2 * wc + (acc ? 4 * nc : 0), wr += 4 * nc;
     if (dweight) fl += gemm, rd += e(io16 & DS_MM16_IN) * nc + 2 * wc, wr += 2 * wc;
     if (dbias) rd += 2 * (u64)OC, wr += 2 * (u64)OC;
     ds_kcount_add(SLOT(matmul16_backward), fl, rd, wr);
-    K->matmul16_backward(h, dinp, dweight, dbias, dout, inp, io16, weight, N, C, OC, ws);
+    K->matmul16_backward(h, dinp, acc, dweight, dbias, dout, inp, io16, weight, N, C, OC, ws);
 }
 
 /* ---- elementwise (fp32 unless said) --------------------------------------------------- */
@@ -95,10 +96,11 @@ static void count_gelu_forward(float *out, const float *inp, size_t n) {
     K->gelu_forward(out, inp, n);
 }
 
-/* reads inp, dout; dinp r+w */
-static void count_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    ds_kcount_add(SLOT(gelu_backward), GELU_BWD * (u64)n, 12 * (u64)n, 4 * (u64)n);
-    K->gelu_backward(dinp, inp, dout, n);
+/* reads inp, dout; dinp written (read too when acc) */
+static void count_gelu_backward(float *dinp, int acc, const float *inp, const float *dout,
+                                size_t n) {
+    ds_kcount_add(SLOT(gelu_backward), GELU_BWD * (u64)n, (acc ? 12 : 8) * (u64)n, 4 * (u64)n);
+    K->gelu_backward(dinp, acc, inp, dout, n);
 }
 
 /* reads inp (e(in16)); writes out (e(out16)) */
@@ -108,11 +110,11 @@ static void count_gelu16_forward(ds_half h, void *out, const void *inp, size_t n
     K->gelu16_forward(h, out, inp, n, in16, out16);
 }
 
-/* reads inp (16-bit), dout; dinp r+w */
-static void count_gelu16_backward(ds_half h, float *dinp, const uint16_t *inp, const float *dout,
-                                  size_t n) {
-    ds_kcount_add(SLOT(gelu16_backward), GELU_BWD * (u64)n, 10 * (u64)n, 4 * (u64)n);
-    K->gelu16_backward(h, dinp, inp, dout, n);
+/* reads inp (16-bit), dout; dinp written (read too when acc) */
+static void count_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp,
+                                  const float *dout, size_t n) {
+    ds_kcount_add(SLOT(gelu16_backward), GELU_BWD * (u64)n, (acc ? 10 : 6) * (u64)n, 4 * (u64)n);
+    K->gelu16_backward(h, dinp, acc, inp, dout, n);
 }
 
 /* ---- normalisation: nominally 8 FLOPs an element forward (mean, variance, normalise,
@@ -128,16 +130,17 @@ static void count_layernorm_forward(float *out, float *mean, float *rstd, const 
     K->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
-/* reads dout, inp, weight, mean, rstd; dinp, dweight, dbias (those given) r+w */
-static void count_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                     const float *inp, const float *weight, const float *mean,
-                                     const float *rstd, int N, int C) {
+/* reads dout, inp, weight, mean, rstd; dinp written (read too when acc), dweight, dbias
+ * r+w (those given) */
+static void count_layernorm_backward(float *dinp, int acc, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C) {
     u64 nc = (u64)N * C, rd = 4 * (2 * nc + C + 2 * (u64)N), wr = 0;
-    if (dinp) rd += 4 * nc, wr += 4 * nc;
+    if (dinp) rd += acc ? 4 * nc : 0, wr += 4 * nc;
     if (dweight) rd += 4 * (u64)C, wr += 4 * (u64)C;
     if (dbias) rd += 4 * (u64)C, wr += 4 * (u64)C;
     ds_kcount_add(SLOT(layernorm_backward), LN_BWD * nc, rd, wr);
-    K->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    K->layernorm_backward(dinp, acc, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 /* ---- embedding: the N rows ids name (a row named twice is read twice: a gather, and a
@@ -202,18 +205,18 @@ static void count_layernorm16_forward(ds_half h, void *out, float *mean, float *
     K->layernorm16_forward(h, out, mean, rstd, inp, weight, bias, N, C, eps, out16, ws);
 }
 
-/* reads dout, inp, weight (16-bit), mean, rstd; dinp fp32, dweight and dbias 16-bit
- * (those given) r+w */
-static void count_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight, uint16_t *dbias,
-                                       const float *dout, const float *inp,
-                                       const uint16_t *weight, const float *mean,
-                                       const float *rstd, int N, int C, void *ws) {
+/* reads dout, inp, weight (16-bit), mean, rstd; dinp fp32 written (read too when acc),
+ * dweight and dbias 16-bit r+w (those given) */
+static void count_layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
+                                       uint16_t *dbias, const float *dout, const float *inp,
+                                       const uint16_t *weight, const float *mean, const float *rstd,
+                                       int N, int C, void *ws) {
     u64 nc = (u64)N * C, rd = 8 * nc + 2 * (u64)C + 8 * (u64)N, wr = 0;
-    if (dinp) rd += 4 * nc, wr += 4 * nc;
+    if (dinp) rd += acc ? 4 * nc : 0, wr += 4 * nc;
     if (dweight) rd += 2 * (u64)C, wr += 2 * (u64)C;
     if (dbias) rd += 2 * (u64)C, wr += 2 * (u64)C;
     ds_kcount_add(SLOT(layernorm16_backward), LN_BWD * nc, rd, wr);
-    K->layernorm16_backward(h, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, ws);
+    K->layernorm16_backward(h, dinp, acc, dweight, dbias, dout, inp, weight, mean, rstd, N, C, ws);
 }
 
 /* ---- attention: qkv [N, 3C], out [N, C], N = B*T ---------------------------------------- */
@@ -221,15 +224,16 @@ static void count_layernorm16_backward(ds_half h, float *dinp, uint16_t *dweight
 /* The reference pair keeps att [B, NH, T, T] (probabilities, zeros above the diagonal):
  * forward 2 causal GEMMs, reads qkv, writes out and att; backward 4 causal GEMMs
  * (dV, dP, dQ, dK), reads dout, qkv, att, writes then reads its [B, NH, T, T] scratch
- * (the scores' gradient), dqkv r+w. Dropout redraws its mask from the key: the same. */
+ * (the scores' gradient), dqkv written (read too when acc). Dropout redraws its mask
+ * from the key: the same. */
 static void attn_ref_fwd(int slot, int B, int T, int C, int NH) {
     u64 nc = (u64)B * T * C, tt = (u64)B * NH * T * T;
     ds_kcount_add(slot, 2 * causal_gemm(B, T, C), 4 * 3 * nc, 4 * (nc + tt));
 }
 
-static void attn_ref_bwd(int slot, int B, int T, int C, int NH) {
+static void attn_ref_bwd(int slot, int acc, int B, int T, int C, int NH) {
     u64 nc = (u64)B * T * C, tt = (u64)B * NH * T * T;
-    ds_kcount_add(slot, 4 * causal_gemm(B, T, C), 4 * (nc + 3 * nc + tt + tt + 3 * nc),
+    ds_kcount_add(slot, 4 * causal_gemm(B, T, C), 4 * (nc + 3 * nc + tt + tt + (acc ? 3 * nc : 0)),
                   4 * (tt + 3 * nc));
 }
 
@@ -239,11 +243,11 @@ static void count_attention_forward(float *out, float *att, const float *qkv, in
     K->attention_forward(out, att, qkv, B, T, C, NH);
 }
 
-static void count_attention_backward(float *dqkv, float *scratch, const float *dout,
+static void count_attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
                                      const float *qkv, const float *att, int B, int T, int C,
                                      int NH) {
-    attn_ref_bwd(SLOT(attention_backward), B, T, C, NH);
-    K->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    attn_ref_bwd(SLOT(attention_backward), acc, B, T, C, NH);
+    K->attention_backward(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH);
 }
 
 static void count_attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T,
@@ -252,26 +256,28 @@ static void count_attention_forward_dropout(float *out, float *att, const float 
     K->attention_forward_dropout(out, att, qkv, B, T, C, NH, p, key);
 }
 
-static void count_attention_backward_dropout(float *dqkv, float *scratch, const float *dout,
-                                             const float *qkv, const float *att, int B, int T,
-                                             int C, int NH, float p, ds_rng_key key) {
-    attn_ref_bwd(SLOT(attention_backward_dropout), B, T, C, NH);
-    K->attention_backward_dropout(dqkv, scratch, dout, qkv, att, B, T, C, NH, p, key);
+static void count_attention_backward_dropout(float *dqkv, int acc, float *scratch,
+                                             const float *dout, const float *qkv, const float *att,
+                                             int B, int T, int C, int NH, float p, ds_rng_key key) {
+    attn_ref_bwd(SLOT(attention_backward_dropout), acc, B, T, C, NH);
+    K->attention_backward_dropout(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH, p, key);
 }
 
 /* The fused (flash) pair, nothing [T, T] in memory: forward 2 causal GEMMs, reads qkv
  * (e(in)), writes out (e(out)) and lse [B, NH, T]; backward 5 causal GEMMs (the scores
  * recomputed, then dV, dP, dQ, dK) and 2*N*C for its row term D = rowsum(dout * out),
- * reads dout, qkv, out, lse, writes then reads D (scratch, [B, NH, T]), dqkv r+w. */
+ * reads dout, qkv, out, lse, writes then reads D (scratch, [B, NH, T]), writes dqkv
+ * (reads it too when acc). */
 static void attn_fused_fwd(int slot, int B, int T, int C, int NH, int in16, int out16) {
     u64 nc = (u64)B * T * C, rows = (u64)B * NH * T;
     ds_kcount_add(slot, 2 * causal_gemm(B, T, C), e(in16) * 3 * nc, e(out16) * nc + 4 * rows);
 }
 
-static void attn_fused_bwd(int slot, int B, int T, int C, int NH, int in16, int out16) {
+static void attn_fused_bwd(int slot, int acc, int B, int T, int C, int NH, int in16, int out16) {
     u64 nc = (u64)B * T * C, rows = (u64)B * NH * T;
     ds_kcount_add(slot, 5 * causal_gemm(B, T, C) + 2 * nc,
-                  4 * nc + e(in16) * 3 * nc + e(out16) * nc + 4 * rows + 4 * rows + 4 * 3 * nc,
+                  4 * nc + e(in16) * 3 * nc + e(out16) * nc + 4 * rows + 4 * rows +
+                      (acc ? 4 * 3 * nc : 0),
                   4 * rows + 4 * 3 * nc);
 }
 
@@ -281,11 +287,11 @@ static void count_attention_forward_fused(float *out, float *lse, const float *q
     K->attention_forward_fused(out, lse, qkv, B, T, C, NH);
 }
 
-static void count_attention_backward_fused(float *dqkv, float *scratch, const float *dout,
+static void count_attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                            const float *qkv, const float *out, const float *lse,
                                            int B, int T, int C, int NH) {
-    attn_fused_bwd(SLOT(attention_backward_fused), B, T, C, NH, 0, 0);
-    K->attention_backward_fused(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    attn_fused_bwd(SLOT(attention_backward_fused), acc, B, T, C, NH, 0, 0);
+    K->attention_backward_fused(dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH);
 }
 
 static void count_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv,
@@ -295,13 +301,13 @@ static void count_attention16_forward_fused(ds_half h, void *out, float *lse, co
     K->attention16_forward_fused(h, out, lse, qkv, B, T, C, NH, in16, out16, ws);
 }
 
-static void count_attention16_backward_fused(ds_half h, float *dqkv, float *scratch,
+static void count_attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
                                              const float *dout, const void *qkv, const void *out,
                                              const float *lse, int B, int T, int C, int NH,
                                              int in16, int out16, void *ws) {
-    attn_fused_bwd(SLOT(attention16_backward_fused), B, T, C, NH, in16, out16);
-    K->attention16_backward_fused(h, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, in16, out16,
-                                  ws);
+    attn_fused_bwd(SLOT(attention16_backward_fused), acc, B, T, C, NH, in16, out16);
+    K->attention16_backward_fused(h, dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH, in16,
+                                  out16, ws);
 }
 
 /* ---- loss: nominally 4 FLOPs a logit (max, exp, sum; the gradient), N*V logits ---------- */
@@ -352,11 +358,11 @@ static void count_dropout_forward(float *out, const float *inp, size_t n, float 
     K->dropout_forward(out, inp, n, p, key);
 }
 
-/* reads dout; dinp r+w */
-static void count_dropout_backward(float *dinp, const float *dout, size_t n, float p,
+/* reads dout; dinp written (read too when acc) */
+static void count_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
                                    ds_rng_key key) {
-    ds_kcount_add(SLOT(dropout_backward), n, 8 * (u64)n, 4 * (u64)n);
-    K->dropout_backward(dinp, dout, n, p, key);
+    ds_kcount_add(SLOT(dropout_backward), n, (acc ? 8 : 4) * (u64)n, 4 * (u64)n);
+    K->dropout_backward(dinp, acc, dout, n, p, key);
 }
 
 /* ---- optimizer: AdamW nominally 16 FLOPs an element, SGD 6 ------------------------------ */
