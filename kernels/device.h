@@ -45,6 +45,14 @@ typedef struct ds_device_ops {
     /* Memory: zeroed (in stream order), 64-byte aligned; NULL with err when the device
      * cannot give bytes (err says how much was asked and how much is free). */
     void *(*alloc)(ds_device *d, size_t bytes, ds_err *err);
+    /* The same, not zeroed: for a buffer its caller writes wholly before anything reads
+     * it (a layer's output, a workspace), which spares the device a memset per
+     * allocation (cuda: a cudaMemsetAsync over the bytes). Its contents are unspecified:
+     * cuda hands out what the pool's block last held; sim fills every byte with 0xff in
+     * stream order (NaN as fp32, bf16 and fp16, -1 as int32), so a read before the write
+     * shows as NaN or as bits unlike cpu's; cpu gives the allocator's memory as it is
+     * (0xff-filled too in AddressSanitizer builds). */
+    void *(*alloc_uninit)(ds_device *d, size_t bytes, ds_err *err);
     /* Stream-ordered: queued work may still use p. bytes is what was asked. */
     void (*free)(ds_device *d, void *p, size_t bytes);
     /* On the compute stream, in order with kernels. */

@@ -56,6 +56,13 @@ static void *count_alloc(ds_device *d, size_t bytes, ds_err *err) {
     return p;
 }
 
+/* moves nothing on a GPU (sim's 0xff fill is a check, not a cost) */
+static void *count_alloc_uninit(ds_device *d, size_t bytes, ds_err *err) {
+    void *p = g.real_ops->alloc_uninit(d, bytes, err);
+    if (p) ds_kcount_add(DS_KCOUNT_ALLOC_UNINIT, 0, 0, 0);
+    return p;
+}
+
 static void count_memset0(ds_device *d, void *p, size_t bytes) {
     ds_kcount_add(DS_KCOUNT_MEMSET0, 0, 0, bytes);
     g.real_ops->memset0(d, p, bytes);
@@ -85,6 +92,7 @@ int ds_kernel_count_install(ds_device *d, ds_err *err) {
     g.real_ops = d->ops;
     g.ops = *d->ops;
     g.ops.alloc = count_alloc;
+    g.ops.alloc_uninit = count_alloc_uninit;
     g.ops.memset0 = count_memset0;
     g.ops.copy = count_copy;
     g.ops.to_host = count_to_host;
@@ -111,7 +119,8 @@ void ds_kernel_count_reset(void) {
 }
 
 const char *ds_kernel_count_name(int i) {
-    static const char *const OPS[] = {"memset0", "alloc_zero", "copy", "to_host", "from_host"};
+    static const char *const OPS[] = {"memset0", "alloc_zero", "alloc_uninit", "copy", "to_host",
+                                      "from_host"};
     if (i < 0 || i >= DS_KCOUNT_N) return NULL;
     return i < DS_KCOUNT_NKERNELS ? ds_kcount_kernel_names[i] : OPS[i - DS_KCOUNT_NKERNELS];
 }

@@ -1,7 +1,8 @@
 /* Counting what a device is asked to do: a kernel table whose every entry records, per
  * entry, its calls, FLOPs and the bytes it must read and write, then calls the device's
  * own entry; and the device's memory ops that move bytes on it (memset0, the zeroing of
- * fresh allocations, device-to-device copies, host<->device copies). Installed over the
+ * fresh allocations, device-to-device copies, host<->device copies), with the
+ * allocations not zeroed (alloc_uninit) counted as calls that move nothing. Installed over the
  * process's device (device.h) it replaces d->k and d->ops; uninstalled, both are the
  * device's again and nothing is counted (no cost when not installed).
  *
@@ -27,6 +28,7 @@
 enum {
     DS_KCOUNT_MEMSET0 = DS_KCOUNT_NKERNELS, /* ops->memset0: bytes written */
     DS_KCOUNT_ALLOC_ZERO,                   /* ops->alloc: a fresh buffer zeroed, bytes written */
+    DS_KCOUNT_ALLOC_UNINIT,                 /* ops->alloc_uninit: calls only, nothing moved */
     DS_KCOUNT_COPY,                         /* ops->copy, device to device: read + written */
     DS_KCOUNT_TO_HOST,                      /* ops->to_host: device bytes read */
     DS_KCOUNT_FROM_HOST,                    /* ops->from_host: device bytes written */
@@ -44,8 +46,8 @@ int ds_kernel_count_install(ds_device *d, ds_err *err);
 void ds_kernel_count_uninstall(void);
 int ds_kernel_count_installed(void);
 void ds_kernel_count_reset(void);
-/* Slot i's name (a kernel_table.h field name, or memset0, alloc_zero, copy, to_host,
- * from_host) and counts, 0 <= i < DS_KCOUNT_N. */
+/* Slot i's name (a kernel_table.h field name, or memset0, alloc_zero, alloc_uninit, copy,
+ * to_host, from_host) and counts, 0 <= i < DS_KCOUNT_N. */
 const char *ds_kernel_count_name(int i);
 ds_kcount ds_kernel_count_get(int i);
 /* Slot i's calls by distinct per-call cost, in the order first seen: out[k] sums the

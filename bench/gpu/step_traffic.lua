@@ -48,7 +48,7 @@ local function category(name)
   if name:match('^embedding') or name:match('^posemb') then return 'embedding' end
   if name:match('^adamw') or name:match('^sgd') or name:match('sumsq$') then return 'optimizer' end
   if name:match('^half_') then return '16-bit convert' end
-  if name == 'memset0' or name == 'alloc_zero' then return 'memset' end
+  if name == 'memset0' or name == 'alloc_zero' or name == 'alloc_uninit' then return 'memset' end
   if name == 'copy' or name == 'to_host' or name == 'from_host' then return 'copies' end
   return 'elementwise'
 end

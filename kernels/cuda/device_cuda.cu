@@ -87,7 +87,8 @@ static void cuda_mem_info(ds_device *dd, ds_device_mem *out) {
     out->free = free_b + (out->reserved > out->in_use ? out->reserved - out->in_use : 0);
 }
 
-static void *cuda_alloc(ds_device *dd, size_t bytes, ds_err *err) {
+// Not zeroed: the pool's block as its last user left it (device.h's alloc_uninit).
+static void *cuda_alloc_uninit(ds_device *dd, size_t bytes, ds_err *err) {
     ds_cuda_device *d = dev_of(dd);
     size_t asked = bytes ? bytes : 1;
     void *p = NULL;
@@ -109,15 +110,24 @@ static void *cuda_alloc(ds_device *dd, size_t bytes, ds_err *err) {
                    d->dev.name, bytes, m.free - held, m.total, m.in_use, held, cudaGetErrorString(e));
         return NULL;
     }
-    e = cudaMemsetAsync(p, 0, asked, d->ctx->stream);
-    if (e != cudaSuccess) {
-        cudaFreeAsync(p, d->ctx->stream);
-        ds_err_set(err, "%s: zeroing %zu new bytes: %s", d->dev.name, bytes, cudaGetErrorString(e));
-        return NULL;
-    }
     pthread_mutex_lock(&d->mu);
     d->in_use += bytes;
     pthread_mutex_unlock(&d->mu);
+    return p;
+}
+
+static void cuda_free(ds_device *dd, void *p, size_t bytes);
+
+static void *cuda_alloc(ds_device *dd, size_t bytes, ds_err *err) {
+    ds_cuda_device *d = dev_of(dd);
+    void *p = cuda_alloc_uninit(dd, bytes, err);
+    if (!p) return NULL;
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes ? bytes : 1, d->ctx->stream);
+    if (e != cudaSuccess) {
+        cuda_free(dd, p, bytes);
+        ds_err_set(err, "%s: zeroing %zu new bytes: %s", d->dev.name, bytes, cudaGetErrorString(e));
+        return NULL;
+    }
     return p;
 }
 
@@ -283,7 +293,7 @@ static void cuda_close(ds_device *dd) {
 }
 
 static const ds_device_ops CUDA_OPS = {
-    cuda_alloc,      cuda_free,        cuda_memset0,     cuda_copy,        cuda_to_host,
+    cuda_alloc,      cuda_alloc_uninit, cuda_free,        cuda_memset0,     cuda_copy,        cuda_to_host,
     cuda_from_host,  cuda_sync,        cuda_stream_new,  cuda_stream_free, cuda_event_new,
     cuda_event_free, cuda_event_record, cuda_stream_wait, cuda_event_sync, cuda_event_done,
     NULL, // launch_host: NCCL runs on the streams themselves

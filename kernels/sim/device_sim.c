@@ -11,7 +11,8 @@
  * fills the freed bytes with 0xff (NaN as floats) where they hold data, so work that
  * reads a buffer after its free (on another stream, unordered) sees NaNs or zeros
  * instead of plausible old values.
- * Allocations are zeroed on the compute stream, in order with kernels. */
+ * Allocations are zeroed on the compute stream, in order with kernels; those asked for
+ * not zeroed (alloc_uninit) are filled with 0xff there instead. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -44,27 +45,30 @@ static const char *human(char buf[32], size_t bytes) {
 
 typedef struct copy_work {
     sim_work w;
-    void *dst; /* NULL: zero the range instead */
-    const void *src;
+    void *dst;
+    const void *src; /* NULL: fill the range with byte instead */
     size_t bytes;
+    int byte;
 } copy_work;
 
 static int run_copy(sim_work *w, sim_stream *s, ds_err *err) {
     (void)s, (void)err;
     copy_work *c = (copy_work *)w;
     if (c->src) memmove(c->dst, c->src, c->bytes);
-    else memset(c->dst, 0, c->bytes);
+    else memset(c->dst, c->byte, c->bytes);
     return 0;
 }
 
-/* Queues a copy (src NULL: zeroing) on s; its sequence number, 0 when no host memory. */
-static uint64_t queue_copy(sim_stream *s, void *dst, const void *src, size_t bytes) {
+/* Queues a copy (src NULL: a fill with byte) on s; its sequence number, 0 when no host
+ * memory. */
+static uint64_t queue_copy(sim_stream *s, void *dst, const void *src, size_t bytes, int byte) {
     copy_work *c = calloc(1, sizeof *c);
     if (!c) return sim_fail(s->dev, "out of host memory to queue a copy"), 0;
     c->w.run = run_copy;
     c->dst = dst;
     c->src = src;
     c->bytes = bytes;
+    c->byte = byte;
     return sim_enqueue(s, &c->w);
 }
 
@@ -115,8 +119,10 @@ static void *oom(sim_dev *g, size_t bytes, ds_err *err) {
     return NULL;
 }
 
-static void *sim_alloc(ds_device *d, size_t bytes, ds_err *err) {
-    sim_dev *g = dev_of(d);
+/* A block of bytes from the pool, waiting once for queued frees when there is none; its
+ * offset, or SIZE_MAX with err. *fresh: the bytes at its end never handed out before
+ * (still the memfd's zeros). */
+static size_t pool_take(sim_dev *g, size_t bytes, size_t *fresh, ds_err *err) {
     size_t off, span;
     for (int waited = 0;; waited = 1) {
         pthread_mutex_lock(&g->lock);
@@ -126,15 +132,34 @@ static void *sim_alloc(ds_device *d, size_t bytes, ds_err *err) {
         pthread_mutex_unlock(&g->lock);
         /* frees still queued on the compute stream may make room: wait for them once
          * (not from work running on a stream, which could be waiting for itself) */
-        if (waited || !st.retired || sim_stream_self()) return oom(g, bytes, err);
+        if (waited || !st.retired || sim_stream_self()) return oom(g, bytes, err), SIZE_MAX;
         sim_wait_seq(g->compute, sim_queued(g->compute));
     }
-    /* pages never handed out are still the memfd's zeros */
-    size_t zero = off + bytes < g->touched ? bytes : g->touched > off ? g->touched - off : 0;
+    size_t used = off + bytes < g->touched ? bytes : g->touched > off ? g->touched - off : 0;
+    *fresh = bytes - used;
     if (off + span > g->touched) g->touched = off + span;
     sim_asan_allocated(g, off, bytes, span);
     pthread_mutex_unlock(&g->lock);
-    if (zero) queue_copy(g->compute, g->alias + off, NULL, zero);
+    return off;
+}
+
+static void *sim_alloc(ds_device *d, size_t bytes, ds_err *err) {
+    sim_dev *g = dev_of(d);
+    size_t fresh, off = pool_take(g, bytes, &fresh, err);
+    if (off == SIZE_MAX) return NULL;
+    /* pages never handed out are still the memfd's zeros */
+    if (bytes > fresh) queue_copy(g->compute, g->alias + off, NULL, bytes - fresh, 0);
+    return g->view + off;
+}
+
+/* Every byte 0xff, fresh pages too: NaN in every float format, so a kernel that reads
+ * the buffer before writing it gives NaNs, never the zeros or old values a GPU may hold
+ * by chance. */
+static void *sim_alloc_uninit(ds_device *d, size_t bytes, ds_err *err) {
+    sim_dev *g = dev_of(d);
+    size_t fresh, off = pool_take(g, bytes, &fresh, err);
+    if (off == SIZE_MAX) return NULL;
+    if (bytes) queue_copy(g->compute, g->alias + off, NULL, bytes, 0xff);
     return g->view + off;
 }
 
@@ -186,7 +211,7 @@ static void sim_memset0(ds_device *d, void *p, size_t bytes) {
     sim_dev *g = dev_of(d);
     if (!bytes) return;
     void *a = device_range(g, "memset0", "buffer", p, bytes);
-    if (a) queue_copy(g->compute, a, NULL, bytes);
+    if (a) queue_copy(g->compute, a, NULL, bytes, 0);
 }
 
 static void sim_copy(ds_device *d, void *dst, const void *src, size_t bytes) {
@@ -194,7 +219,7 @@ static void sim_copy(ds_device *d, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     void *a = device_range(g, "copy", "destination", dst, bytes);
     void *b = a ? device_range(g, "copy", "source", src, bytes) : NULL;
-    if (a && b) queue_copy(g->compute, a, b, bytes);
+    if (a && b) queue_copy(g->compute, a, b, bytes, 0);
 }
 
 /* ---- host <-> device -------------------------------------------------------------- */
@@ -229,8 +254,8 @@ static int transfer(sim_dev *g, const char *op, void *host, const void *dev, siz
             return ds_err_set(err, "device sim: %s: the %s %p is device memory (copy between "
                                    "device buffers with copy)", op,
                               to_host ? "destination" : "source", host);
-        seq = to_host ? queue_copy(g->compute, host, a, bytes)
-                      : queue_copy(g->compute, a, host, bytes);
+        seq = to_host ? queue_copy(g->compute, host, a, bytes, 0)
+                      : queue_copy(g->compute, a, host, bytes, 0);
     } else {
         seq = sim_queued(g->compute);
     }
@@ -342,6 +367,7 @@ static void sim_close(ds_device *d) {
 
 static const ds_device_ops SIM_OPS = {
     .alloc = sim_alloc,
+    .alloc_uninit = sim_alloc_uninit,
     .free = sim_free,
     .memset0 = sim_memset0,
     .copy = sim_copy,

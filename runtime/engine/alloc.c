@@ -81,16 +81,24 @@ static int within_limit(size_t bytes, ds_err *err) {
     return ds_err_set(err, "beyond this rank's memory_limit of %.1f MiB", (double)limit / (1 << 20));
 }
 
-void *ds_alloc(size_t bytes, ds_mem_cat cat, ds_err *err) {
-    ds_device *d = ds_device_get();
+/* bytes from d (zeroed or not), counted in cat */
+static void *alloc_on(ds_device *d, int zeroed, size_t bytes, ds_mem_cat cat, ds_err *err) {
     int over = within_limit(bytes, err) != 0;
-    void *p = over ? NULL : d->ops->alloc(d, bytes, err);
+    void *p = over ? NULL : (zeroed ? d->ops->alloc : d->ops->alloc_uninit)(d, bytes, err);
     if (!p) {
         explain(d, bytes, cat, over, err);
         return NULL;
     }
     count(bytes, cat);
     return p;
+}
+
+void *ds_alloc(size_t bytes, ds_mem_cat cat, ds_err *err) {
+    return alloc_on(ds_device_get(), 1, bytes, cat, err);
+}
+
+void *ds_alloc_uninit(size_t bytes, ds_mem_cat cat, ds_err *err) {
+    return alloc_on(ds_device_get(), 0, bytes, cat, err);
 }
 
 void ds_free(void *p, size_t bytes, ds_mem_cat cat) {
@@ -101,15 +109,7 @@ void ds_free(void *p, size_t bytes, ds_mem_cat cat) {
 }
 
 void *ds_alloc_host(size_t bytes, ds_mem_cat cat, ds_err *err) {
-    ds_device *h = ds_device_cpu();
-    int over = within_limit(bytes, err) != 0;
-    void *p = over ? NULL : h->ops->alloc(h, bytes, err);
-    if (!p) {
-        explain(h, bytes, cat, over, err);
-        return NULL;
-    }
-    count(bytes, cat);
-    return p;
+    return alloc_on(ds_device_cpu(), 1, bytes, cat, err);
 }
 
 void ds_free_host(void *p, size_t bytes, ds_mem_cat cat) {

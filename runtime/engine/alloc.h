@@ -29,6 +29,9 @@ const char *ds_mem_cat_name(ds_mem_cat cat);
 /* On the rank's device: zeroed (in stream order), 64-byte aligned; NULL with err saying
  * what was asked, what is free and what is in use per category. */
 void *ds_alloc(size_t bytes, ds_mem_cat cat, ds_err *err);
+/* The same, not zeroed (device.h's alloc_uninit: sim fills it with 0xff), for a buffer the
+ * caller writes wholly before anything reads it; counted as ds_alloc's. */
+void *ds_alloc_uninit(size_t bytes, ds_mem_cat cat, ds_err *err);
 /* bytes must be what was asked. NULL is ignored. Stream-ordered on a device. */
 void ds_free(void *p, size_t bytes, ds_mem_cat cat);
 /* The same in host memory. */

@@ -56,7 +56,7 @@ static int take_inputs(ds_xent *x, ds_tensor *logits, const ds_tensor *targets, 
         count += t[i] >= 0;
     }
     const ds_tensor *td = ds_tensor_stage(&x->targets_staged, targets, DS_MEM_DATA, err);
-    if (!td || ds_tensor_ensure(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0)
+    if (!td || ds_tensor_ensure_uninit(&x->losses, DS_F32, DS_MEM_ACTIVATIONS, 1, &N, err) != 0)
         return ds_err_prefix(err, "CrossEntropy");
     x->logits = logits;
     x->targets = td;

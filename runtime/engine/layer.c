@@ -119,7 +119,7 @@ void ds_layer_images_free(void) {
 void *ds_layer_workspace(size_t bytes, ds_err *err) {
     if (bytes <= g_images.cap) return g_images.buf;
     ds_layer_images_free();
-    if (!(g_images.buf = ds_alloc(bytes, DS_MEM_WORKSPACE, err)))
+    if (!(g_images.buf = ds_alloc_uninit(bytes, DS_MEM_WORKSPACE, err))) /* clobbered */
         return ds_err_prefix(err, "%zu MB of layer workspace (16-bit parameters)", bytes >> 20),
                NULL;
     g_images.cap = bytes;
@@ -241,15 +241,26 @@ ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat) {
     return t;
 }
 
-int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
-           ds_err *err) {
+static int ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim,
+                  const int64_t *shape, int zeroed, ds_err *err) {
     if (!*slot && !(*slot = ds_tensor_empty(dtype, cat)))
         return ds_err_set(err, "out of memory");
     if ((*slot)->dtype != dtype) { /* the same elements need other bytes */
         ds_tensor_release(*slot);
         (*slot)->dtype = dtype;
     }
-    return ds_tensor_resize(*slot, ndim, shape, err);
+    return zeroed ? ds_tensor_resize(*slot, ndim, shape, err)
+                  : ds_tensor_resize_uninit(*slot, ndim, shape, err);
+}
+
+int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
+           ds_err *err) {
+    return ensure(slot, dtype, cat, ndim, shape, 1, err);
+}
+
+int ds_tensor_ensure_uninit(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim,
+                            const int64_t *shape, ds_err *err) {
+    return ensure(slot, dtype, cat, ndim, shape, 0, err);
 }
 
 int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err) {
@@ -260,7 +271,7 @@ int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err) {
         l->out = NULL;
         l->out_borrowed = 0;
     }
-    return ds_tensor_ensure(&l->out, l->out_dtype, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
+    return ds_tensor_ensure_uninit(&l->out, l->out_dtype, DS_MEM_ACTIVATIONS, in->ndim, shape, err);
 }
 
 int ds_check_input(const ds_layer *l, const ds_tensor *in, int64_t c, ds_err *err) {

@@ -150,7 +150,8 @@ void ds_layer_release_but(ds_layer *l, const ds_layer *keep);
  * of a layer whose parameters mix formats (it comes back with the next such layer). */
 void ds_layer_images_free(void);
 /* That workspace, at least `bytes` long, for the layer running now (valid until the next
- * call): native 16-bit layers hand it to their kernels. */
+ * call): native 16-bit layers hand it to their kernels. Not zeroed (kernel_table.h: ws
+ * is clobbered), and holds the last layer's bytes. */
 void *ds_layer_workspace(size_t bytes, ds_err *err);
 /* 1: all of l's parameters share one 16-bit format (the native_half of the layers whose
  * 16-bit kernels take every parameter in one format). */
@@ -195,10 +196,17 @@ void ds_out_round(ds_layer *l, const float *y);
 /* An empty owning tensor for l->out / buffers: storage comes with ds_tensor_resize. */
 ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat);
 /* Ensures *slot exists (dtype, cat) and has the given shape (new storage when the dtype
- * changed). */
+ * changed or the size did: zeroed). */
 int ds_tensor_ensure(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim, const int64_t *shape,
            ds_err *err);
-/* l->out shaped like in, but with the last dimension set to last, of l->out_dtype. */
+/* The same, new storage not zeroed (ds_tensor_resize_uninit), for a buffer the caller's
+ * kernels write wholly before anything reads it: a forward's output and statistics. A
+ * kernel that writes part of its output (causal attention's [T, T] probabilities) or
+ * adds into it (+=) takes ds_tensor_ensure. */
+int ds_tensor_ensure_uninit(ds_tensor **slot, ds_dtype dtype, ds_mem_cat cat, int ndim,
+                            const int64_t *shape, ds_err *err);
+/* l->out shaped like in, but with the last dimension set to last, of l->out_dtype, not
+ * zeroed (ds_tensor_ensure_uninit): every layer's forward writes all of its output. */
 int ds_out_like(ds_layer *l, const ds_tensor *in, int64_t last, ds_err *err);
 /* Rows = all but the last dimension. */
 static inline int64_t ds_rows(const ds_tensor *t) {

@@ -50,11 +50,12 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     int64_t saved_shape[4] = {B, l->heads, T, T}; /* with dropout: the probabilities */
     ds_ws_io io;
     void *ws;
-    /* the workspace before out: the planner's order */
+    /* the workspace before out: the planner's order. The fused kernels write every lse;
+     * the [T, T] ones only the probabilities at or below the diagonal: zeroed. */
     if (workspace(l, p > 0.0f, 0, in, &ws, &io, err) != 0 ||
         ds_out_like(l, in, C3 / 3, err) != 0 ||
-        ds_tensor_ensure(&l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3,
-                         saved_shape, err) != 0)
+        (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
+            &l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3, saved_shape, err) != 0)
         return -1;
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (in16 && out16 && in->dtype != l->out->dtype)
@@ -89,9 +90,11 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     int64_t scratch_shape[4] = {B, l->heads, T, T};
     ds_ws_io io;
     void *ws;
-    /* the workspace before the scratch: the planner's order */
+    /* the workspace before the scratch: the planner's order. The fused kernels' scratch
+     * is clobbered; the [T, T] kernels' is written below the diagonal: zeroed. */
     if (workspace(l, p > 0.0f, 1, in, &ws, &io, err) != 0 ||
-        ds_tensor_ensure(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
+        (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
+            &l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
         return -1;
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (p > 0.0f)

@@ -148,7 +148,8 @@ static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
         return 0;
     }
     const ds_tensor *o = f->out;
-    if (ds_tensor_ensure(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0) return -1;
+    if (ds_tensor_ensure_uninit(&l->out, o->dtype, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0)
+        return -1; /* copied over */
     ds_device *d = ds_tensor_device(l->out);
     d->ops->copy(d, l->out->data, o->data, ds_tensor_nbytes(o));
     ds_layer_release(f);
@@ -171,13 +172,14 @@ static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const 
 }
 
 /* A kept Residual's branch again up to its leaf: the leaf does not run (its backward
- * needs only its input), its output only gets storage shaped like the sum (like), for
- * the shape checks of the layers that pass it on (the identities after it, the
- * Sequentials whose output it is); nothing reads its values, so nothing clears them. */
+ * needs only its input), its output only gets storage, not zeroed, shaped like the sum
+ * (like), for the shape checks of the layers that pass it on (the identities after it,
+ * the Sequentials whose output it is); nothing reads its values, so nothing clears them. */
 static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, const ds_tensor *in,
                         const ds_tensor *like, ds_err *err) {
     if (n == leaf) {
-        return ds_tensor_ensure(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim, like->shape, err);
+        return ds_tensor_ensure_uninit(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim,
+                                       like->shape, err);
     }
     int k = path_child(n);
     for (int i = 0; i < k; i++) {

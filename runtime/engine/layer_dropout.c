@@ -24,7 +24,8 @@ static int dropout_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds
         l->out = (ds_tensor *)in;
         return 0;
     }
-    if (ds_tensor_ensure(&l->buf[MASKED], DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0) return -1;
+    if (ds_tensor_ensure_uninit(&l->buf[MASKED], DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0)
+        return -1;
     l->out = l->buf[MASKED];
     DS_K->dropout_forward(l->out->data, in->data, (size_t)in->numel, l->p, key_of(l, r, in));
     return 0;

@@ -23,7 +23,8 @@ static int embedding_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     shape[in->ndim] = l->out_dim;
     const ds_param *w = l->param[0];
     if (ds_layer_params_half(l) && ds_layer_check_half(l, 0, err) != 0) return -1;
-    if (ds_tensor_ensure(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0) return -1;
+    if (ds_tensor_ensure_uninit(&l->out, DS_F32, DS_MEM_ACTIVATIONS, in->ndim + 1, shape, err) != 0)
+        return -1;
     if (ds_layer_params_half(l))
         DS_K->embedding16_forward(ds_half_of(w->dtype), l->out->data, ids, w->half,
                                   (int)in->numel, l->out_dim);

@@ -28,8 +28,8 @@ static int layernorm_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     /* the workspace before out: the planner's order */
     void *ws = half ? workspace16(l, 0, err) : NULL;
     if ((half && !ws) || ds_out_like(l, in, l->in_dim, err) != 0 ||
-        ds_tensor_ensure(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
-        ds_tensor_ensure(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
+        ds_tensor_ensure_uninit(&l->buf[MEAN], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0 ||
+        ds_tensor_ensure_uninit(&l->buf[RSTD], DS_F32, DS_MEM_ACTIVATIONS, 1, &rows, err) != 0)
         return -1;
     if (half) {
         DS_K->layernorm16_forward(ds_half_of(w->dtype), l->out->data, l->buf[MEAN]->data,

@@ -29,9 +29,11 @@ size_t ds_tensor_nbytes(const ds_tensor *t) { return (size_t)t->numel * ds_dtype
 
 void *ds_tensor_at(const ds_tensor *t, size_t i) { return (char *)t->data + i * ds_dtype_size(t->dtype); }
 
-/* Storage for t's shape where t lives (t->dev: the rank's device, or the host). */
-static void *storage(const ds_tensor *t, size_t bytes, ds_err *err) {
-    return t->dev ? ds_alloc(bytes, t->cat, err) : ds_alloc_host(bytes, t->cat, err);
+/* Storage for t's shape where t lives (t->dev: the rank's device, or the host, whose
+ * storage is always zeroed); zeroed 0: not zeroed on the device. */
+static void *storage(const ds_tensor *t, size_t bytes, int zeroed, ds_err *err) {
+    if (!t->dev) return ds_alloc_host(bytes, t->cat, err);
+    return zeroed ? ds_alloc(bytes, t->cat, err) : ds_alloc_uninit(bytes, t->cat, err);
 }
 
 static void drop_storage(ds_tensor *t) {
@@ -46,7 +48,7 @@ static ds_tensor *new_on(ds_device *dev, ds_dtype dtype, ds_mem_cat cat, int ndi
     ds_tensor *t = make(dtype, cat, ndim, shape, err);
     if (!t) return NULL;
     t->dev = dev;
-    if (!(t->data = storage(t, ds_tensor_nbytes(t), err))) {
+    if (!(t->data = storage(t, ds_tensor_nbytes(t), 1, err))) {
         ds_err_prefix(err, "tensor");
         free(t);
         return NULL;
@@ -78,7 +80,7 @@ void ds_tensor_free(ds_tensor *t) {
     free(t);
 }
 
-int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) {
+static int resize(ds_tensor *t, int ndim, const int64_t *shape, int zeroed, ds_err *err) {
     if (ndim < 0 || ndim > DS_MAX_DIMS)
         return ds_err_set(err, "tensor: %d dimensions (1..%d allowed)", ndim, DS_MAX_DIMS);
     int64_t numel = 1;
@@ -94,7 +96,7 @@ int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) 
     if (numel != t->numel || !t->data) {
         drop_storage(t);
         t->numel = numel;
-        if (!(t->data = storage(t, (size_t)numel * ds_dtype_size(t->dtype), err))) {
+        if (!(t->data = storage(t, (size_t)numel * ds_dtype_size(t->dtype), zeroed, err))) {
             t->numel = 0;
             return ds_err_prefix(err, "tensor of %lld elements", (long long)numel);
         }
@@ -103,6 +105,14 @@ int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) 
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     return 0;
+}
+
+int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) {
+    return resize(t, ndim, shape, 1, err);
+}
+
+int ds_tensor_resize_uninit(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err) {
+    return resize(t, ndim, shape, 0, err);
 }
 
 void ds_tensor_release(ds_tensor *t) {
@@ -156,7 +166,7 @@ const ds_tensor *ds_tensor_stage(ds_tensor **slot, const ds_tensor *h, ds_mem_ca
     if (t->dtype != h->dtype) ds_tensor_release(t); /* same count, other element size */
     t->dtype = h->dtype;
     t->cat = cat;
-    if (ds_tensor_resize(t, h->ndim, h->shape, err) != 0) return NULL;
+    if (ds_tensor_resize_uninit(t, h->ndim, h->shape, err) != 0) return NULL; /* copied over */
     if (d->ops->from_host(d, t->data, h->data, ds_tensor_nbytes(h), err) != 0) return NULL;
     t->mirror = h;
     return t;

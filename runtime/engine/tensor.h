@@ -48,6 +48,10 @@ void *ds_tensor_at(const ds_tensor *t, size_t i);
  * valid, like torch7's resize): storage is reallocated (zeroed) only when the byte size
  * changes. -1 with err on a bad shape or out of memory. */
 int ds_tensor_resize(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err);
+/* The same, new storage not zeroed (alloc.h's ds_alloc_uninit; a host tensor's is): for
+ * a tensor whose every element its caller writes before anything reads it. Storage kept
+ * (same size) holds its old values, as with ds_tensor_resize. */
+int ds_tensor_resize_uninit(ds_tensor *t, int ndim, const int64_t *shape, ds_err *err);
 /* Frees an owning tensor's storage but keeps the struct (numel becomes 0); a later
  * resize allocates again. Activation checkpointing drops a span's buffers this way. */
 void ds_tensor_release(ds_tensor *t);

@@ -197,7 +197,8 @@ static int start_gather(ds_zero *z, int k, ds_err *err) {
     if (!zs->shards_params || zs->gathered || zs->gather) return 0;
     ds_stage *s = zs->s;
     int64_t padded = zs->part.padded;
-    if (ds_tensor_resize(s->flat_params, 1, &padded, err) != 0) return -1;
+    /* not zeroed: the all-gather writes every element (world shards of part.shard) */
+    if (ds_tensor_resize_uninit(s->flat_params, 1, &padded, err) != 0) return -1;
     ds_stage_bind_params(s);
     zs->gather = ds_comm_iallgather(z->comm, zs->param_shard->data, s->flat_params->data,
                                     (size_t)zs->part.shard, s->opts.precision, err);

@@ -1,6 +1,6 @@
 /* The cuda device's contract (kernels/device.h) on a GPU: an index beyond the count is
- * refused with the count; memory comes zeroed, 64-byte aligned, counted to the byte
- * and reused without growing the pool; copies and memset are in stream order; a second
+ * refused with the count; memory comes zeroed (alloc_uninit: as written), 64-byte
+ * aligned, counted to the byte and reused without growing the pool; copies and memset are in stream order; a second
  * stream ordered by an event sees the compute stream's writes; out of memory says how
  * much was asked and how much is free; and a kernel that cannot be queued becomes the
  * sticky error of every later wait. */
@@ -65,6 +65,26 @@ static void test_memory(void) {
     d->ops->mem_info(d, &m2);
     gh_expect(&G, "in_use back to where it was after the frees", m2.in_use == m0.in_use);
     gh_expect(&G, "a repeated pattern does not grow the pool", m2.reserved == m1.reserved);
+
+    /* alloc_uninit: aligned, counted as alloc, holds what is written; the block it leaves
+     * dirty comes back zeroed from alloc */
+    ds_err e2 = {{0}};
+    void *u = d->ops->alloc_uninit(d, n, &e2);
+    d->ops->mem_info(d, &m1);
+    gh_expect(&G, "alloc_uninit is 64-byte aligned and counted", u && ((uintptr_t)u & 63) == 0 &&
+                                                                    m1.in_use - m0.in_use == n);
+    if (u) {
+        rc = d->ops->from_host(d, u, host, n, &e2);
+        gh_dev_down(&G, back, u, n);
+        gh_expect(&G, "alloc_uninit holds what is written", rc == 0 && !memcmp(back, host, n));
+        gh_dev_free(&G, u, n);
+        void *z = gh_dev_zeros(&G, n);
+        gh_dev_down(&G, back, z, n);
+        nonzero = 0;
+        for (size_t i = 0; i < n; i++) nonzero += back[i] != 0;
+        gh_expect(&G, "alloc after alloc_uninit is zeroed", nonzero == 0);
+        gh_dev_free(&G, z, n);
+    }
     free(host), free(back);
 }
 

@@ -8,7 +8,10 @@
  * Linears and a GELU checkpointed layer by layer holds what it holds without
  * checkpointing, to the byte. A span of GPT blocks, ending in a Residual whose branch ends
  * in mlp.c_proj, keeps the Residual's sum and does not run mlp.c_proj again, bit-identical
- * too. Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
+ * too. Its second step zeroes, of all it allocates again, only the activation gradients
+ * backward adds into (kernel_count.h's alloc_zero), the rest not zeroed (on sim: NaN
+ * until written) with the same bits. Runs on the device DS_ENGINE_DEVICE names (cpu,
+ * sim). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +24,7 @@
 
 #include "alloc.h"
 #include "engine_test_stage.h"
+#include "kernel_count.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 37 };
 
@@ -275,6 +279,70 @@ static void test_spans_of_one_hold_no_copy(void **state) {
     ds_stage_free(s);
 }
 
+/* Step 2 of a stage (the step that recycles step 1's memory), its parameter gradients
+ * zeroed first, with the device's memory ops counted when count is set: its results and
+ * the bytes its fresh allocations zeroed (kernel_count.h's alloc_zero). */
+static run_result second_step(ds_stage *s, int count, ds_kcount *zeroed, ds_kcount *uninit) {
+    run_result r = run_step(s);
+    result_free(&r);
+    ds_stage_zero_grad(s);
+    ds_err err = {{0}};
+    if (count && ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
+    r = run_step(s);
+    if (!count) return r;
+    for (int i = DS_KCOUNT_NKERNELS; i < DS_KCOUNT_N; i++) {
+        if (!strcmp(ds_kernel_count_name(i), "alloc_zero")) *zeroed = ds_kernel_count_get(i);
+        if (!strcmp(ds_kernel_count_name(i), "alloc_uninit")) *uninit = ds_kernel_count_get(i);
+    }
+    ds_kernel_count_uninstall();
+    return r;
+}
+
+/* A checkpointed stage allocates its spans' activations again every step, in the forward
+ * and in the recomputation before backward; the layers write them wholly, so the device
+ * zeroes none of them (device.h's alloc_uninit: on sim every such buffer starts as NaNs,
+ * and the results stay bit-identical to no checkpointing). What a step still zeroes on
+ * allocation is the activation gradients at the boundaries of the Sequentials inside the
+ * spans, which backward adds into (+=), released with their span: per GPT block, fp32,
+ * one [N, C] between its two Residuals; in each Residual's branch one [N, C] after the
+ * LayerNorm and one after the core; in the attention core [N, 3C] after c_attn and
+ * [N, C] after the attention; in the MLP core [N, 4C] after c_fc and after the GELU:
+ * 17 N C floats in 9 buffers per block. */
+static void check_second_step_zeroes(ds_dtype prec) {
+    const uint64_t N = B * T, blocks = 2;
+    ds_stage *s = blocks_stage(prec, 0, 0.0f);
+    run_result ref = second_step(s, 0, NULL, NULL);
+    ds_stage_free(s);
+    s = blocks_stage(prec, 1, 0.0f);
+    ds_kcount zeroed = {0, 0, 0, 0}, uninit = {0, 0, 0, 0};
+    run_result r = second_step(s, 1, &zeroed, &uninit);
+    printf("%s blocks, checkpoint 1, step 2: %llu allocations zeroed, %llu bytes; %llu not "
+           "zeroed\n", ds_dtype_name(prec), (unsigned long long)zeroed.calls,
+           (unsigned long long)zeroed.bytes_written, (unsigned long long)uninit.calls);
+    same(ref.out, ref.out_n, r.out, r.out_n, "the output", 1);
+    same(ref.din, ref.din_n, r.din, r.din_n, "d(input)", 1);
+    same(ref.grads, ref.grads_n, r.grads, r.grads_n, "the parameter gradients", 1);
+    /* on cpu the input run_step makes, a host tensor, is in the device's memory too */
+    const uint64_t host = ds_device_is_host(ds_device_get());
+    assert_int_equal(zeroed.calls, 9 * blocks + host);
+    assert_int_equal(zeroed.bytes_written, (blocks * 17 + host) * N * C * sizeof(float));
+    assert_true(uninit.calls > zeroed.calls); /* the recomputed activations */
+    result_free(&r);
+    result_free(&ref);
+    ds_stage_free(s);
+    ds_layer_images_free();
+}
+
+static void test_second_step_zeroes_fp32(void **state) {
+    (void)state;
+    check_second_step_zeroes(DS_F32);
+}
+
+static void test_second_step_zeroes_bf16(void **state) {
+    (void)state;
+    check_second_step_zeroes(DS_BF16);
+}
+
 int main(void) {
     if (eng_open_device() != 0) return 1;
     const struct CMUnitTest tests[] = {
@@ -284,6 +352,8 @@ int main(void) {
         cmocka_unit_test(test_blocks_fp32),
         cmocka_unit_test(test_blocks_bf16),
         cmocka_unit_test(test_blocks_dropout),
+        cmocka_unit_test(test_second_step_zeroes_fp32),
+        cmocka_unit_test(test_second_step_zeroes_bf16),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

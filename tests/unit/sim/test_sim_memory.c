@@ -1,11 +1,12 @@
 /* The simulated device's memory: the host cannot read it, allocations are aligned and
- * zeroed, a free is stream-ordered (queued work never sees the block reused), running
+ * zeroed (those asked for not zeroed: 0xff, NaN in every float format), a free is stream-ordered (queued work never sees the block reused), running
  * out says how much was asked and what is free, and misuse (a freed buffer, a host
  * pointer, a double free) is reported. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -168,6 +169,82 @@ static void test_freed_memory_reads_as_nan(void **state) {
     assert_int_equal(r.bits, 0xffffffffu);
     d->ops->event_free(d, e);
     d->ops->stream_free(d, s2);
+    close_sim(d);
+}
+
+static void *dev_alloc_uninit(ds_device *d, size_t bytes) {
+    ds_err err = {{0}};
+    void *p = d->ops->alloc_uninit(d, bytes, &err);
+    if (!p) fprintf(stderr, "alloc_uninit %zu: %s\n", bytes, err.msg);
+    assert_non_null(p);
+    return p;
+}
+
+static void expect_all(const unsigned char *b, size_t n, unsigned char byte) {
+    for (size_t k = 0; k < n; k++)
+        if (b[k] != byte) fail_msg("byte %zu of %zu is 0x%02x, not 0x%02x", k, n, b[k], byte);
+}
+
+/* An allocation not zeroed (alloc_uninit) reads as 0xff bytes, fresh pages and recycled
+ * blocks alike (never a block's old values): NaN as fp32, bf16 and fp16, -1 as int32. A
+ * kernel that reads it before anything wrote it gives NaN; one that writes it wholly
+ * gives its exact values; a zeroed allocation of the same block reads as zeros. */
+static void test_uninit_reads_as_poison(void **state) {
+    (void)state;
+    ds_device *d = open_sim("64MiB", NULL);
+    size_t sizes[] = {4, 1000, MiB + 4}; /* MiB + 4: fresh pages never handed out */
+    unsigned char *back = malloc(MiB + 4), *old = malloc(MiB + 4);
+    memset(old, 0x5a, MiB + 4);
+    float f;
+    int32_t id;
+    for (int i = 0; i < 3; i++) {
+        unsigned char *p = dev_alloc_uninit(d, sizes[i]);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        dev_get(d, back, p, sizes[i]);
+        expect_all(back, sizes[i], 0xff);
+        memcpy(&f, back, sizeof f), memcpy(&id, back, sizeof id);
+        assert_true(isnan(f));
+        assert_int_equal(id, -1);
+        dev_put(d, p, old, sizes[i]); /* then freed and, once reclaimed, handed out again */
+        d->ops->free(d, p, sizes[i]);
+        dev_sync_ok(d);
+        unsigned char *q = dev_alloc_uninit(d, sizes[i]);
+        assert_ptr_equal(q, p);
+        dev_get(d, back, q, sizes[i]);
+        expect_all(back, sizes[i], 0xff);
+        dev_put(d, q, old, sizes[i]);
+        d->ops->free(d, q, sizes[i]);
+        dev_sync_ok(d);
+        q = dev_alloc(d, sizes[i]);
+        assert_ptr_equal(q, p);
+        dev_get(d, back, q, sizes[i]);
+        expect_all(back, sizes[i], 0);
+        d->ops->free(d, q, sizes[i]);
+        dev_sync_ok(d);
+    }
+
+    enum { N = 256 };
+    float ones[N], got[N];
+    for (int i = 0; i < N; i++) ones[i] = 1.0f;
+    float *a = dev_alloc_uninit(d, sizeof ones), *b = dev_alloc_uninit(d, sizeof ones);
+    float *out = dev_alloc_uninit(d, sizeof ones);
+    dev_put(d, b, ones, sizeof ones);
+    d->k->add_forward(out, a, b, N); /* a read before any write */
+    dev_get(d, got, out, sizeof got);
+    for (int i = 0; i < N; i++) assert_true(isnan(got[i]));
+    d->k->add_forward(out, b, b, N); /* out written wholly */
+    dev_get(d, got, out, sizeof got);
+    for (int i = 0; i < N; i++) assert_true(got[i] == 2.0f);
+    uint16_t *h = dev_alloc_uninit(d, N * sizeof(uint16_t));
+    for (int fmt = DS_HALF_BF16; fmt <= DS_HALF_F16; fmt++) { /* 16-bit formats: NaN too */
+        d->k->half_to_f32((ds_half)fmt, out, h, N);
+        dev_get(d, got, out, sizeof got);
+        for (int i = 0; i < N; i++) assert_true(isnan(got[i]));
+    }
+    d->ops->free(d, h, N * sizeof(uint16_t));
+    d->ops->free(d, a, sizeof ones), d->ops->free(d, b, sizeof ones), d->ops->free(d, out, sizeof ones);
+    dev_sync_ok(d);
+    free(back), free(old);
     close_sim(d);
 }
 
@@ -377,6 +454,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_free_is_stream_ordered, close_left_open),
         cmocka_unit_test_teardown(test_alloc_waits_for_queued_frees, close_left_open),
         cmocka_unit_test_teardown(test_freed_memory_reads_as_nan, close_left_open),
+        cmocka_unit_test_teardown(test_uninit_reads_as_poison, close_left_open),
         cmocka_unit_test_teardown(test_out_of_memory_message, close_left_open),
         cmocka_unit_test_teardown(test_use_after_free_reported, close_left_open),
         cmocka_unit_test_teardown(test_double_free_reported, close_left_open),
