@@ -64,7 +64,8 @@ static void drop(sim *S, mp_slot *sl) {
     sl->live = 0;
 }
 
-/* ds_tensor_ensure / ds_tensor_resize: storage again when the size changes. */
+/* ds_tensor_ensure / ds_tensor_resize (zeroed or not: the bytes count the same): storage
+ * again when the size changes. */
 static void ensure(sim *S, mp_slot *sl, size_t bytes, ds_mp_line line) {
     if (sl->live && sl->bytes == bytes) return;
     drop(S, sl);

@@ -265,15 +265,18 @@ static void test_adamw_one_call_bf16(void **state) {
 }
 
 /* The memory ops: a memset0 and a device copy through the device's ops are counted with
- * their bytes, an allocation with the bytes it zeroes; reset starts from zero. */
+ * their bytes, an allocation with the bytes it zeroes, one not zeroed as a call that
+ * moves nothing; reset starts from zero. */
 static void test_memory_ops(void **state) {
     (void)state;
     ds_device *d = ds_device_get();
     ds_err err = {{0}};
     assert_int_equal(ds_kernel_count_install(d, &err), 0);
     void *a = d->ops->alloc(d, 1000, &err), *b = d->ops->alloc(d, 1000, &err);
+    void *u = d->ops->alloc_uninit(d, 500, &err);
     assert_non_null(a);
     assert_non_null(b);
+    assert_non_null(u);
     d->ops->memset0(d, a, 1000);
     d->ops->copy(d, b, a, 600);
     char host[100] = {0};
@@ -282,6 +285,9 @@ static void test_memory_ops(void **state) {
     ds_kcount z = count_of("alloc_zero"), m = count_of("memset0"), c = count_of("copy");
     assert_int_equal(z.calls, 2);
     assert_int_equal(z.bytes_written, 2000);
+    ds_kcount un = count_of("alloc_uninit");
+    assert_int_equal(un.calls, 1);
+    assert_int_equal(un.bytes_read + un.bytes_written, 0);
     assert_int_equal(m.calls, 1);
     assert_int_equal(m.bytes_written, 1000);
     assert_int_equal(c.bytes_read, 600);
@@ -292,6 +298,7 @@ static void test_memory_ops(void **state) {
     assert_int_equal(count_of("memset0").calls, 0);
     d->ops->free(d, a, 1000);
     d->ops->free(d, b, 1000);
+    d->ops->free(d, u, 500);
     ds_kernel_count_uninstall();
     assert_int_equal(d->ops->sync(d, &err), 0);
 }
