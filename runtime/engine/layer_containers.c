@@ -24,15 +24,17 @@ static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 /* *dx: the gradient at the boundary after child i, fp32 shaped like child i's output
- * (fp32 or 16-bit), its values stale: child i + 1, its one contributor, writes it (no
- * zeroing pass); NULL when that output is int32 ids (no gradient flows into them). */
+ * (fp32 or 16-bit), its values stale or, new, not zeroed (on sim: NaN): child i + 1, its
+ * one contributor, writes it (no zeroing pass); NULL when that output is int32 ids (no
+ * gradient flows into them). */
 static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     *dx = NULL;
     if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
         return ds_err_set(err, "out of memory");
     const ds_tensor *o = l->child[i]->out;
     if (o->dtype == DS_I32) return 0;
-    if (ds_tensor_ensure(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0)
+    if (ds_tensor_ensure_uninit(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape,
+                                err) != 0)
         return -1;
     *dx = l->gbuf[i];
     return 0;

@@ -314,7 +314,8 @@ int ds_stage_backward(ds_stage *s, const ds_tensor *dout, ds_err *err) {
     const ds_tensor *in = s->last_in;
     ds_tensor *din = NULL;
     if (in->dtype == DS_F32) {
-        if (ds_tensor_ensure(&s->grad_in, DS_F32, DS_MEM_ACTIVATIONS, in->ndim, in->shape, err) != 0)
+        if (ds_tensor_ensure_uninit(&s->grad_in, DS_F32, DS_MEM_ACTIVATIONS, in->ndim,
+                                    in->shape, err) != 0)
             return ds_err_prefix(err, "stage '%s' backward", s->name);
         din = s->grad_in; /* written, not zeroed: the root is its one contributor */
     }
