@@ -87,9 +87,13 @@ static double eta_of(ds_progress *p, const ds_metrics_row *row, double elapsed) 
     if (p->n < RATE_WINDOW) p->n++;
     int oldest = (p->next - p->n + RATE_WINDOW) % RATE_WINDOW;
     double dsteps = (double)(row->step - p->steps[oldest]), dt = elapsed - p->times[oldest];
-    if (row->total_steps <= 0 || dsteps <= 0 || dt <= 0) return -1;
+    if (row->total_steps <= 0) return -1;
     double left = (double)row->total_steps - (double)row->step;
-    return left > 0 ? left * dt / dsteps : 0;
+    /* the last step leaves nothing, whatever the rate: rows read in one batch (a busy
+     * launcher, a short job) share one elapsed time and give no rate */
+    if (left <= 0) return 0;
+    if (dsteps <= 0 || dt <= 0) return -1;
+    return left * dt / dsteps;
 }
 
 static int columns(int fd) {

@@ -84,6 +84,26 @@ static void plain_lines_every_n_steps_and_the_last(void **state) {
     close(p[1]);
 }
 
+/* Rows read in one batch share one elapsed time: no rate, so no ETA before the last
+ * step, and "ETA 0s" at it (nothing is left whatever the rate). */
+static void the_last_step_has_eta_0_without_a_rate(void **state) {
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+    ds_progress *pr = ds_progress_new(p[1], 0, 2);
+    for (int s = 1; s <= 4; s++) {
+        ds_metrics_row r = row_at(s, 4);
+        ds_progress_row(pr, &r, 0.5, 0);
+    }
+    ds_progress_end(pr);
+    char *out = drain(p[0]);
+    assert_non_null(strstr(out, "dslaunch: step 2/4 (50%) | loss 2.3457 | 52.1k tok/s | mem"));
+    assert_non_null(strstr(out, "dslaunch: step 4/4 (100%) | loss 2.3457 | 52.1k tok/s | ETA 0s |"));
+    ds_progress_free(pr);
+    close(p[0]);
+    close(p[1]);
+}
+
 static void on_a_terminal_one_line_redrawn_in_place(void **state) {
     (void)state;
     int p[2];
@@ -118,6 +138,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_line_says_it_all),
         cmocka_unit_test(plain_lines_every_n_steps_and_the_last),
+        cmocka_unit_test(the_last_step_has_eta_0_without_a_rate),
         cmocka_unit_test(on_a_terminal_one_line_redrawn_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
