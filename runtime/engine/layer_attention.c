@@ -11,7 +11,9 @@
  * give them as they are (the attention16 entries: on cuda the flash kernels widen in
  * shared memory; on cpu and sim fp32 copies in the entries' workspace); with dropout the
  * [B,NH,T,T] kernels run on fp32 copies in the layer workspace (qkv widened; the output
- * computed there, then rounded into out). Softmax and its statistics stay fp32. */
+ * computed there, then rounded into out). Softmax and its statistics stay fp32. Without
+ * dropout backward writes a 16-bit dqkv where c_attn's backward takes one
+ * (ds_layer_plan_outputs): the fused entry rounds the fp32 dqkv once. */
 #include "kernels.h"
 #include "layer.h"
 #include "layer_workspace.h"
@@ -88,9 +90,6 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                           p > 0.0f ? "without" : "with");
     int64_t scratch_shape[4] = {B, l->heads, T, T};
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32, din16 = din->dtype != DS_F32;
-    if (din16 && p > 0.0f)
-        return ds_err_set(err, "a %s qkv gradient with attention dropout (fp32 kernels)",
-                          ds_dtype_name(din->dtype));
     if (din16 && ((in16 && din->dtype != in->dtype) || (out16 && din->dtype != l->out->dtype)))
         return ds_err_set(err, "qkv gradient is %s, qkv %s: one 16-bit format expected",
                           ds_dtype_name(din->dtype), ds_dtype_name(in->dtype));
