@@ -110,11 +110,13 @@ static void count_gelu16_forward(ds_half h, void *out, const void *inp, size_t n
     K->gelu16_forward(h, out, inp, n, in16, out16);
 }
 
-/* reads inp (16-bit), dout; dinp written (read too when acc) */
-static void count_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp,
-                                  const float *dout, size_t n) {
-    ds_kcount_add(SLOT(gelu16_backward), GELU_BWD * (u64)n, (acc ? 10 : 6) * (u64)n, 4 * (u64)n);
-    K->gelu16_backward(h, dinp, acc, inp, dout, n);
+/* reads inp (16-bit), dout; dinp written (e(din16); read too when acc, fp32 only) */
+static void count_gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp,
+                                  const float *dout, size_t n, int din16) {
+    int added = acc && !din16;
+    ds_kcount_add(SLOT(gelu16_backward), GELU_BWD * (u64)n, (added ? 10 : 6) * (u64)n,
+                  e(din16) * n);
+    K->gelu16_backward(h, dinp, acc, inp, dout, n, din16);
 }
 
 /* ---- normalisation: nominally 8 FLOPs an element forward (mean, variance, normalise,
@@ -267,18 +269,19 @@ static void count_attention_backward_dropout(float *dqkv, int acc, float *scratc
  * (e(in)), writes out (e(out)) and lse [B, NH, T]; backward 5 causal GEMMs (the scores
  * recomputed, then dV, dP, dQ, dK) and 2*N*C for its row term D = rowsum(dout * out),
  * reads dout, qkv, out, lse, writes then reads D (scratch, [B, NH, T]), writes dqkv
- * (reads it too when acc). */
+ * (e(din16); reads it too when acc, fp32 only). */
 static void attn_fused_fwd(int slot, int B, int T, int C, int NH, int in16, int out16) {
     u64 nc = (u64)B * T * C, rows = (u64)B * NH * T;
     ds_kcount_add(slot, 2 * causal_gemm(B, T, C), e(in16) * 3 * nc, e(out16) * nc + 4 * rows);
 }
 
-static void attn_fused_bwd(int slot, int acc, int B, int T, int C, int NH, int in16, int out16) {
+static void attn_fused_bwd(int slot, int acc, int B, int T, int C, int NH, int in16, int out16,
+                           int din16) {
     u64 nc = (u64)B * T * C, rows = (u64)B * NH * T;
     ds_kcount_add(slot, 5 * causal_gemm(B, T, C) + 2 * nc,
                   4 * nc + e(in16) * 3 * nc + e(out16) * nc + 4 * rows + 4 * rows +
-                      (acc ? 4 * 3 * nc : 0),
-                  4 * rows + 4 * 3 * nc);
+                      (acc && !din16 ? 4 * 3 * nc : 0),
+                  4 * rows + e(din16) * 3 * nc);
 }
 
 static void count_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T,
@@ -290,7 +293,7 @@ static void count_attention_forward_fused(float *out, float *lse, const float *q
 static void count_attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                            const float *qkv, const float *out, const float *lse,
                                            int B, int T, int C, int NH) {
-    attn_fused_bwd(SLOT(attention_backward_fused), acc, B, T, C, NH, 0, 0);
+    attn_fused_bwd(SLOT(attention_backward_fused), acc, B, T, C, NH, 0, 0, 0);
     K->attention_backward_fused(dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH);
 }
 
@@ -301,13 +304,13 @@ static void count_attention16_forward_fused(ds_half h, void *out, float *lse, co
     K->attention16_forward_fused(h, out, lse, qkv, B, T, C, NH, in16, out16, ws);
 }
 
-static void count_attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
+static void count_attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                              const float *dout, const void *qkv, const void *out,
                                              const float *lse, int B, int T, int C, int NH,
-                                             int in16, int out16, void *ws) {
-    attn_fused_bwd(SLOT(attention16_backward_fused), acc, B, T, C, NH, in16, out16);
+                                             int in16, int out16, int din16, void *ws) {
+    attn_fused_bwd(SLOT(attention16_backward_fused), acc, B, T, C, NH, in16, out16, din16);
     K->attention16_backward_fused(h, dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH, in16,
-                                  out16, ws);
+                                  out16, din16, ws);
 }
 
 /* ---- loss: nominally 4 FLOPs a logit (max, exp, sum; the gradient), N*V logits ---------- */

@@ -118,14 +118,16 @@ static inline size_t ds_layernorm16_workspace(int backward, size_t C) {
 typedef enum ds_attn16_form { DS_ATTN16_F32, DS_ATTN16_HALF } ds_attn16_form;
 
 /* The bytes of workspace attention16_forward_fused (backward = 0) or _backward_fused (1)
- * need for N = B*T rows of qkv [N, 3C] -> [N, C], in16 / out16 as the entries take them:
- * the widened qkv first, then (forward) the fp32 output. The CPU's backward recomputes
- * from qkv and lse alone, so it widens no output. */
+ * need for N = B*T rows of qkv [N, 3C] -> [N, C], in16 / out16 / din16 as the entries
+ * take them: the widened qkv first, then the fp32 output (forward) or the fp32 dqkv
+ * before its one rounding into a 16-bit dqkv (backward: the CPU's kernels accumulate
+ * dk and dv over chunks of query rows). The CPU's backward recomputes from qkv and lse
+ * alone, so it widens no output. cuda rounds each dqkv element where it stores it. */
 static inline size_t ds_attention16_workspace(ds_attn16_form f, int backward, size_t N,
-                                              size_t C, int in16, int out16) {
+                                              size_t C, int in16, int out16, int din16) {
     if (f == DS_ATTN16_HALF) return 0;
     return ds_ws_part(in16 ? 4 * N * 3 * C : 0) +
-           ds_ws_part(!backward && out16 ? 4 * N * C : 0);
+           ds_ws_part(backward ? (din16 ? 4 * N * 3 * C : 0) : (out16 ? 4 * N * C : 0));
 }
 
 typedef struct ds_kernel_table {
@@ -161,11 +163,13 @@ typedef struct ds_kernel_table {
     /* GELU with 16-bit activations of format h: inp is in h when in16 (else fp32), out in
      * h when out16 (else fp32); each element is gelu_forward's value on the widened input,
      * rounded once into a 16-bit out. backward: the input in h, dinp as gelu_backward's
-     * on the widened input. Elementwise, no workspace. */
+     * on the widened input, in h when din16 (that fp32 value rounded once per element:
+     * what a Linear's matmul16_backward would round it to; written, acc not read), else
+     * fp32. Elementwise, no workspace. */
     void (*gelu16_forward)(ds_half h, void *out, const void *inp, size_t n, int in16,
                            int out16);
-    void (*gelu16_backward)(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
-                            size_t n);
+    void (*gelu16_backward)(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
+                            size_t n, int din16);
     /* normalisation */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
@@ -221,16 +225,18 @@ typedef struct ds_kernel_table {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH);
     /* the fused pair with 16-bit activations of format h: qkv in h when in16 (else fp32),
-     * out in h when out16 (else fp32), as the forward wrote it; lse, dout and dqkv fp32,
-     * softmax and its statistics in fp32. Each value is the fp32 pair's on the widened
-     * operands, the output rounded once. ws: ds_attention16_workspace's bytes for the
-     * device's form, clobbered. */
+     * out in h when out16 (else fp32), as the forward wrote it; lse and dout fp32, dqkv
+     * in h when din16 (written, acc not read: the fp32 dqkv rounded once per element, what
+     * c_attn's matmul16_backward would round it to), else fp32; softmax and its
+     * statistics in fp32. Each value is the fp32 pair's on the widened operands, the
+     * output rounded once. ws: ds_attention16_workspace's bytes for the device's form,
+     * clobbered. */
     void (*attention16_forward_fused)(ds_half h, void *out, float *lse, const void *qkv, int B,
                                       int T, int C, int NH, int in16, int out16, void *ws);
-    void (*attention16_backward_fused)(ds_half h, float *dqkv, int acc, float *scratch,
+    void (*attention16_backward_fused)(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
                                        const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, void *ws);
+                                       int out16, int din16, void *ws);
     /* loss: *sum (a device double) = the sum of the losses, in row order; the backwards
      * write (=) the gradient, dlogits may be logits (kernels.h) */
     void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,

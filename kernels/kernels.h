@@ -218,13 +218,13 @@ void ds_layernorm16_backward(ds_half h, float *dinp, int acc, uint16_t *dweight,
  * workspace), attention runs the fused pair on fp32 copies in ws, the bytes
  * ds_attention16_workspace(DS_ATTN16_F32, ...) gives. */
 void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16, int out16);
-void ds_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
-                        size_t n);
+void ds_gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
+                        size_t n, int din16);
 void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
                                   int T, int C, int NH, int in16, int out16, void *ws);
-void ds_attention16_backward_fused(ds_half h, float *dqkv, int acc, const float *dout,
+void ds_attention16_backward_fused(ds_half h, void *dqkv, int acc, const float *dout,
                                    const void *qkv, const float *lse, int B, int T, int C, int NH,
-                                   int in16, void *ws);
+                                   int in16, int din16, void *ws);
 
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);

@@ -116,8 +116,8 @@ int ds_cuda_gelu_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *i
  * written as they are */
 int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, const void *inp, size_t n,
                            int in16, int out16);
-int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc, const uint16_t *inp,
-                            const float *dout, size_t n);
+int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, void *dinp, int acc, const uint16_t *inp,
+                            const float *dout, size_t n, int din16);
 
 /* ---- normalisation ----------------------------------------------------------------- */
 int ds_cuda_layernorm_forward(ds_cuda_ctx *ctx, float *out, float *mean, float *rstd,
@@ -185,10 +185,10 @@ int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, flo
 int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *lse,
                                       const void *qkv, int B, int T, int C, int NH, int in16,
                                       int out16);
-int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv, int acc,
+int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, void *dqkv, int acc,
                                        float *scratch, const float *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int C,
-                                       int NH, int in16, int out16);
+                                       int NH, int in16, int out16, int din16);
 
 /* ---- loss -------------------------------------------------------------------------- */
 /* total (host pointer, may be NULL) receives the sum of the losses in row order; asking

@@ -282,7 +282,7 @@ static void k_flash16_fwd(void *a) {
 static void k_flash16_bwd(void *a) {
     (void)a;
     OK(ds_cuda_flash_attention16_backward(g_ctx, DS_HALF_BF16, K.dqkv, 1, K.scratch, K.x, K.qkv16,
-                                          K.out16, K.lse, K.B, K.T, C, NH, 1, 1));
+                                          K.out16, K.lse, K.B, K.T, C, NH, 1, 1, 0));
 }
 static void k_embed_fwd(void *a) {
     (void)a;

@@ -174,7 +174,8 @@ void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const 
 /* ---- 16-bit activations (kernel_table.h's attention16 pair) ----------------------------
  * The pair above on fp32 copies in ws (ds_attention16_workspace's layout for
  * DS_ATTN16_F32): qkv widened, the output computed there and rounded once. Backward
- * recomputes from qkv and lse, so only qkv is widened. */
+ * recomputes from qkv and lse, so only qkv is widened; a 16-bit dqkv is computed there in
+ * fp32 and rounded once. */
 
 void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
                                   int T, int C, int NH, int in16, int out16, void *ws) {
@@ -189,13 +190,17 @@ void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *
     if (out16) ds_half_from_f32(h, out, y, N * (size_t)C);
 }
 
-void ds_attention16_backward_fused(ds_half h, float *dqkv, int acc, const float *dout,
+void ds_attention16_backward_fused(ds_half h, void *dqkv, int acc, const float *dout,
                                    const void *qkv, const float *lse, int B, int T, int C, int NH,
-                                   int in16, void *ws) {
+                                   int in16, int din16, void *ws) {
+    size_t nqkv = (size_t)B * (size_t)T * 3 * (size_t)C;
     const float *x = qkv;
+    /* dk and dv are summed over chunks of query rows: in fp32, then rounded once */
+    float *d = din16 ? (float *)((char *)ws + ds_ws_part(in16 ? 4 * nqkv : 0)) : dqkv;
     if (in16) {
-        ds_half_to_f32(h, ws, qkv, (size_t)B * (size_t)T * 3 * (size_t)C);
+        ds_half_to_f32(h, ws, qkv, nqkv);
         x = ws;
     }
-    ds_attention_backward_fused(dqkv, acc, dout, x, lse, B, T, C, NH);
+    ds_attention_backward_fused(d, din16 ? 0 : acc, dout, x, lse, B, T, C, NH);
+    if (din16) ds_half_from_f32(h, dqkv, d, nqkv);
 }

@@ -77,13 +77,15 @@ static void gelu16_fwd_range(ds_half h, void *out, const void *inp, size_t n, in
     }
 }
 
-static void gelu16_bwd_range(ds_half h, float *dinp, int acc, const uint16_t *inp,
-                             const float *dout, size_t n) {
-    float a[BLOCK];
+static void gelu16_bwd_range(ds_half h, void *dinp, int acc, const uint16_t *inp,
+                             const float *dout, size_t n, int din16) {
+    float a[BLOCK], g[BLOCK];
     for (size_t i = 0; i < n; i += BLOCK) {
         size_t m = n - i < BLOCK ? n - i : BLOCK;
         ds_half_widen(h, a, inp + i, m);
-        gelu_bwd_range(dinp + i, acc, a, dout + i, m);
+        float *d = din16 ? g : (float *)elem(dinp, i, 0);
+        gelu_bwd_range(d, acc, a, dout + i, m);
+        if (din16) ds_half_narrow(h, (uint16_t *)elem(dinp, i, 1), g, m);
     }
 }
 
@@ -95,11 +97,12 @@ void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16
                          chunk_len(c, n), in16, out16);
 }
 
-void ds_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
-                        size_t n) {
+void ds_gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
+                        size_t n, int din16) {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    if (din16) acc = 0; /* a 16-bit gradient is written (kernel_table.h) */
 #pragma omp parallel for schedule(dynamic) if (n > DS_PAR_MIN / 4)
     for (size_t c = 0; c < nchunks; c++)
-        gelu16_bwd_range(h, dinp + c * CHUNK, acc, inp + c * CHUNK, dout + c * CHUNK,
-                         chunk_len(c, n));
+        gelu16_bwd_range(h, (void *)elem(dinp, c * CHUNK, din16), acc, inp + c * CHUNK,
+                         dout + c * CHUNK, chunk_len(c, n), din16);
 }

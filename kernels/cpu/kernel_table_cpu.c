@@ -27,12 +27,12 @@ static void attention_backward_fused(float *dqkv, int acc, float *scratch, const
     ds_attention_backward_fused(dqkv, acc, dout, qkv, lse, B, T, C, NH);
 }
 
-static void attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
+static void attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
                                        const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, void *ws) {
+                                       int out16, int din16, void *ws) {
     (void)scratch, (void)out, (void)out16;
-    ds_attention16_backward_fused(h, dqkv, acc, dout, qkv, lse, B, T, C, NH, in16, ws);
+    ds_attention16_backward_fused(h, dqkv, acc, dout, qkv, lse, B, T, C, NH, in16, din16, ws);
 }
 
 static void sumsq(const float *x, size_t n, double *out) { *out = ds_sumsq(x, n); }

@@ -101,7 +101,7 @@ __global__ static void flash_delta_k(float *delta, const float *dout, ds_cu_act 
 // dq for one query row per thread: over keys j <= i in order.
 template <int HS, typename E>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dq_k(float *dqkv, int acc, const float *dout, const void *qkv, const float *lse,
+    flash_dq_k(ds_cu_act dqkv, int acc, const float *dout, const void *qkv, const float *lse,
                const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float ks[FA_TILE][HS], vs[FA_TILE][HS];
     int h = blockIdx.y, b = blockIdx.z;
@@ -140,15 +140,15 @@ __global__ static void __launch_bounds__(FA_ROWS)
         }
     }
     if (i >= T) return;
-    float *dst = dqkv + ((size_t)b * T + i) * row3 + (size_t)h * hs;
+    size_t dst = ((size_t)b * T + i) * row3 + (size_t)h * hs;
     for (int d = 0; d < HS; d++)
-        if (d < hs) ds_cu_grad(dst + d, dq[d] * scale, acc);
+        if (d < hs) ds_cu_grad_act(dqkv, dst + d, dq[d] * scale, acc);
 }
 
 // dk and dv for one key row per thread: over queries i >= j in order.
 template <int HS, typename E>
 __global__ static void __launch_bounds__(FA_ROWS)
-    flash_dkv_k(float *dqkv, int acc, const float *dout, const void *qkv, const float *lse,
+    flash_dkv_k(ds_cu_act dqkv, int acc, const float *dout, const void *qkv, const float *lse,
                 const float *delta, int T, int C, int NH, int hs, float scale) {
     __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ls[FA_TILE], ds_[FA_TILE];
     int h = blockIdx.y, b = blockIdx.z;
@@ -191,10 +191,11 @@ __global__ static void __launch_bounds__(FA_ROWS)
         }
     }
     if (j >= T) return;
-    float *dst = dqkv + ((size_t)b * T + j) * row3 + (size_t)h * hs;
+    size_t dst = ((size_t)b * T + j) * row3 + (size_t)h * hs;
     for (int d = 0; d < HS; d++)
         if (d < hs)
-            ds_cu_grad(dst + C + d, dk[d] * scale, acc), ds_cu_grad(dst + 2 * C + d, dv[d], acc);
+            ds_cu_grad_act(dqkv, dst + C + d, dk[d] * scale, acc),
+                ds_cu_grad_act(dqkv, dst + 2 * C + d, dv[d], acc);
 }
 
 template <int HS, typename E>
@@ -209,7 +210,7 @@ static int flash_forward(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, const void
 }
 
 template <int HS, typename E>
-static int flash_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *delta, const float *dout,
+static int flash_backward(ds_cuda_ctx *ctx, ds_cu_act dqkv, int acc, float *delta, const float *dout,
                           const void *qkv, ds_cu_act out, const float *lse, int B, int T, int C,
                           int NH) {
     int hs = C / NH;
@@ -250,7 +251,7 @@ static int forward_e(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, const void *qk
 }
 
 template <typename E>
-static int backward_e(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch, const float *dout,
+static int backward_e(ds_cuda_ctx *ctx, ds_cu_act dqkv, int acc, float *scratch, const float *dout,
                       const void *qkv, ds_cu_act out, const float *lse, int B, int T, int C,
                       int NH) {
     switch (head_size_ok(ctx, C, NH)) {
@@ -278,10 +279,10 @@ static int forward_act(ds_cuda_ctx *ctx, ds_cu_act out, float *lse, ds_cu_act qk
     return forward_e<ds_cu_e16<DS_HALF_F16>>(ctx, out, lse, qkv.p, B, T, C, NH);
 }
 
-static int backward_act(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch, const float *dout,
+static int backward_act(ds_cuda_ctx *ctx, ds_cu_act dqkv, int acc, float *scratch, const float *dout,
                         ds_cu_act qkv, ds_cu_act out, const float *lse, int B, int T, int C,
                         int NH) {
-    DS_CU_ARG(ctx, dqkv && scratch && dout && qkv.p && out.p && lse && B > 0 && T > 0 &&
+    DS_CU_ARG(ctx, dqkv.p && scratch && dout && qkv.p && out.p && lse && B > 0 && T > 0 &&
                        NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     if (!qkv.is16)
@@ -302,8 +303,8 @@ extern "C" int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, i
                                                 float *scratch, const float *dout, const float *qkv,
                                                 const float *out, const float *lse, int B, int T,
                                                 int C, int NH) {
-    return backward_act(ctx, dqkv, acc, scratch, dout, ds_cu_f32(qkv), ds_cu_f32(out), lse, B, T, C,
-                        NH);
+    return backward_act(ctx, ds_cu_f32(dqkv), acc, scratch, dout, ds_cu_f32(qkv), ds_cu_f32(out),
+                        lse, B, T, C, NH);
 }
 
 extern "C" int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out,
@@ -313,11 +314,12 @@ extern "C" int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, vo
                        C, NH);
 }
 
-extern "C" int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, float *dqkv, int acc,
+extern "C" int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, void *dqkv, int acc,
                                                   float *scratch, const float *dout,
                                                   const void *qkv, const void *out,
                                                   const float *lse, int B, int T, int C, int NH,
-                                                  int in16, int out16) {
-    return backward_act(ctx, dqkv, acc, scratch, dout, ds_cu_act_of(qkv, in16, h),
+                                                  int in16, int out16, int din16) {
+    return backward_act(ctx, ds_cu_act_of(dqkv, din16, h), acc, scratch, dout,
+                        ds_cu_act_of(qkv, in16, h),
                         ds_cu_act_of(out, out16, h), lse, B, T, C, NH);
 }

@@ -22,9 +22,9 @@ __global__ static void gelu_bwd_k(float *dinp, int acc, const float *inp, const 
 __global__ static void gelu16_fwd_k(ds_cu_act out, ds_cu_act inp, size_t n) {
     GRID_STRIDE(i, n) out.store(i, ds_km_gelu_fwd(inp.load(i)));
 }
-__global__ static void gelu16_bwd_k(float *dinp, int acc, ds_cu_act inp, const float *dout,
+__global__ static void gelu16_bwd_k(ds_cu_act dinp, int acc, ds_cu_act inp, const float *dout,
                                     size_t n) {
-    GRID_STRIDE(i, n) ds_cu_grad(dinp + i, ds_km_gelu_grad(inp.load(i)) * dout[i], acc);
+    GRID_STRIDE(i, n) ds_cu_grad_act(dinp, i, ds_km_gelu_grad(inp.load(i)) * dout[i], acc);
 }
 
 extern "C" int ds_cuda_add_forward(ds_cuda_ctx *ctx, float *out, const float *a, const float *b,
@@ -61,9 +61,10 @@ extern "C" int ds_cuda_gelu16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, co
                    ds_cu_act_of(inp, in16, h), n);
 }
 
-extern "C" int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, float *dinp, int acc,
-                                       const uint16_t *inp, const float *dout, size_t n) {
+extern "C" int ds_cuda_gelu16_backward(ds_cuda_ctx *ctx, ds_half h, void *dinp, int acc,
+                                       const uint16_t *inp, const float *dout, size_t n,
+                                       int din16) {
     DS_CU_ARG(ctx, n == 0 || (dinp && inp && dout));
-    DS_CU_LAUNCH_N(ctx, "gelu16 backward", gelu16_bwd_k, n, dinp, acc, ds_cu_act_of(inp, 1, h),
-                   dout, n);
+    DS_CU_LAUNCH_N(ctx, "gelu16 backward", gelu16_bwd_k, n, ds_cu_act_of(dinp, din16, h), acc,
+                   ds_cu_act_of(inp, 1, h), dout, n);
 }

@@ -52,9 +52,9 @@ static void gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int 
                            int out16) {
     RUN("gelu16_forward", ds_cuda_gelu16_forward(ctx_of(), h, out, inp, n, in16, out16));
 }
-static void gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
-                            size_t n) {
-    RUN("gelu16_backward", ds_cuda_gelu16_backward(ctx_of(), h, dinp, acc, inp, dout, n));
+static void gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
+                            size_t n, int din16) {
+    RUN("gelu16_backward", ds_cuda_gelu16_backward(ctx_of(), h, dinp, acc, inp, dout, n, din16));
 }
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps) {
@@ -151,14 +151,14 @@ static void attention16_forward_fused(ds_half h, void *out, float *lse, const vo
     RUN("attention16_forward_fused",
         ds_cuda_flash_attention16_forward(ctx_of(), h, out, lse, qkv, B, T, C, NH, in16, out16));
 }
-static void attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
+static void attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
                                        const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, void *ws) {
+                                       int out16, int din16, void *ws) {
     (void)ws;
     RUN("attention16_backward_fused",
         ds_cuda_flash_attention16_backward(ctx_of(), h, dqkv, acc, scratch, dout, qkv, out, lse, B,
-                                           T, C, NH, in16, out16));
+                                           T, C, NH, in16, out16, din16));
 }
 
 // ---- loss ------------------------------------------------------------------------------

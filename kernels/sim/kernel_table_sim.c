@@ -41,7 +41,7 @@ typedef struct launch {
     int threads;
     void *p[9];
     size_t n;
-    int i[6];
+    int i[7];
     float f[7];
     ds_rng_key key;
     ds_half h;
@@ -290,12 +290,12 @@ static void sim_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, 
 }
 
 static void k_gelu16_backward(const launch *L) {
-    CPU.gelu16_backward(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->n);
+    CPU.gelu16_backward(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->n, L->i[0]);
 }
-static void sim_gelu16_backward(ds_half h, float *dinp, int acc, const uint16_t *inp,
-                                const float *dout, size_t n) {
-    launch L = {.call = k_gelu16_backward, .n = n, .h = h, .acc = acc};
-    sim_arg args[] = {ARG(dinp, F32(n)), ARG(inp, U16(n)), ARG(dout, F32(n))};
+static void sim_gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp,
+                                const float *dout, size_t n, int din16) {
+    launch L = {.call = k_gelu16_backward, .n = n, .i = {din16}, .h = h, .acc = acc};
+    sim_arg args[] = {ARG(dinp, ACT16(din16, n)), ARG(inp, U16(n)), ARG(dout, F32(n))};
     submit(&L, "gelu16_backward", args, NARGS(args));
 }
 
@@ -438,8 +438,8 @@ static void sim_attention_backward_fused(float *dqkv, int acc, float *scratch, c
 /* the workspace is the CPU's form (sim runs its kernels): checked to its full extent, and
  * may be NULL only where that is 0 bytes */
 #define WS_ARG(bytes) {"ws", ws, (bytes), (bytes) == 0}
-#define WSA16(bwd) \
-    ds_attention16_workspace(DS_ATTN16_F32, (bwd), TOKENS(B, T), (size_t)C, in16, out16)
+#define WSA16(bwd, din16) \
+    ds_attention16_workspace(DS_ATTN16_F32, (bwd), TOKENS(B, T), (size_t)C, in16, out16, din16)
 
 static void k_attention16_forward_fused(const launch *L) {
     CPU.attention16_forward_fused(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2],
@@ -450,29 +450,31 @@ static void sim_attention16_forward_fused(ds_half h, void *out, float *lse, cons
                                           void *ws) {
     launch L = {.call = k_attention16_forward_fused, .i = {B, T, C, NH, in16, out16}, .h = h};
     sim_arg args[] = {ARG(out, ACT16(out16, TOKENS(B, T) * C)), ARG(lse, F32(ROWS(B, NH, T))),
-                      ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)), WS_ARG(WSA16(0))};
+                      ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)), WS_ARG(WSA16(0, 0))};
     submit(&L, "attention16_forward_fused", args, NARGS(args));
 }
 
 static void k_attention16_backward_fused(const launch *L) {
     CPU.attention16_backward_fused(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4],
                                    L->p[5], L->i[0], L->i[1], L->i[2], L->i[3], L->i[4], L->i[5],
-                                   L->p[6]);
+                                   L->i[6], L->p[6]);
 }
 /* scratch and out are checked as attention_backward_fused's are */
-static void sim_attention16_backward_fused(ds_half h, float *dqkv, int acc, float *scratch,
+static void sim_attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                            const float *dout, const void *qkv, const void *out,
                                            const float *lse, int B, int T, int C, int NH, int in16,
-                                           int out16, void *ws) {
-    launch L = {
-        .call = k_attention16_backward_fused, .i = {B, T, C, NH, in16, out16}, .h = h, .acc = acc};
-    sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)),
+                                           int out16, int din16, void *ws) {
+    launch L = {.call = k_attention16_backward_fused,
+                .i = {B, T, C, NH, in16, out16, din16},
+                .h = h,
+                .acc = acc};
+    sim_arg args[] = {ARG(dqkv, ACT16(din16, TOKENS(B, T) * 3 * C)),
                       ARG(scratch, F32(ROWS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)),
                       ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)),
                       ARG(out, ACT16(out16, TOKENS(B, T) * C)),
                       ARG(lse, F32(ROWS(B, NH, T))),
-                      WS_ARG(WSA16(1))};
+                      WS_ARG(WSA16(1, din16))};
     submit(&L, "attention16_backward_fused", args, NARGS(args));
 }
 

@@ -198,6 +198,11 @@ int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *
     return 0;
 }
 
+/* what a layer's 16-bit hook (emits_half, takes_half, ...) says; NULL: no */
+static int asks(int (*hook)(const ds_layer *, ds_dtype), const ds_layer *l, ds_dtype h) {
+    return hook && hook(l, h);
+}
+
 static int same_input(const ds_layer *l, const ds_tensor *in) {
     if (l->in_ndim != in->ndim || !in->data) return 0;
     for (int i = 0; i < in->ndim; i++)
@@ -214,6 +219,16 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
     if (!l->out || !ds_tensor_same_shape(l->out, dout)) {
         ds_err_set(err, "backward: gradient shape does not match the last forward's output "
                         "(run forward first, with the same input)");
+        return with_path(l, err);
+    }
+    if (din && din->dtype != DS_F32 && acc) {
+        /* adding into 16 bits would round twice: a 16-bit gradient has one contributor */
+        ds_err_set(err, "backward: a %s input gradient is written, never added to (acc = 1)",
+                   ds_dtype_name(din->dtype));
+        return with_path(l, err);
+    }
+    if (din && din->dtype != DS_F32 && !l->nchild && !asks(l->ops->gives_half_grad, l, din->dtype)) {
+        ds_err_set(err, "backward: input gradient is %s, expected fp32", ds_dtype_name(din->dtype));
         return with_path(l, err);
     }
     if (make_images(l, 1, err) != 0) return with_path(l, err);
@@ -305,27 +320,38 @@ static ds_layer *end_leaf(ds_layer *l, int last) {
     return l;
 }
 
+/* A boundary gradient in 16 bits only where its producer, the consumer's backward, gives
+ * exactly the values its one reader, the producer's backward, would round it to: then
+ * every bit downstream is the fp32 gradient's, and the boundary has one contributor
+ * (acc = 0), so it is rounded once. */
 static void plan_outputs(ds_layer *l, ds_dtype h) {
-    l->out_dtype = DS_F32;
+    l->out_dtype = l->grad_dtype = DS_F32;
     for (int i = 0; i < l->nchild; i++) plan_outputs(l->child[i], h);
     if (h == DS_F32 || !is_sequential(l)) return;
     for (int i = 0; i + 1 < l->nchild; i++) {
         ds_layer *p = end_leaf(l->child[i], 1), *c = end_leaf(l->child[i + 1], 0);
-        if (p && c && p->ops->emits_half && p->ops->emits_half(p, h) && c->ops->takes_half &&
-            c->ops->takes_half(c, h))
-            p->out_dtype = h;
+        if (!p || !c || !asks(p->ops->emits_half, p, h) || !asks(c->ops->takes_half, c, h))
+            continue;
+        p->out_dtype = h;
+        if (asks(p->ops->takes_half_grad, p, h) && asks(c->ops->gives_half_grad, c, h))
+            p->grad_dtype = h;
     }
 }
 
 void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision) { plan_outputs(root, precision); }
 
-/* The output gradient of a stage's last layer comes in its output's type: Linear's
- * backward is the one that takes a 16-bit one (matmul16), so only a Linear ends a stage
- * in 16 bits (the head, whose output is the logits). */
+/* The output gradient of a stage's last layer comes in its output's type, so only a
+ * layer whose backward takes a 16-bit one (a Linear: the head, whose output is the
+ * logits) ends a stage in 16 bits. */
 void ds_layer_plan_last(ds_layer *root, ds_dtype h) {
     ds_layer *p = end_leaf(root, 1);
-    if (h != DS_F32 && p && !strcmp(p->ops->kind, "Linear") && p->ops->emits_half(p, h))
-        p->out_dtype = h;
+    if (h != DS_F32 && p && asks(p->ops->emits_half, p, h) && asks(p->ops->takes_half_grad, p, h))
+        p->out_dtype = p->grad_dtype = h;
+}
+
+ds_dtype ds_layer_grad_dtype(const ds_layer *l) {
+    const ds_layer *p = end_leaf((ds_layer *)l, 1);
+    return p ? p->grad_dtype : DS_F32;
 }
 
 int ds_layer_any_half(const ds_layer *l, ds_dtype h) {

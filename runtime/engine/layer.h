@@ -78,6 +78,13 @@ typedef struct ds_layer_ops {
      * l->out as the span's output (no copy) and does not run this layer's forward again
      * before its backward (layer_containers.c). NULL: no. */
     int (*input_only)(const ds_layer *l);
+    /* 16-bit activation gradients inside a 16-bit stage (ds_layer_plan_outputs): 1 when
+     * this layer's backward takes its output gradient in format h as it is, with the bits
+     * it gives for the fp32 gradient (takes_half_grad: a Linear on 16-bit parameters of
+     * format h, whose matmul16 rounds an fp32 one to h anyway), or can write its input
+     * gradient in h, the fp32 value rounded once (gives_half_grad). NULL: never. */
+    int (*takes_half_grad)(const ds_layer *l, ds_dtype h);
+    int (*gives_half_grad)(const ds_layer *l, ds_dtype h);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -107,6 +114,9 @@ struct ds_layer {
     ds_tensor *out;                   /* forward output */
     ds_dtype out_dtype;               /* out's: fp32, or its stage's 16-bit format where the
                                        * next layer takes it (ds_layer_plan_outputs) */
+    ds_dtype grad_dtype;              /* out's gradient's: fp32, or out_dtype where this
+                                       * layer takes it in 16 bits and the next layer gives
+                                       * it so (ds_layer_plan_outputs) */
     int out_borrowed;                 /* 1: out points at a child's or the input's tensor */
     ds_tensor *buf[DS_LAYER_MAX_BUFS]; /* saved activations / scratch, kind-specific */
     ds_tensor **gbuf;                 /* sequential: gradients at child boundaries */
@@ -171,14 +181,20 @@ void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout);
  * precision: inside a Sequential, child i's output goes to child i + 1 (through nested
  * Sequentials and Checkpoints: the last leaf of child i, the first leaf of child i + 1);
  * it is written in the stage's 16-bit format when that producer emits it and that
- * consumer takes it, fp32 otherwise. A Checkpoint passes its child's output on in its
- * type; Residual is neither, so its input and output, the root's input and output (the
- * stage's) and every gradient stay fp32. */
+ * consumer takes it, fp32 otherwise. The gradient at that boundary (grad_dtype) is 16-bit
+ * too when the producer's backward takes a 16-bit output gradient as it is and the
+ * consumer's backward gives its input gradient in 16 bits (takes_half_grad,
+ * gives_half_grad: c_fc <- GELU, c_attn <- attention), fp32 otherwise. A Checkpoint
+ * passes its child's output on in its type; Residual is neither, so its input and output,
+ * the root's input and output (the stage's) and their gradients stay fp32. */
 void ds_layer_plan_outputs(ds_layer *root, ds_dtype precision);
 /* After it, for a stage asked for a 16-bit output (ds_stage_half_output): the root's last
- * leaf writes its output in format h (a 16-bit precision) when it is a Linear that emits
- * it; its output gradient then comes in h too. */
+ * leaf writes its output in format h (a 16-bit precision) when it emits it and its
+ * backward takes its output gradient in h (a Linear); that gradient then comes in h. */
 void ds_layer_plan_last(ds_layer *root, ds_dtype h);
+/* The type of the gradient of l's output at a Sequential boundary: the grad_dtype of its
+ * last leaf (through Sequentials and Checkpoints), fp32 for an empty Sequential. */
+ds_dtype ds_layer_grad_dtype(const ds_layer *l);
 /* emits_half / takes_half of a layer without parameters (GELU, Attention): any format */
 int ds_layer_any_half(const ds_layer *l, ds_dtype h);
 /* input_only of the kinds whose answer is always yes */

@@ -11,7 +11,9 @@
  * give them as they are (the attention16 entries: on cuda the flash kernels widen in
  * shared memory; on cpu and sim fp32 copies in the entries' workspace); with dropout the
  * [B,NH,T,T] kernels run on fp32 copies in the layer workspace (qkv widened; the output
- * computed there, then rounded into out). Softmax and its statistics stay fp32. */
+ * computed there, then rounded into out). Softmax and its statistics stay fp32. Without
+ * dropout backward writes a 16-bit dqkv where c_attn's backward takes one
+ * (ds_layer_plan_outputs): the fused entry rounds the fp32 dqkv once. */
 #include "kernels.h"
 #include "layer.h"
 #include "layer_workspace.h"
@@ -27,10 +29,10 @@ static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p
 
 /* the workspace of layer_workspace.h in *ws (NULL when none is needed), its parts in *io */
 static int workspace(const ds_layer *l, int dropout, int backward, const ds_tensor *in,
-                     void **ws, ds_ws_io *io, ds_err *err) {
+                     int din16, void **ws, ds_ws_io *io, ds_err *err) {
     *io = ds_attention_ws(ds_device_attn16(ds_device_get()), dropout, backward,
                           (size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
-                          l->out_dtype != DS_F32);
+                          l->out_dtype != DS_F32, din16);
     return ds_layer_workspace_opt(io->total, ws, err);
 }
 
@@ -52,7 +54,7 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     void *ws;
     /* the workspace before out: the planner's order. The fused kernels write every lse;
      * the [T, T] ones only the probabilities at or below the diagonal: zeroed. */
-    if (workspace(l, p > 0.0f, 0, in, &ws, &io, err) != 0 ||
+    if (workspace(l, p > 0.0f, 0, in, 0, &ws, &io, err) != 0 ||
         ds_out_like(l, in, C3 / 3, err) != 0 ||
         (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
             &l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3, saved_shape, err) != 0)
@@ -88,23 +90,28 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
         return ds_err_set(err, "backward after a forward %s attention dropout",
                           p > 0.0f ? "without" : "with");
     int64_t scratch_shape[4] = {B, l->heads, T, T};
+    int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32, din16 = din->dtype != DS_F32;
+    if (din16 && ((in16 && din->dtype != in->dtype) || (out16 && din->dtype != l->out->dtype)))
+        return ds_err_set(err, "qkv gradient is %s, qkv %s: one 16-bit format expected",
+                          ds_dtype_name(din->dtype), ds_dtype_name(in->dtype));
     ds_ws_io io;
     void *ws;
     /* the workspace before the scratch: the planner's order. The fused kernels' scratch
      * is clobbered; the [T, T] kernels' is written below the diagonal: zeroed. */
-    if (workspace(l, p > 0.0f, 1, in, &ws, &io, err) != 0 ||
+    if (workspace(l, p > 0.0f, 1, in, din16, &ws, &io, err) != 0 ||
         (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
             &l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
         return -1;
-    int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (p > 0.0f)
         DS_K->attention_backward_dropout(din->data, acc, l->buf[SCRATCH]->data, dout->data,
                                          ds_in_f32(in, ds_ws_at(ws, io.in)), l->buf[SAVED]->data,
                                          (int)B, (int)T, (int)C, l->heads, p, key_of(l, r, T));
-    else if (in16 || out16)
-        DS_K->attention16_backward_fused(half_of(in, l->out), din->data, acc, l->buf[SCRATCH]->data,
-                                         dout->data, in->data, l->out->data, l->buf[SAVED]->data,
-                                         (int)B, (int)T, (int)C, l->heads, in16, out16, ws);
+    else if (in16 || out16 || din16)
+        DS_K->attention16_backward_fused(ds_half_of(din16 ? din->dtype : in16 ? in->dtype
+                                                                               : l->out->dtype),
+                                         din->data, acc, l->buf[SCRATCH]->data, dout->data,
+                                         in->data, l->out->data, l->buf[SAVED]->data, (int)B,
+                                         (int)T, (int)C, l->heads, in16, out16, din16, ws);
     else
         DS_K->attention_backward_fused(din->data, acc, l->buf[SCRATCH]->data, dout->data, in->data,
                                        l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
@@ -112,9 +119,17 @@ static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
+/* The fused backward (no dropout) writes a 16-bit dqkv where c_attn's backward takes one;
+ * with dropout the [B,NH,T,T] kernels give fp32. */
+static int half_dqkv(const ds_layer *l, ds_dtype h) {
+    (void)h;
+    return l->p == 0.0f;
+}
+
 /* input_only: no, backward reads the output and the saved log-sum-exp (or probabilities) */
-static const ds_layer_ops ATTENTION = {"Attention", attention_forward, attention_backward, NULL,
-                                       ds_layer_any_half, ds_layer_any_half, NULL};
+static const ds_layer_ops ATTENTION = {
+    "Attention",       attention_forward, attention_backward, NULL, ds_layer_any_half,
+    ds_layer_any_half, NULL,              NULL,               half_dqkv};
 
 ds_layer *ds_attention_new(int heads, float p, ds_err *err) {
     if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;

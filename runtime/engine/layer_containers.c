@@ -23,18 +23,18 @@ static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-/* *dx: the gradient at the boundary after child i, fp32 shaped like child i's output
- * (fp32 or 16-bit), its values stale or, new, not zeroed (on sim: NaN): child i + 1, its
- * one contributor, writes it (no zeroing pass); NULL when that output is int32 ids (no
- * gradient flows into them). */
+/* *dx: the gradient at the boundary after child i, shaped like child i's output, fp32 or
+ * 16-bit as planned (ds_layer_grad_dtype), its values stale or, new, not zeroed (on sim:
+ * NaN): child i + 1, its one contributor, writes it (no zeroing pass; a 16-bit one is so
+ * rounded once); NULL when that output is int32 ids (no gradient flows into them). */
 static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     *dx = NULL;
     if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
         return ds_err_set(err, "out of memory");
     const ds_tensor *o = l->child[i]->out;
     if (o->dtype == DS_I32) return 0;
-    if (ds_tensor_ensure_uninit(&l->gbuf[i], DS_F32, DS_MEM_ACTIVATIONS, o->ndim, o->shape,
-                                err) != 0)
+    if (ds_tensor_ensure_uninit(&l->gbuf[i], ds_layer_grad_dtype(l->child[i]),
+                                DS_MEM_ACTIVATIONS, o->ndim, o->shape, err) != 0)
         return -1;
     *dx = l->gbuf[i];
     return 0;
@@ -57,7 +57,7 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
-                                        NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL, NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -83,7 +83,7 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
-                                      NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -210,6 +210,6 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
-                                        NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL, NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

@@ -47,7 +47,7 @@ static int dropout_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
  * run's keys), but the output is the input or the mask buffer, no tensor of its own a
  * checkpoint span could keep past the span's release. */
 static const ds_layer_ops DROPOUT = {"Dropout", dropout_forward, dropout_backward, NULL,
-                                    NULL, NULL, NULL};
+                                    NULL, NULL, NULL, NULL, NULL};
 
 ds_layer *ds_dropout_new(float p, ds_err *err) {
     if (!(p >= 0 && p < 1)) return ds_err_set(err, "Dropout: p=%g (0 <= p < 1)", (double)p), NULL;

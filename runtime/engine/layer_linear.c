@@ -23,8 +23,9 @@ static int half_io(const ds_layer *l, ds_dtype h) {
 }
 
 /* the DS_MM16_* flags of a native Linear's 16-bit activations: its input, and its
- * output (forward) or output gradient (backward: 16-bit only at the end of a stage whose
- * output is 16-bit, ds_layer_plan_last) */
+ * output (forward) or output gradient (backward: 16-bit where its consumer's backward
+ * gives it so, ds_layer_plan_outputs, or at the end of a stage whose output is 16-bit,
+ * ds_layer_plan_last) */
 static int io16_of(ds_dtype in, ds_dtype out) {
     return (in != DS_F32 ? DS_MM16_IN : 0) | (out != DS_F32 ? DS_MM16_OUT : 0);
 }
@@ -88,9 +89,11 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, co
     return 0;
 }
 
-/* input_only: backward reads the input, the weight and the output gradient */
+/* input_only: backward reads the input, the weight and the output gradient; a 16-bit
+ * output gradient is taken as it is (matmul16 rounds an fp32 one to it) */
 static const ds_layer_ops LINEAR = {"Linear", linear_forward, linear_backward, native_half,
-                                    half_io, half_io, ds_layer_yes};
+                                    half_io,  half_io,        ds_layer_yes,    half_io,
+                                    NULL};
 
 ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err) {
     if (in_dim < 1 || out_dim < 1)

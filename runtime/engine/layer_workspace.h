@@ -37,13 +37,14 @@ int ds_layer_workspace_opt(size_t bytes, void **ws, ds_err *err);
 
 /* Attention over N = B*T rows of qkv [N, 3C] -> [N, C]. Without dropout (the fused
  * kernels): the attention16 entries' part for the device's form f, which holds any fp32
- * copies itself. With dropout (the [B,NH,T,T] kernels, fp32 only): a 16-bit qkv widened
- * (both directions) and the output computed in fp32 (forward). GELU needs none: its
- * gelu16 entries widen and round per element. */
+ * copies itself (din16: a 16-bit dqkv, backward). With dropout (the [B,NH,T,T] kernels,
+ * fp32 only, dqkv fp32): a 16-bit qkv widened (both directions) and the output computed
+ * in fp32 (forward). GELU needs none: its gelu16 entries widen and round per element. */
 static inline ds_ws_io ds_attention_ws(ds_attn16_form f, int dropout, int backward, size_t N,
-                                       size_t C, int in16, int out16) {
+                                       size_t C, int in16, int out16, int din16) {
     if (!dropout)
-        return ds_ws_io_after(ds_attention16_workspace(f, backward, N, C, in16, out16), 0, 0);
+        return ds_ws_io_after(ds_attention16_workspace(f, backward, N, C, in16, out16, din16), 0,
+                              0);
     return ds_ws_io_after(0, in16 ? 4 * N * 3 * C : 0, !backward && out16 ? 4 * N * C : 0);
 }
 

@@ -29,7 +29,8 @@ static const struct {
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
                          "and at each stage's input (d(logits) is written over the logits, "
-                         "in their type)"},
+                         "in their type); 2 x for 16-bit ones (GELU's and attention's into "
+                         "a 16-bit Linear)"},
     [DS_MP_RECOMPUTE] = {"recompute working set", DS_MEM_ACTIVATIONS,
                          "4 x the activations and boundary gradients of the checkpointed span "
                          "being recomputed (the largest span sets the peak)"},

@@ -104,7 +104,7 @@ static mp_shape with_last(const mp_shape *in, int64_t last) {
     mp_shape o = *in;
     o.d[o.ndim - 1] = last;
     o.f32 = 1;
-    o.half = 0;
+    o.half = o.grad_half = 0;
     return o;
 }
 
@@ -141,6 +141,16 @@ static int takes_half(const sim *S, const mp_node *n, int h) {
     }
 }
 
+/* the kinds' takes_half_grad (a native Linear of format h) and gives_half_grad (GELU,
+ * the fused attention: without dropout) */
+static int takes_half_grad(const sim *S, const mp_node *n, int h) {
+    return n->kind == MP_LINEAR && takes_half(S, n, h);
+}
+
+static int gives_half_grad(const mp_node *n) {
+    return n->kind == MP_GELU || (n->kind == MP_ATTENTION && !n->dropout);
+}
+
 /* layer.c's end_leaf: through Sequentials and Checkpoints */
 static mp_node *end_leaf(mp_node *n, int last) {
     while (n->kind == MP_SEQUENTIAL || n->kind == MP_CHECKPOINT) {
@@ -156,14 +166,16 @@ static void plan_outputs(const sim *S, mp_node *n, int h) {
     if (h == DS_F32 || n->kind != MP_SEQUENTIAL) return;
     for (int i = 0; i + 1 < n->nkids; i++) {
         mp_node *p = end_leaf(n->kids[i], 1), *c = end_leaf(n->kids[i + 1], 0);
-        if (p && c && emits_half(S, p, h) && takes_half(S, c, h)) p->out_half = 1;
+        if (!p || !c || !emits_half(S, p, h) || !takes_half(S, c, h)) continue;
+        p->out_half = 1;
+        p->grad_half = takes_half_grad(S, p, h) && gives_half_grad(c);
     }
 }
 
 /* layer.c's ds_layer_plan_last, for a stage asked for a 16-bit output (stage.c) */
 static void plan_last(const sim *S, mp_node *root, int h) {
     mp_node *p = end_leaf(root, 1);
-    if (h != DS_F32 && p && p->kind == MP_LINEAR && emits_half(S, p, h))
+    if (h != DS_F32 && p && emits_half(S, p, h) && takes_half_grad(S, p, h))
         p->out_half = p->grad_half = 1;
 }
 
@@ -189,7 +201,9 @@ static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int 
     case MP_LAYERNORM: return native ? ds_layernorm16_workspace(grads, (size_t)n->in_dim) : 0;
     case MP_ATTENTION: /* qkv [B,T,3C] */
         return ds_attention_ws(S->job->attn16, n->dropout, grads, rows,
-                               (size_t)(in->d[in->ndim - 1] / 3), in->half, n->out_half).total;
+                               (size_t)(in->d[in->ndim - 1] / 3), in->half, n->out_half,
+                               grads && in->grad_half)
+            .total;
     default: return 0; /* GELU (gelu16: none), PositionEmbedding, containers */
     }
 }
@@ -276,6 +290,7 @@ static size_t att_bytes(const mp_node *n, int64_t B, int64_t T) {
 /* A leaf's output: its out_shape takes the leaf's type (out_half); its bytes. */
 static size_t out_bytes(mp_node *n) {
     n->out_shape.half = n->out_half;
+    n->out_shape.grad_half = n->grad_half;
     return act_bytes(&n->out_shape);
 }
 
@@ -404,7 +419,8 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
             int dx = din;
             if (i) { /* boundary_grad */
                 dx = x->f32;
-                if (dx) ensure(S, &n->gbuf[i - 1], f32_bytes(x), inside ? DS_MP_RECOMPUTE : DS_MP_ACT_GRADS);
+                size_t bytes = (size_t)numel_of(x) * (x->grad_half ? 2 : 4);
+                if (dx) ensure(S, &n->gbuf[i - 1], bytes, inside ? DS_MP_RECOMPUTE : DS_MP_ACT_GRADS);
             }
             if (backward(S, n->kids[i], x, dx, inside, err) != 0) return -1;
             if (!dx && i) return 0;

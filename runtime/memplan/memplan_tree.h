@@ -16,7 +16,8 @@ typedef struct mp_shape {
     int ndim;
     int64_t d[4];
     int f32;  /* 0: int32 ids */
-    int half; /* 1: 16-bit floats (a 16-bit stage's activation; its gradient is fp32) */
+    int half; /* 1: 16-bit floats (a 16-bit stage's activation) */
+    int grad_half; /* 1: its gradient at a Sequential boundary is 16-bit too */
 } mp_shape;
 
 typedef struct mp_slot {
@@ -41,7 +42,7 @@ typedef struct mp_node {
     mp_slot *gbuf;          /* Sequential: one per child boundary */
     mp_shape out_shape;
     int out_half;           /* 1: the output is 16-bit (layer.c's ds_layer_plan_outputs) */
-    int grad_half;          /* 1: so is its output gradient (ds_layer_plan_last: the logits) */
+    int grad_half;          /* 1: so is its output gradient (layer.c's grad_dtype) */
     int input_only;         /* the layer's ops->input_only: a span ending with it keeps its
                              * output and does not recompute it (layer_containers.c) */
 } mp_node;

@@ -54,6 +54,15 @@ static void same_f(const char *what, void *d, const void *want, size_t bytes) {
     gh_same_bits(&G, what, got, want, bytes);
     free(got);
 }
+/* the device's 16-bit input gradient at d16 (n elements of h) against its own fp32 one at
+ * df, rounded on the host: the bits a Linear's backward would round df to */
+static void same_rounded(const char *what, ds_half h, void *d16, void *df, size_t n) {
+    float *f = downf(df, n);
+    uint16_t *want = gh_alloc(n * 2);
+    ds_half_from_f32(h, want, f, n);
+    same_f(what, d16, want, n * 2);
+    free(f), free(want);
+}
 static void close_double(const char *what, const double *d, double want, double rel) {
     double got = 0;
     gh_dev_down(&G, &got, d, sizeof got);
@@ -295,7 +304,8 @@ static void close_half(const char *what, ds_half h, void *d, const uint16_t *wan
 static void assert_dev_ws_none(size_t N, size_t C) {
     gh_expect(&G, "attention16 workspace on cuda: none",
               ds_device_attn16(G.dev) == DS_ATTN16_HALF &&
-                  ds_attention16_workspace(ds_device_attn16(G.dev), 0, N, C, 1, 1) == 0);
+                  ds_attention16_workspace(ds_device_attn16(G.dev), 0, N, C, 1, 1, 0) == 0 &&
+                  ds_attention16_workspace(ds_device_attn16(G.dev), 1, N, C, 1, 1, 1) == 0);
 }
 
 /* matmul16 on cuBLASLt against the CPU's (kernels/cpu/matmul.c): each with its own
@@ -546,7 +556,7 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     void *Q16 = up(q16, nq * 2), *QF = up(qf, nq * 4), *DY = up(dy, no * 4), *DQ = up(dq, nq * 4);
     void *O16 = zeros(no * 2), *OF = zeros(nq * 4), *LSE = zeros(nl * 4), *SCR = zeros(nl * 4);
     void *G16 = zeros(nq * 2);
-    size_t wsb = ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 1);
+    size_t wsb = ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 1, 0);
     void *ws = gh_alloc(wsb);
     assert_dev_ws_none(N, (size_t)C);
 
@@ -563,9 +573,14 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     gh_dev_down(&G, of, DQ, nq * 4); /* the same start on both sides */
     float *gq = rnd(nq, -1, 1);
     void *GQ = up(gq, nq * 4);
-    CPU->gelu16_backward(h, of, 1, q16, gq, nq);
-    DEV->gelu16_backward(h, DQ, 1, Q16, GQ, nq);
+    CPU->gelu16_backward(h, of, 1, q16, gq, nq, 0);
+    DEV->gelu16_backward(h, DQ, 1, Q16, GQ, nq, 0);
     close_f(NAME("gelu16_backward"), DQ, of, nq, 1e-5f, 1e-5f);
+    gh_dev_free(&G, DQ, nq * 4);
+    DQ = zeros(nq * 4); /* a 16-bit dinp: the device's fp32 one rounded once */
+    DEV->gelu16_backward(h, DQ, 0, Q16, GQ, nq, 0);
+    DEV->gelu16_backward(h, G16, 0, Q16, GQ, nq, 1);
+    same_rounded(NAME("gelu16_backward (16-bit dinp)"), h, G16, DQ, nq);
     gh_dev_free(&G, DQ, nq * 4);
     DQ = up(dq, nq * 4);
 
@@ -594,8 +609,8 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     close_f(NAME("attention16_forward_fused (16-bit qkv) out"), OF, of, no, 2e-5f, 1e-4f);
     dfree(LSE, nl * 4), dfree(OF, nq * 4);
     LSE = up(lse, nl * 4), OF = up(of, no * 4); /* backward from the CPU's out and lse */
-    CPU->attention16_backward_fused(h, dq, 1, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, ws);
-    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    CPU->attention16_backward_fused(h, dq, 1, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, 0, ws);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, 0, NULL);
     close_f(NAME("attention16_backward_fused (16-bit qkv)"), DQ, dq, nq, 2e-5f, 2e-4f);
     /* a 16-bit out read as it is = that out widened, on the device */
     float *ow = gh_alloc(no * 4);
@@ -606,10 +621,14 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     void *DQ2 = up(dq, nq * 4);
     gh_dev_free(&G, DQ, nq * 4);
     DQ = up(dq, nq * 4);
-    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, NULL);
-    DEV->attention16_backward_fused(h, DQ2, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, NULL);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 0, NULL);
+    DEV->attention16_backward_fused(h, DQ2, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, 0, NULL);
     float *dq2 = downf(DQ2, nq);
     same_f(NAME("attention16_backward_fused (16-bit out)"), DQ, dq2, nq * 4);
+    /* a 16-bit dqkv (written over garbage): the device's fp32 one rounded once */
+    DEV->attention16_backward_fused(h, DQ2, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 0, NULL);
+    DEV->attention16_backward_fused(h, G16, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 1, NULL);
+    same_rounded(NAME("attention16_backward_fused (16-bit dqkv)"), h, G16, DQ2, nq);
 #undef NAME
     free(qf), free(dy), free(dq), free(q16), free(o16), free(g16), free(of), free(lse), free(scr);
     free(ws), free(gq), free(lw), free(mean), free(rstd), free(w16), free(lws), free(ow), free(dq2);

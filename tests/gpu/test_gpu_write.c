@@ -83,7 +83,7 @@ static void run_matmul16(void *d, int acc) {
     DEV->matmul16_backward(H, d, acc, DW, DB, DY, X, IO16, Wt, N, C, OC, WS);
 }
 static void run_gelu(void *d, int acc) { DEV->gelu_backward(d, acc, X, DY, n); }
-static void run_gelu16(void *d, int acc) { DEV->gelu16_backward(H, d, acc, X, DY, n); }
+static void run_gelu16(void *d, int acc) { DEV->gelu16_backward(H, d, acc, X, DY, n, 0); }
 static void run_layernorm(void *d, int acc) {
     DEV->layernorm_backward(d, acc, DW, DB, DY, X, Wt, MEAN, RSTD, N, C);
 }
@@ -101,7 +101,7 @@ static void run_fused(void *d, int acc) {
     DEV->attention_backward_fused(d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH);
 }
 static void run_fused16(void *d, int acc) {
-    DEV->attention16_backward_fused(H, d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH, 1, 1, NULL);
+    DEV->attention16_backward_fused(H, d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH, 1, 1, 0, NULL);
 }
 
 static void test_matmul(int n_, int c_, int oc_) {

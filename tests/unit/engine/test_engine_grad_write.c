@@ -63,10 +63,11 @@ static void gelu_b(float *dinp, int acc, const float *inp, const float *dout, si
     g_real->gelu_backward(dinp, 1, inp, dout, n);
 }
 
-static void gelu16_b(ds_half h, float *dinp, int acc, const uint16_t *inp, const float *dout,
-                     size_t n) {
-    if (!acc) zero(dinp, n);
-    g_real->gelu16_backward(h, dinp, 1, inp, dout, n);
+/* a 16-bit input gradient is written whatever the table (no accumulating form) */
+static void gelu16_b(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
+                     size_t n, int din16) {
+    if (!acc && !din16) zero(dinp, n);
+    g_real->gelu16_backward(h, dinp, !din16, inp, dout, n, din16);
 }
 
 static void ln_b(float *dinp, int acc, float *dw, float *db, const float *dout, const float *inp,
@@ -94,12 +95,12 @@ static void att_fused_b(float *dqkv, int acc, float *scratch, const float *dout,
     g_real->attention_backward_fused(dqkv, 1, scratch, dout, qkv, out, lse, Bn, Tn, Cn, NHn);
 }
 
-static void att16_fused_b(ds_half h, float *dqkv, int acc, float *scratch, const float *dout,
+static void att16_fused_b(ds_half h, void *dqkv, int acc, float *scratch, const float *dout,
                           const void *qkv, const void *out, const float *lse, int Bn, int Tn,
-                          int Cn, int NHn, int in16, int out16, void *ws) {
-    if (!acc) zero(dqkv, (size_t)Bn * Tn * 3 * Cn);
-    g_real->attention16_backward_fused(h, dqkv, 1, scratch, dout, qkv, out, lse, Bn, Tn, Cn, NHn,
-                                       in16, out16, ws);
+                          int Cn, int NHn, int in16, int out16, int din16, void *ws) {
+    if (!acc && !din16) zero(dqkv, (size_t)Bn * Tn * 3 * Cn);
+    g_real->attention16_backward_fused(h, dqkv, !din16, scratch, dout, qkv, out, lse, Bn, Tn, Cn,
+                                       NHn, in16, out16, din16, ws);
 }
 
 static void drop_b(float *dinp, int acc, const float *dout, size_t n, float p, ds_rng_key k) {

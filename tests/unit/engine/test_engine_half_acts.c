@@ -2,8 +2,12 @@
  * LayerNorm and the head, built from the C layers as lua/ds/nn.lua builds them. On a
  * bf16 or fp16 stage the outputs that go from a 16-bit producer to a layer that takes
  * them (ln_1 -> c_attn -> attention -> c_proj, ln_2 -> c_fc -> GELU -> c_proj, ln_f ->
- * lm_head) are stored in the stage's format and every other output, the residual stream,
- * the logits and every activation gradient in fp32; checkpoint spans cut no pair, so a
+ * lm_head) are stored in the stage's format and every other output, the residual stream
+ * and the logits in fp32; the activation gradients are fp32 but c_attn's and c_fc's
+ * output gradients, which their producers (the attention, GELU) write in 16 bits, the
+ * values those Linears' backward rounded the fp32 ones to: every bit of the step as with
+ * them fp32 (the rule off), and gelu16_backward writes half the bytes; checkpoint spans
+ * cut no pair, so a
  * bf16 stage's numbers do not depend on its checkpointing; a layer refuses a 16-bit input
  * it does not take. GELU, the attention and the 16-bit LayerNorms, which take and give
  * 16-bit activations natively, have the bits of the composition they replaced (the fp32
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "engine_test_stage.h"
+#include "kernel_count.h"
 
 enum { B = 2, T = 8, C = 16, NH = 2, V = 24 };
 
@@ -82,17 +87,28 @@ static ds_tensor *host_tensor(int ndim, const int64_t *shape, uint32_t seed) {
     return t;
 }
 
-/* One forward and backward of s on fixed x and d(output), the output [B,T,out]. */
-static void run_shaped(ds_stage *s, int64_t out) {
+/* Every layer of the tree takes its output gradient in fp32: the 16-bit boundary
+ * gradients' rule off, after the forward planned it (the engine before it). */
+static void grads_off(ds_layer *l) {
+    l->grad_dtype = DS_F32;
+    for (int i = 0; i < l->nchild; i++) grads_off(l->child[i]);
+}
+
+/* One forward and backward of s on fixed x and d(output), the output [B,T,out]; f32_grads:
+ * with every boundary gradient fp32. */
+static void run_grads(ds_stage *s, int64_t out, int f32_grads) {
     ds_err err = {{0}};
     int64_t xs[3] = {B, T, C}, ds_[3] = {B, T, out};
     ds_tensor *x = host_tensor(3, xs, 11), *dout = host_tensor(3, ds_, 12);
     ds_run r = {.train = 1, .seed = 3};
-    if (ds_stage_forward(s, x, &r, &err) != 0 || ds_stage_backward(s, dout, &err) != 0)
-        fail_msg("%s", err.msg);
+    if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
+    if (f32_grads) grads_off(s->root);
+    if (ds_stage_backward(s, dout, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor_free(x);
     ds_tensor_free(dout);
 }
+
+static void run_shaped(ds_stage *s, int64_t out) { run_grads(s, out, 0); }
 
 static void run(ds_stage *s) { run_shaped(s, V); }
 
@@ -117,13 +133,22 @@ static void expect(const ds_layer *l, ds_dtype want, const char *what) {
                  ds_dtype_name(want));
 }
 
-/* Every boundary gradient of the tree is fp32. */
-static void grads_f32(const ds_layer *l) {
+/* Every boundary gradient of the tree is fp32 but those after the children in half[]
+ * (of format h): c_attn's and c_fc's. */
+static void grads_f32_but(const ds_layer *l, const ds_layer *const *half, int nhalf, ds_dtype h) {
     for (int i = 0; i < l->nchild; i++) {
-        if (l->gbuf && l->gbuf[i]) assert_int_equal(l->gbuf[i]->dtype, DS_F32);
-        grads_f32(l->child[i]);
+        ds_dtype want = DS_F32;
+        for (int j = 0; j < nhalf; j++)
+            if (l->child[i] == half[j]) want = h;
+        if (l->gbuf && l->gbuf[i] && l->gbuf[i]->dtype != want)
+            fail_msg("the gradient after %s is %s, expected %s", l->child[i]->ops->kind,
+                     ds_dtype_name(l->gbuf[i]->dtype), ds_dtype_name(want));
+        if (i + 1 < l->nchild) assert_int_equal(ds_layer_grad_dtype(l->child[i]), want);
+        grads_f32_but(l->child[i], half, nhalf, h);
     }
 }
+
+static void grads_f32(const ds_layer *l) { grads_f32_but(l, NULL, 0, DS_F32); }
 
 static void check_types(ds_dtype h) {
     block k;
@@ -138,7 +163,11 @@ static void check_types(ds_dtype h) {
     for (size_t i = 0; i < sizeof f32 / sizeof *f32; i++) expect(f32[i], DS_F32, f32_names[i]);
     assert_int_equal(ds_stage_output(s)->dtype, DS_F32);
     assert_int_equal(s->grad_in->dtype, DS_F32);
-    grads_f32(s->root);
+    /* written by the attention and GELU, read by c_attn's and c_fc's backward alone */
+    assert_non_null(k.attn->gbuf[0]);
+    assert_non_null(k.mlp->gbuf[0]);
+    const ds_layer *half_grads[] = {k.c_attn, k.c_fc};
+    grads_f32_but(s->root, half_grads, 2, h);
     ds_stage_free(s);
     ds_layer_images_free();
 }
@@ -163,6 +192,7 @@ static void test_fp32_and_checkpoint_types(void **state) {
     ds_layer *all[] = {k.ln_1, k.c_attn, k.att, k.a_proj, k.ln_2, k.c_fc, k.gelu, k.m_proj,
                        k.ln_f, k.head};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) expect(all[i], DS_F32, "fp32 stage");
+    grads_f32(s->root);
     ds_stage_free(s);
     s = gpt_stage(DS_BF16, 1, &k);
     run(s);
@@ -170,6 +200,8 @@ static void test_fp32_and_checkpoint_types(void **state) {
     expect(k.c_attn, DS_BF16, "c_attn inside a checkpoint span");
     expect(k.gelu, DS_BF16, "GELU inside a checkpoint span");
     expect(k.m_proj, DS_F32, "mlp.c_proj inside a checkpoint span");
+    assert_int_equal(k.c_attn->grad_dtype, DS_BF16);
+    assert_int_equal(k.c_fc->grad_dtype, DS_BF16);
     ds_stage_free(s);
     ds_layer_images_free();
 }
@@ -288,9 +320,11 @@ static void exact_gelu(const block *k) {
     DS_K->gelu_forward(y->data, xf->data, (size_t)x->numel);
     ds_tensor *r = rounded(y, k->gelu->out->dtype), *g = dev_tensor(DS_F32, x->numel);
     exact(r, k->gelu->out, "GELU forward");
-    DS_K->gelu_backward(g->data, 1, xf->data, dy->data, (size_t)x->numel);
-    exact(g, dx, "GELU backward");
+    DS_K->gelu_backward(g->data, 0, xf->data, dy->data, (size_t)x->numel);
+    ds_tensor *gr = rounded(g, dx->dtype); /* c_fc's output gradient: 16-bit */
+    exact(gr, dx, "GELU backward");
     ds_tensor_free(xf), ds_tensor_free(y), ds_tensor_free(r), ds_tensor_free(g);
+    ds_tensor_free(gr);
 }
 
 /* attention (attn's child 1), fused, forward and backward from c_attn's 16-bit qkv */
@@ -304,10 +338,11 @@ static void exact_attention(const block *k) {
     ds_tensor *g = dev_tensor(DS_F32, qkv->numel);
     exact(r, out, "attention forward");
     exact(l, lse, "attention forward (lse)");
-    DS_K->attention_backward_fused(g->data, 1, scr->data, dy->data, qf->data, of->data, lse->data,
+    DS_K->attention_backward_fused(g->data, 0, scr->data, dy->data, qf->data, of->data, lse->data,
                                    B, T, C, NH);
-    exact(g, dx, "attention backward");
-    ds_tensor *all[] = {qf, y, l, scr, r, of, g};
+    ds_tensor *gr = rounded(g, dx->dtype); /* c_attn's output gradient: 16-bit */
+    exact(gr, dx, "attention backward");
+    ds_tensor *all[] = {qf, y, l, scr, r, of, g, gr};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ds_tensor_free(all[i]);
 }
 
@@ -328,6 +363,94 @@ static void test_native_equals_composed(void **state) {
         ds_stage_free(s);
         ds_layer_images_free();
     }
+}
+
+/* The 16-bit boundary gradients change no bit: a bf16 and an fp16 GPT stage's logits,
+ * d(x) and parameter gradients equal those of the same step with every boundary gradient
+ * fp32 (the rule off), checkpointed or not. The Linears round their output gradient
+ * to 16 bits themselves, so a producer that rounded otherwise (another rounding mode,
+ * twice, or a value not the fp32 one) would show here. */
+static void test_half_grads_are_exact(void **state) {
+    (void)state;
+    ds_dtype hs[2] = {DS_BF16, DS_F16};
+    for (int i = 0; i < 2; i++)
+        for (int ck = 0; ck <= 2; ck++) {
+            block k;
+            ds_stage *off = gpt_stage(hs[i], ck, &k);
+            run_grads(off, V, 1);
+            grads_f32(off->root);
+            ds_stage *on = gpt_stage(hs[i], ck, &k);
+            run_grads(on, V, 0);
+            assert_int_equal(k.c_fc->grad_dtype, hs[i]);
+            same_bits(ds_stage_output(off), ds_stage_output(on), "logits", ck);
+            same_bits(off->grad_in, on->grad_in, "d(x)", ck);
+            same_bits(off->flat_grads, on->flat_grads, "parameter gradients", ck);
+            ds_stage_free(off);
+            ds_stage_free(on);
+            ds_layer_images_free();
+        }
+}
+
+static ds_kcount count_of(const char *name) {
+    for (int i = 0; i < DS_KCOUNT_N; i++)
+        if (!strcmp(ds_kernel_count_name(i), name)) return ds_kernel_count_get(i);
+    fail_msg("no count named %s", name);
+    return (ds_kcount){0};
+}
+
+/* What the kernels write, counted (kernels/kernel_count.h): GELU's input gradient, c_fc's
+ * output gradient [B*T, 4C], in 2 bytes an element instead of 4; the attention's dqkv
+ * [B*T, 3C] as well (beside its [B, NH, T] row term). */
+static void test_half_grads_halve_writes(void **state) {
+    (void)state;
+    ds_err err = {{0}};
+    uint64_t n = (uint64_t)B * T * 4 * C, nqkv = (uint64_t)B * T * 3 * C, rows = (uint64_t)B * NH * T;
+    for (int off = 0; off < 2; off++) {
+        block k;
+        ds_stage *s = gpt_stage(DS_BF16, 0, &k);
+        assert_int_equal(ds_kernel_count_install(ds_device_get(), &err), 0);
+        run_grads(s, V, off);
+        ds_kcount g = count_of("gelu16_backward"), a = count_of("attention16_backward_fused");
+        ds_kernel_count_uninstall();
+        printf("%s: gelu16_backward wrote %llu bytes, attention16_backward_fused %llu\n",
+               off ? "fp32 gradients" : "16-bit gradients", (unsigned long long)g.bytes_written,
+               (unsigned long long)a.bytes_written);
+        assert_int_equal(g.calls, 1);
+        assert_true(g.bytes_written == (off ? 4 : 2) * n);
+        assert_true(a.bytes_written == 4 * rows + (off ? 4 : 2) * nqkv);
+        ds_stage_free(s);
+        ds_layer_images_free();
+    }
+}
+
+/* A 16-bit input gradient is written, never added to (that would round twice), and only
+ * by a layer that gives one: the layers' clear errors. */
+static void test_refuses_half_grad(void **state) {
+    (void)state;
+    ds_err err = {{0}};
+    int64_t shape[2] = {4, C};
+    ds_tensor *x = ds_tensor_new(DS_BF16, DS_MEM_DATA, 2, shape, &err);
+    ds_tensor *xf = ds_tensor_new(DS_F32, DS_MEM_DATA, 2, shape, &err);
+    ds_tensor *dy = ds_tensor_new(DS_F32, DS_MEM_DATA, 2, shape, &err);
+    ds_tensor *dx = ds_tensor_new(DS_BF16, DS_MEM_DATA, 2, shape, &err);
+    assert_non_null(x), assert_non_null(xf), assert_non_null(dy), assert_non_null(dx);
+    ds_layer *gelu = ds_gelu_new(&err), *ln = ds_layernorm_new(C, 1e-5f, &err);
+    assert_non_null(gelu), assert_non_null(ln);
+    ds_run r = {.train = 1};
+    assert_int_equal(ds_layer_forward(gelu, &r, x, &err), 0);
+    assert_int_not_equal(ds_layer_backward(gelu, &r, x, dy, dx, 1, &err), 0);
+    if (!strstr(err.msg, "a bf16 input gradient is written, never added to"))
+        fail_msg("unexpected error: %s", err.msg);
+    assert_int_equal(ds_layer_backward(gelu, &r, x, dy, dx, 0, &err), 0);
+    assert_int_equal(ds_layer_forward(ln, &r, xf, &err), 0);
+    assert_int_not_equal(ds_layer_backward(ln, &r, xf, dy, dx, 0, &err), 0);
+    if (!strstr(err.msg, "input gradient is bf16, expected fp32"))
+        fail_msg("unexpected error: %s", err.msg);
+    ds_tensor *all[] = {x, xf, dy, dx};
+    for (size_t i = 0; i < 4; i++) ds_tensor_free(all[i]);
+    ds_layer_free(gelu);
+    ds_layer_free(ln);
+    ds_layer_images_free();
 }
 
 /* A 16-bit input to a layer that does not take it: the layer's clear error. */
@@ -411,6 +534,9 @@ int main(void) {
         cmocka_unit_test(test_bf16_checkpoint_is_exact),
         cmocka_unit_test(test_native_equals_composed),
         cmocka_unit_test(test_refuses_half_input),
+        cmocka_unit_test(test_half_grads_are_exact),
+        cmocka_unit_test(test_half_grads_halve_writes),
+        cmocka_unit_test(test_refuses_half_grad),
         cmocka_unit_test(test_bf16_gradients_follow_fp32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

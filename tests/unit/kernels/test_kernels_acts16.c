@@ -55,9 +55,15 @@ static void check_gelu(ds_half h, size_t n, int in16, int out16) {
     if (in16) { /* backward reads the 16-bit input; dinp += */
         float *dout = tu_randf(n, -1, 1), *dinp = tu_randf(n, -1, 1), *wd = tu_copyf(dinp, n);
         ds_gelu_backward(wd, 1, xf, dout, n);
-        ds_gelu16_backward(h, dinp, 1, x, dout, n);
+        ds_gelu16_backward(h, dinp, 1, x, dout, n, 0);
         assert_memory_equal(dinp, wd, n * 4);
-        free(dout), free(dinp), free(wd);
+        /* a 16-bit dinp: the fp32 one rounded once, written over garbage */
+        ds_gelu_backward(wd, 0, xf, dout, n);
+        uint16_t *want16 = as_given(h, wd, n, 1), *d16 = malloc(n * 2);
+        memset(d16, 0xA5, n * 2);
+        ds_gelu16_backward(h, d16, 0, x, dout, n, 1);
+        assert_memory_equal(d16, want16, n * 2);
+        free(dout), free(dinp), free(wd), free(want16), free(d16);
     }
     if (x != xf) free(x);
     free(xf), free(y), free(want), free(got);
@@ -91,19 +97,28 @@ static void check_attention(ds_half h, int B, int T, int C, int NH, int in16, in
     float *y = malloc(ny * 4), *lse = malloc(nl * 4), *glse = malloc(nl * 4);
     ds_attention_forward_fused(y, lse, xf, B, T, C, NH);
     void *want = as_given(h, y, ny, out16), *got = malloc(ny * (out16 ? 2 : 4));
-    void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, in16, out16));
+    void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, in16, out16, 0));
     ds_attention16_forward_fused(h, got, glse, x, B, T, C, NH, in16, out16, ws);
     assert_memory_equal(got, want, ny * (out16 ? 2 : 4));
     assert_memory_equal(glse, lse, nl * 4);
     free(ws);
     float *dout = tu_randf(ny, -1, 1), *dq = tu_randf(nx, -0.5f, 0.5f), *wdq = tu_copyf(dq, nx);
     ds_attention_backward_fused(wdq, 1, dout, xf, lse, B, T, C, NH);
-    ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16));
-    ds_attention16_backward_fused(h, dq, 1, dout, x, lse, B, T, C, NH, in16, ws);
+    ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16, 0));
+    ds_attention16_backward_fused(h, dq, 1, dout, x, lse, B, T, C, NH, in16, 0, ws);
     assert_memory_equal(dq, wdq, nx * 4);
+    free(ws);
+    /* a 16-bit dqkv: the fp32 one (dk, dv summed over chunks of query rows in fp32)
+     * rounded once, written over garbage */
+    ds_attention_backward_fused(wdq, 0, dout, xf, lse, B, T, C, NH);
+    uint16_t *want16 = as_given(h, wdq, nx, 1), *d16 = malloc(nx * 2);
+    memset(d16, 0xA5, nx * 2);
+    ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16, 1));
+    ds_attention16_backward_fused(h, d16, 0, dout, x, lse, B, T, C, NH, in16, 1, ws);
+    assert_memory_equal(d16, want16, nx * 2);
     if (x != xf) free(x);
     free(xf), free(y), free(lse), free(glse), free(want), free(got), free(ws), free(dout),
-        free(dq), free(wdq);
+        free(dq), free(wdq), free(want16), free(d16);
 }
 
 static void each_case(ds_half h) {
@@ -129,17 +144,21 @@ static void test_fp16(void **state) {
 }
 
 /* The workspace: none on a device whose kernels take 16 bits; on the CPU the widened qkv
- * and (forward) the fp32 output, each part 256-byte aligned. */
+ * and the fp32 output (forward) or the fp32 dqkv before its rounding (backward, a 16-bit
+ * dqkv), each part 256-byte aligned. */
 static void test_workspace(void **state) {
     (void)state;
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_HALF, 0, 64, 48, 1, 1), 0);
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, 64, 48, 1, 1),
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_HALF, 0, 64, 48, 1, 1, 0), 0);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_HALF, 1, 64, 48, 1, 1, 1), 0);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, 64, 48, 1, 1, 0),
                      ds_ws_part(4 * 64 * 144) + ds_ws_part(4 * 64 * 48));
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, 64, 48, 1, 1),
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, 64, 48, 1, 1, 0),
                      ds_ws_part(4 * 64 * 144));
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, 64, 48, 0, 1),
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, 64, 48, 1, 1, 1),
+                     2 * ds_ws_part(4 * 64 * 144));
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, 64, 48, 0, 1, 0),
                      ds_ws_part(4 * 64 * 48));
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, 64, 48, 0, 1), 0);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, 64, 48, 0, 1, 0), 0);
 }
 
 int main(void) {

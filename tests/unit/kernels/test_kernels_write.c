@@ -119,8 +119,8 @@ static void check_gelu(size_t n) {
         float *xf;
         uint16_t *x = rand16((ds_half)h, n, 4, &xf);
         memset(a, 0, n * 4), memset(b, 0xFF, n * 4);
-        K.gelu16_backward((ds_half)h, a, 1, x, dout, n);
-        K.gelu16_backward((ds_half)h, b, 0, x, dout, n);
+        K.gelu16_backward((ds_half)h, a, 1, x, dout, n, 0);
+        K.gelu16_backward((ds_half)h, b, 0, x, dout, n, 0);
         same_bits("gelu16 dinp", b, a, n);
         free(xf), free(x);
     }
@@ -205,15 +205,15 @@ static void check_fused(int B, int T, int C, int NH) {
         float *xf;
         uint16_t *x = rand16((ds_half)h, nx, 2, &xf);
         size_t N = (size_t)B * T;
-        void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 0));
+        void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 0, 0));
         K.attention16_forward_fused((ds_half)h, y, lse, x, B, T, C, NH, 1, 0, ws);
         free(ws);
-        ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, 1, 0));
+        ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, 1, 0, 0));
         memset(a, 0, nx * 4), memset(b, 0xFF, nx * 4);
         K.attention16_backward_fused((ds_half)h, a, 1, scratch, dout, x, y, lse, B, T, C, NH, 1, 0,
-                                     ws);
+                                     0, ws);
         K.attention16_backward_fused((ds_half)h, b, 0, scratch, dout, x, y, lse, B, T, C, NH, 1, 0,
-                                     ws);
+                                     0, ws);
         same_bits("fused attention16 dqkv", b, a, nx);
         free(xf), free(x), free(ws);
     }

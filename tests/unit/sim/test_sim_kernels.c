@@ -193,7 +193,7 @@ static void c_gelu16_forward_o(const ds_kernel_table *k, void **b, ds_half h) {
     k->gelu16_forward(h, b[0], b[1], EN, 0, 1);
 }
 static void c_gelu16_backward(const ds_kernel_table *k, void **b, ds_half h) {
-    k->gelu16_backward(h, b[0], 1, b[1], b[2], EN);
+    k->gelu16_backward(h, b[0], 1, b[1], b[2], EN, 0);
 }
 static void c_attention16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
     k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 1, b[3]);
@@ -206,11 +206,11 @@ static void c_attention16_forward_o(const ds_kernel_table *k, void **b, ds_half 
 }
 static void c_attention16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
     k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 1, 1,
-                                  b[6]);
+                                  0, b[6]);
 }
 static void c_attention16_backward_o(const ds_kernel_table *k, void **b, ds_half h) {
     k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0, 1,
-                                  b[6]);
+                                  0, b[6]);
 }
 static void c_layernorm16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->layernorm16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
@@ -545,11 +545,11 @@ static void test_every_entry_covered(void **state) {
     }
     assert_int_equal(ds_embedding16_workspace(BN, BC), 4 * WSE);
     for (int bwd = 0; bwd < 2; bwd++)
-        assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, bwd, AB * AT, AC, 1, 1),
+        assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, bwd, AB * AT, AC, 1, 1, 0),
                          4 * WSA(bwd));
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 1, 0), 4 * QKV);
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 0, 1), 4 * ACT);
-    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, AB * AT, AC, 0, 1), 0);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 1, 0, 0), 4 * QKV);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 0, 1, 0), 4 * ACT);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, AB * AT, AC, 0, 1, 0), 0);
     int covered[NSLOTS] = {0};
     for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
     ds_device *d = open_sim("256MiB", NULL);
