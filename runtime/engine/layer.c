@@ -238,6 +238,10 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
     return 0;
 }
 
+int ds_layer_passes_through(const ds_layer *l, const ds_run *r) {
+    return l->ops->passes_through && l->ops->passes_through(l, r);
+}
+
 void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout) {
     if (acc) {
         DS_K->accumulate(din->data, dout->data, (size_t)dout->numel);

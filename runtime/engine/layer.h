@@ -85,6 +85,12 @@ typedef struct ds_layer_ops {
      * gradient in h, the fp32 value rounded once (gives_half_grad). NULL: never. */
     int (*takes_half_grad)(const ds_layer *l, ds_dtype h);
     int (*gives_half_grad)(const ds_layer *l, ds_dtype h);
+    /* 1: in pass r this layer's output is its input (forward borrows it) and its input
+     * gradient is its output gradient, unchanged (an inactive Dropout). A Sequential then
+     * hands the gradient after this layer to the child before it as the gradient at their
+     * boundary (no buffer, no copy, this layer's backward not called), and a checkpoint
+     * span's Residual branch looks past it to the layer whose output it sums. NULL: no. */
+    int (*passes_through)(const ds_layer *l, const ds_run *r);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -173,6 +179,8 @@ int ds_layer_check_half(const ds_layer *l, int grads, ds_err *err);
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                       ds_tensor *din, int acc, ds_err *err);
+/* ops->passes_through asked of l in pass r; 0 where the kind has none */
+int ds_layer_passes_through(const ds_layer *l, const ds_run *r);
 /* The input gradient of a layer whose output is its input plus something: din = dout
  * (acc = 0: a copy) or din += dout (acc = 1). */
 void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout);

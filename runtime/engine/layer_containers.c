@@ -2,7 +2,6 @@
  * only its input and its output; recomputes the inner activations in backward). Containers
  * answer no to input_only: their backward needs their children's forward state. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels.h"
 #include "layer.h"
@@ -45,6 +44,15 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     if (!l->nchild && din) ds_grad_through(din, acc, dout); /* empty: the identity */
     const ds_tensor *d = dout;
     for (int i = l->nchild - 1; i >= 0; i--) {
+        if (i && ds_layer_passes_through(l->child[i], r)) {
+            /* the gradient at the boundary before child i is d itself: no buffer, no copy;
+             * child i - 1 reads it as its dout, as it would read its own copy */
+            if (d->dtype != ds_layer_grad_dtype(l->child[i - 1]))
+                return ds_err_set(err, "backward: child %d passes a %s gradient through to a "
+                                       "%s one", i, ds_dtype_name(d->dtype),
+                                  ds_dtype_name(ds_layer_grad_dtype(l->child[i - 1])));
+            continue;
+        }
         const ds_tensor *x = i ? l->child[i - 1]->out : in;
         ds_tensor *dx = din;
         if (i && boundary_grad(l, i - 1, &dx, err) != 0) return -1;
@@ -57,7 +65,7 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
-                                        NULL, NULL, NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -83,7 +91,7 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
-                                      NULL, NULL, NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL, NULL};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -97,27 +105,24 @@ static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
 
 ds_layer *ds_residual_new(ds_layer *inner, ds_err *err) { return wrap(&RESIDUAL, inner, err); }
 
-/* A Dropout that is the identity whatever the run (p = 0: its output is its input): a
- * Residual's branch passes over it to the layer whose output it sums. */
-static int identity(const ds_layer *l) { return !strcmp(l->ops->kind, "Dropout") && l->p == 0; }
-
-/* The child of Sequential n on the path to the leaf whose output a Residual sums: the last
- * one but trailing identities; -1 when there is none. */
-static int path_child(const ds_layer *n) {
+/* The child of Sequential n on the path to the leaf whose output a Residual sums in pass
+ * r: the last one but trailing layers that pass their input through (an inactive
+ * Dropout); -1 when there is none. */
+static int path_child(const ds_layer *n, const ds_run *r) {
     int k = n->nchild - 1;
-    while (k >= 0 && identity(n->child[k])) k--;
+    while (k >= 0 && ds_layer_passes_through(n->child[k], r)) k--;
     return k;
 }
 
 static int is_sequential(const ds_layer *l) { return l->ops == &SEQUENTIAL; }
 
-/* The leaf whose output Residual r's branch ends with (through Sequentials and their
- * trailing identities) when that leaf's backward needs only its input and its output is
- * fp32 (r sums it); else NULL. */
-static ds_layer *branch_leaf(const ds_layer *r) {
-    ds_layer *n = r->child[0];
+/* The leaf whose output Residual res's branch ends with in pass r (through Sequentials
+ * and their trailing pass-through layers) when that leaf's backward needs only its input
+ * and its output is fp32 (res sums it); else NULL. */
+static ds_layer *branch_leaf(const ds_layer *res, const ds_run *r) {
+    ds_layer *n = res->child[0];
     while (is_sequential(n)) {
-        int k = path_child(n);
+        int k = path_child(n, r);
         if (k < 0) return NULL;
         n = n->child[k];
     }
@@ -134,15 +139,15 @@ static int is_residual(const ds_layer *l) { return l->ops == &RESIDUAL; }
  * neither its output nor its branch's, so the span keeps the Residual's sum and
  * backward runs neither the sum nor that leaf again. NULL: the span copies its output
  * and recomputes all of itself. */
-static ds_layer *kept_layer(ds_layer *l) {
+static ds_layer *kept_layer(ds_layer *l, const ds_run *r) {
     ds_layer *t = ds_layer_trailing(l->child[0]);
     if (!t) return NULL;
     if (t->ops->input_only && t->ops->input_only(t)) return t;
-    return is_residual(t) && branch_leaf(t) ? t : NULL;
+    return is_residual(t) && branch_leaf(t, r) ? t : NULL;
 }
 
 static int checkpoint_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
-    ds_layer *f = l->child[0], *t = kept_layer(l);
+    ds_layer *f = l->child[0], *t = kept_layer(l, r);
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
     if (t) { /* the output stays t's: its next forward, or ds_layer_release, frees it */
         borrow_out(l, t->out);
@@ -175,33 +180,33 @@ static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const 
 
 /* A kept Residual's branch again up to its leaf: the leaf does not run (its backward
  * needs only its input), its output only gets storage, not zeroed, shaped like the sum
- * (like), for the shape checks of the layers that pass it on (the identities after it,
- * the Sequentials whose output it is); nothing reads its values, so nothing clears them. */
+ * (like), for the shape checks of the layers that pass it on (the pass-through layers
+ * after it, the Sequentials whose output it is); nothing reads its values, so nothing clears them. */
 static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, const ds_tensor *in,
                         const ds_tensor *like, ds_err *err) {
     if (n == leaf) {
         return ds_tensor_ensure_uninit(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim,
                                        like->shape, err);
     }
-    int k = path_child(n);
+    int k = path_child(n, r);
     for (int i = 0; i < k; i++) {
         if (ds_layer_forward(n->child[i], r, in, err) != 0) return -1;
         in = n->child[i]->out;
     }
     if (branch_until(n->child[k], leaf, r, in, like, err) != 0) return -1;
-    for (int i = k + 1; i < n->nchild; i++) /* identities: their output is their input */
+    for (int i = k + 1; i < n->nchild; i++) /* passing through: output = input */
         if (ds_layer_forward(n->child[i], r, n->child[i - 1]->out, err) != 0) return -1;
     return 0;
 }
 
 static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                                const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
-    ds_layer *f = l->child[0], *t = kept_layer(l);
+    ds_layer *f = l->child[0], *t = kept_layer(l, r);
     /* Same run keys as the forward: the recomputation is exact (dropout included). */
     const ds_tensor *at = in; /* t's input */
     int rc = t ? forward_until(f, t, r, &at, err) : ds_layer_forward(f, r, in, err);
     if (rc == 0 && t && is_residual(t)) /* the sum stays the forward's */
-        rc = branch_until(t->child[0], branch_leaf(t), r, at, t->out, err);
+        rc = branch_until(t->child[0], branch_leaf(t, r), r, at, t->out, err);
     if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, acc, err);
     /* the kept output stays, as a copy would: the span's output holds its gradient
      * after backward when the criterion wrote it there (the logits) */
@@ -210,6 +215,6 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
 }
 
 static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
-                                        NULL, NULL, NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

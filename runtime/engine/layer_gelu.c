@@ -47,6 +47,7 @@ static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, cons
  * 16 bits where its producer's backward takes it so (c_fc's) */
 static const ds_layer_ops GELU = {"GELU",           gelu_forward,      gelu_backward,
                                   NULL,             ds_layer_any_half, ds_layer_any_half,
-                                  ds_layer_yes,     NULL,              ds_layer_any_half};
+                                  ds_layer_yes,     NULL,              ds_layer_any_half,
+                                  NULL};
 
 ds_layer *ds_gelu_new(ds_err *err) { return ds_layer_alloc(&GELU, err); }

@@ -93,7 +93,7 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, co
  * output gradient is taken as it is (matmul16 rounds an fp32 one to it) */
 static const ds_layer_ops LINEAR = {"Linear", linear_forward, linear_backward, native_half,
                                     half_io,  half_io,        ds_layer_yes,    half_io,
-                                    NULL};
+                                    NULL,     NULL};
 
 ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err) {
     if (in_dim < 1 || out_dim < 1)

@@ -46,7 +46,8 @@ static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, co
 
 /* input_only: backward reads the input's shape and the output gradient */
 static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward,
-                                    ds_layer_params_half, NULL, NULL, ds_layer_yes, NULL, NULL};
+                                    ds_layer_params_half, NULL, NULL, ds_layer_yes, NULL, NULL,
+                                    NULL};
 
 ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err) {
     if (context < 1 || dim < 1)

@@ -233,11 +233,15 @@ static void release(sim *S, mp_node *n, const mp_node *keep) {
         for (int i = 0; i < n->nkids; i++) drop(S, &n->gbuf[i]);
 }
 
-/* layer_containers.c's path_child: a Sequential's last child but trailing identities
- * (Dropouts of p = 0) */
+/* ops->passes_through in training: a Dropout of p = 0 (its output is its input, its
+ * input gradient its output gradient) */
+static int passes_through(const mp_node *n) { return n->kind == MP_DROPOUT && !n->dropout; }
+
+/* layer_containers.c's path_child: a Sequential's last child but trailing layers that
+ * pass through */
 static int path_child(const mp_node *n) {
     int k = n->nkids - 1;
-    while (k >= 0 && n->kids[k]->kind == MP_DROPOUT && !n->kids[k]->dropout) k--;
+    while (k >= 0 && passes_through(n->kids[k])) k--;
     return k;
 }
 
@@ -415,6 +419,7 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
     }
     case MP_SEQUENTIAL:
         for (int i = n->nkids - 1; i >= 0; i--) {
+            if (i && passes_through(n->kids[i])) continue; /* its gradient is the boundary's */
             const mp_shape *x = i ? &n->kids[i - 1]->out_shape : in;
             int dx = din;
             if (i) { /* boundary_grad */

@@ -40,7 +40,8 @@ static ds_layer *residual_of(int C, const char *norm, const char *inner, ds_laye
     ds_layer *ln = eng_named(ds_layernorm_new(C, 1e-5f, &err), norm);
     assert_int_equal(ds_layer_add_child(branch, ln, &err), 0);
     assert_int_equal(ds_layer_add_child(branch, core, &err), 0);
-    assert_int_equal(ds_layer_add_child(branch, eng_named(ds_dropout_new(p, &err), ""), &err), 0);
+    if (p >= 0)
+        assert_int_equal(ds_layer_add_child(branch, eng_named(ds_dropout_new(p, &err), ""), &err), 0);
     return eng_named(ds_residual_new(branch, &err), "");
 }
 
@@ -49,7 +50,7 @@ ds_layer *eng_gpt_block(const char *name, int C, int NH, float p) {
     ds_layer *b = eng_named(ds_sequential_new(&err), name);
     ds_layer *attn =
         residual_of(C, "ln_1", "attn", eng_named(ds_linear_new(C, 3 * C, 1, 0.2f, &err), "c_attn"),
-                    ds_attention_new(NH, p, &err),
+                    ds_attention_new(NH, p < 0 ? 0.0f : p, &err),
                     eng_named(ds_linear_new(C, C, 1, 0.2f, &err), "c_proj"), p);
     ds_layer *mlp =
         residual_of(C, "ln_2", "mlp", eng_named(ds_linear_new(C, 4 * C, 1, 0.2f, &err), "c_fc"),

@@ -15,7 +15,7 @@ ds_tensor *eng_input(int64_t B, int64_t T, int64_t C);
 /* nn.TransformerBlock's tree for width C and NH heads: x + attn(ln_1(x)), then
  * x + mlp(ln_2(x)), each branch Residual(Sequential(ln, Sequential(c_attn | c_fc,
  * Attention | GELU, c_proj) named attn | mlp, Dropout(p))); four Linears, attention
- * dropout p. */
+ * dropout p. p < 0: the same tree without its Dropouts, attention dropout 0. */
 ds_layer *eng_gpt_block(const char *name, int C, int NH, float p);
 /* t's bytes on the host, wherever t lives; free() them */
 unsigned char *eng_bytes(const ds_tensor *t);
