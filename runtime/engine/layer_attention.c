@@ -128,9 +128,13 @@ static int half_dqkv(const ds_layer *l, ds_dtype h) {
 
 /* input_only: no, backward reads the output and the saved log-sum-exp (or probabilities) */
 static const ds_layer_ops ATTENTION = {
-    "Attention",       attention_forward, attention_backward, NULL, ds_layer_any_half,
-    ds_layer_any_half, NULL,              NULL,               half_dqkv,
-    NULL};
+    .kind = "Attention",
+    .forward = attention_forward,
+    .backward = attention_backward,
+    .emits_half = ds_layer_any_half,
+    .takes_half = ds_layer_any_half,
+    .gives_half_grad = half_dqkv,
+};
 
 ds_layer *ds_attention_new(int heads, float p, ds_err *err) {
     if (heads < 1) return ds_err_set(err, "attention: heads=%d (must be >= 1)", heads), NULL;

@@ -64,8 +64,11 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return 0;
 }
 
-static const ds_layer_ops SEQUENTIAL = {"Sequential", sequential_forward, sequential_backward,
-                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const ds_layer_ops SEQUENTIAL = {
+    .kind = "Sequential",
+    .forward = sequential_forward,
+    .backward = sequential_backward,
+};
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
@@ -90,8 +93,11 @@ static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return ds_layer_backward(l->child[0], r, in, dout, din, 1, err);
 }
 
-static const ds_layer_ops RESIDUAL = {"Residual", residual_forward, residual_backward, NULL,
-                                      NULL, NULL, NULL, NULL, NULL, NULL};
+static const ds_layer_ops RESIDUAL = {
+    .kind = "Residual",
+    .forward = residual_forward,
+    .backward = residual_backward,
+};
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
     ds_layer *l = ds_layer_alloc(ops, err);
@@ -214,7 +220,10 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return rc;
 }
 
-static const ds_layer_ops CHECKPOINT = {"Checkpoint", checkpoint_forward, checkpoint_backward,
-                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const ds_layer_ops CHECKPOINT = {
+    .kind = "Checkpoint",
+    .forward = checkpoint_forward,
+    .backward = checkpoint_backward,
+};
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

@@ -49,8 +49,12 @@ static int passes_through(const ds_layer *l, const ds_run *r) { return !active(l
 /* input_only: no. Backward needs nothing of the forward (the mask comes again from the
  * run's keys), but the output is the input or the mask buffer, no tensor of its own a
  * checkpoint span could keep past the span's release. */
-static const ds_layer_ops DROPOUT = {"Dropout", dropout_forward, dropout_backward, NULL,
-                                    NULL, NULL, NULL, NULL, NULL, passes_through};
+static const ds_layer_ops DROPOUT = {
+    .kind = "Dropout",
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+    .passes_through = passes_through,
+};
 
 ds_layer *ds_dropout_new(float p, ds_err *err) {
     if (!(p >= 0 && p < 1)) return ds_err_set(err, "Dropout: p=%g (0 <= p < 1)", (double)p), NULL;

@@ -52,9 +52,13 @@ static int embedding_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 /* input_only: backward reads the ids (the input) and the output gradient */
-static const ds_layer_ops EMBEDDING = {"Embedding", embedding_forward, embedding_backward,
-                                       ds_layer_params_half, NULL, NULL, ds_layer_yes, NULL, NULL,
-                                       NULL};
+static const ds_layer_ops EMBEDDING = {
+    .kind = "Embedding",
+    .forward = embedding_forward,
+    .backward = embedding_backward,
+    .native_half = ds_layer_params_half,
+    .input_only = ds_layer_yes,
+};
 
 ds_layer *ds_embedding_new(int vocab, int dim, float init_std, ds_err *err) {
     if (vocab < 1 || dim < 1)

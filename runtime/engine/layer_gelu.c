@@ -45,9 +45,14 @@ static int gelu_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, cons
 
 /* input_only: backward reads the input, not the output; it writes its input gradient in
  * 16 bits where its producer's backward takes it so (c_fc's) */
-static const ds_layer_ops GELU = {"GELU",           gelu_forward,      gelu_backward,
-                                  NULL,             ds_layer_any_half, ds_layer_any_half,
-                                  ds_layer_yes,     NULL,              ds_layer_any_half,
-                                  NULL};
+static const ds_layer_ops GELU = {
+    .kind = "GELU",
+    .forward = gelu_forward,
+    .backward = gelu_backward,
+    .emits_half = ds_layer_any_half,
+    .takes_half = ds_layer_any_half,
+    .input_only = ds_layer_yes,
+    .gives_half_grad = ds_layer_any_half,
+};
 
 ds_layer *ds_gelu_new(ds_err *err) { return ds_layer_alloc(&GELU, err); }

@@ -62,9 +62,13 @@ static int layernorm_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
 }
 
 /* input_only: no, backward reads the mean and rstd its forward saved */
-static const ds_layer_ops LAYERNORM = {"LayerNorm", layernorm_forward, layernorm_backward,
-                                       ds_layer_params_half, emits_half, NULL, NULL, NULL, NULL,
-                                       NULL};
+static const ds_layer_ops LAYERNORM = {
+    .kind = "LayerNorm",
+    .forward = layernorm_forward,
+    .backward = layernorm_backward,
+    .native_half = ds_layer_params_half,
+    .emits_half = emits_half,
+};
 
 ds_layer *ds_layernorm_new(int dim, float eps, ds_err *err) {
     if (dim < 1) return ds_err_set(err, "LayerNorm: d=%d (must be >= 1)", dim), NULL;

@@ -91,9 +91,16 @@ static int linear_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, co
 
 /* input_only: backward reads the input, the weight and the output gradient; a 16-bit
  * output gradient is taken as it is (matmul16 rounds an fp32 one to it) */
-static const ds_layer_ops LINEAR = {"Linear", linear_forward, linear_backward, native_half,
-                                    half_io,  half_io,        ds_layer_yes,    half_io,
-                                    NULL,     NULL};
+static const ds_layer_ops LINEAR = {
+    .kind = "Linear",
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .native_half = native_half,
+    .emits_half = half_io,
+    .takes_half = half_io,
+    .input_only = ds_layer_yes,
+    .takes_half_grad = half_io,
+};
 
 ds_layer *ds_linear_new(int in_dim, int out_dim, int bias, float init_std, ds_err *err) {
     if (in_dim < 1 || out_dim < 1)

@@ -45,9 +45,13 @@ static int posemb_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, co
 }
 
 /* input_only: backward reads the input's shape and the output gradient */
-static const ds_layer_ops POSEMB = {"PositionEmbedding", posemb_forward, posemb_backward,
-                                    ds_layer_params_half, NULL, NULL, ds_layer_yes, NULL, NULL,
-                                    NULL};
+static const ds_layer_ops POSEMB = {
+    .kind = "PositionEmbedding",
+    .forward = posemb_forward,
+    .backward = posemb_backward,
+    .native_half = ds_layer_params_half,
+    .input_only = ds_layer_yes,
+};
 
 ds_layer *ds_posemb_new(int context, int dim, float init_std, ds_err *err) {
     if (context < 1 || dim < 1)
