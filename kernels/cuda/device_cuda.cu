@@ -293,11 +293,13 @@ static void cuda_close(ds_device *dd) {
 }
 
 static const ds_device_ops CUDA_OPS = {
-    cuda_alloc,      cuda_alloc_uninit, cuda_free,        cuda_memset0,     cuda_copy,        cuda_to_host,
-    cuda_from_host,  cuda_sync,        cuda_stream_new,  cuda_stream_free, cuda_event_new,
-    cuda_event_free, cuda_event_record, cuda_stream_wait, cuda_event_sync, cuda_event_done,
+    // in device.h's order (C++17 has no designated initializers)
+    cuda_alloc,       cuda_alloc_uninit, cuda_free,        cuda_memset0,
+    cuda_copy,        cuda_to_host,      cuda_from_host,   cuda_sync,
+    cuda_stream_new,  cuda_stream_free,  cuda_event_new,   cuda_event_free,
+    cuda_event_record, cuda_stream_wait, cuda_event_sync,  cuda_event_done,
     NULL, // launch_host: NCCL runs on the streams themselves
-    cuda_alias,      cuda_mem_info,    cuda_close,
+    cuda_alias,       cuda_mem_info,     cuda_close,
 };
 
 // ---- opening ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cuda_common.cuh" /* ds_cu_grad */
 #include "kernel_math.h"
 
 extern "C" {
@@ -63,9 +64,8 @@ static inline ds_cu_act ds_cu_act_of(const void *p, int is16, ds_half h) {
 // An input gradient's element i: a 16-bit one written, v rounded once (kernel_table.h:
 // acc is not read then); an fp32 one written or added to as acc says (ds_cu_grad's rule).
 __device__ inline void ds_cu_grad_act(const ds_cu_act &d, size_t i, float v, int acc) {
-    float *f = (float *)d.p + i;
     if (d.is16) d.store(i, v);
-    else *f = acc ? *f + v : v;
+    else ds_cu_grad((float *)d.p + i, v, acc);
 }
 
 #endif

@@ -91,26 +91,34 @@ typedef struct step_bytes {
     size_t out_n, din_n, grads_n;
 } step_bytes;
 
-/* One forward and backward of a fresh stage, d(output) a fixed pattern: its output,
- * d(input) and parameter gradients. */
-static step_bytes run_step(ds_dtype prec) {
+/* One forward and backward of a fresh stage, d(output) a fixed pattern; res (may be NULL)
+ * gets its output (before d(output) is written over it), d(input) and parameter
+ * gradients. */
+static ds_stage *stepped_stage(ds_dtype prec, step_bytes *res) {
     ds_err err = {{0}};
     ds_stage *s = gpt_stage(prec);
     ds_tensor *x = eng_input(B, T, C);
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    step_bytes res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
+    if (res) res->out = eng_bytes(out), res->out_n = ds_tensor_nbytes(out);
     size_t n = (size_t)out->numel;
     float *dout = malloc(n * sizeof *dout);
     for (size_t i = 0; i < n; i++) dout[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
     if (ds_tensor_from_host(out, 0, n, dout, &err) != 0) fail_msg("%s", err.msg);
     free(dout);
     if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg);
-    res.din = eng_bytes(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
-    res.grads = eng_bytes(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
+    if (res) {
+        res->din = eng_bytes(s->grad_in), res->din_n = ds_tensor_nbytes(s->grad_in);
+        res->grads = eng_bytes(s->flat_grads), res->grads_n = ds_tensor_nbytes(s->flat_grads);
+    }
     ds_tensor_free(x);
-    ds_stage_free(s);
+    return s;
+}
+
+static step_bytes run_step(ds_dtype prec) {
+    step_bytes res;
+    ds_stage_free(stepped_stage(prec, &res));
     return res;
 }
 
@@ -206,26 +214,13 @@ static void test_step_bf16(void **state) {
     check_step(DS_BF16);
 }
 
-/* A stage after one forward and backward: gradients to step on. */
-static ds_stage *stepped_stage(ds_dtype prec) {
-    ds_err err = {{0}};
-    ds_stage *s = gpt_stage(prec);
-    ds_tensor *x = eng_input(B, T, C);
-    ds_run r = {.train = 1, .seed = 3};
-    if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
-    ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg); /* d(out) = out */
-    ds_tensor_free(x);
-    return s;
-}
-
 /* AdamW steps a stage's every parameter, each with its own decay, in one kernel call (one
  * GPU launch, not one per parameter tensor), to the bits of a call per parameter. */
 static void check_adamw_one_call(ds_dtype prec) {
     ds_err err = {{0}};
     ds_adamw_cfg c = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                       .weight_decay = 0.1f, .t = 1};
-    ds_stage *a = stepped_stage(prec), *b = stepped_stage(prec);
+    ds_stage *a = stepped_stage(prec, NULL), *b = stepped_stage(prec, NULL);
     assert_int_equal(ds_kernel_count_install(ds_device_get(), &err), 0);
     if (ds_adamw_step(a, 0, a->numel, &c, &err) != 0) fail_msg("%s", err.msg);
     ds_kcount k = count_of(prec == DS_F32 ? "adamw_spans" : "adamw_half_spans");
