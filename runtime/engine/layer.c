@@ -231,6 +231,11 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
         ds_err_set(err, "backward: input gradient is %s, expected fp32", ds_dtype_name(din->dtype));
         return with_path(l, err);
     }
+    if (din == dout && !ds_layer_grad_in_place(l, r, acc)) {
+        ds_err_set(err, "backward: the input gradient is the output gradient (in place, "
+                        "acc = %d), which this layer does not take", acc);
+        return with_path(l, err);
+    }
     if (make_images(l, 1, err) != 0) return with_path(l, err);
     int rc = l->ops->backward(l, r, in, dout, din, acc, err);
     drop_images(l, rc == 0);
@@ -240,6 +245,10 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
 
 int ds_layer_passes_through(const ds_layer *l, const ds_run *r) {
     return l->ops->passes_through && l->ops->passes_through(l, r);
+}
+
+int ds_layer_grad_in_place(const ds_layer *l, const ds_run *r, int acc) {
+    return l->ops->grad_in_place && l->ops->grad_in_place(l, r, acc);
 }
 
 void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout) {

@@ -6,6 +6,9 @@
  * its contents garbage), the kernels' convention (kernel_table.h). The caller decides:
  * a gradient buffer with one contributor (a Sequential's boundary, the stage's input
  * gradient) is written, not zeroed and added to; a Residual's input gradient has two.
+ * Where the layers say it is safe (ops->grad_in_place), a Sequential passes the gradients
+ * of a run of children in one buffer, each called in place (din == dout): GPT's
+ * residual stream has one gradient buffer and its Residuals make no din = dout copy.
  * Containers (sequential, residual, checkpoint) compose layers; the whole tree runs in C
  * without calling back into Lua. */
 #ifndef DS_LAYER_H
@@ -91,6 +94,19 @@ typedef struct ds_layer_ops {
      * boundary (no buffer, no copy, this layer's backward not called), and a checkpoint
      * span's Residual branch looks past it to the layer whose output it sums. NULL: no. */
     int (*passes_through)(const ds_layer *l, const ds_run *r);
+    /* 1: in pass r this layer's backward may be called in place with acc: din and dout
+     * the same tensor (din == dout), which then holds the output gradient on entry and
+     * the input gradient on return: with acc = 0 the input gradient alone (what a
+     * Sequential asks of a child whose boundary gradients share one buffer: a Residual
+     * then makes no din = dout copy, its din already holds dout), with acc = 1 the output
+     * gradient plus it (what such a Residual asks of its branch). Safe where every read of
+     * dout comes before the write of din that would change it: a Residual (acc = 0) whose
+     * branch is safe with acc = 1; a Sequential whose last child run reads dout and a
+     * different, first child writes din, or whose one child run is safe; a Checkpoint
+     * whose child is. Never a leaf (a GEMM whose output aliases its input is undefined)
+     * nor a Residual with acc = 1 (din += dout would double dout). ds_layer_backward
+     * refuses an in-place call this does not allow. NULL: never. */
+    int (*grad_in_place)(const ds_layer *l, const ds_run *r, int acc);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -181,6 +197,8 @@ int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
                       ds_tensor *din, int acc, ds_err *err);
 /* ops->passes_through asked of l in pass r; 0 where the kind has none */
 int ds_layer_passes_through(const ds_layer *l, const ds_run *r);
+/* ops->grad_in_place asked of l in pass r with acc; 0 where the kind has none */
+int ds_layer_grad_in_place(const ds_layer *l, const ds_run *r, int acc);
 /* The input gradient of a layer whose output is its input plus something: din = dout
  * (acc = 0: a copy) or din += dout (acc = 1). */
 void ds_grad_through(ds_tensor *din, int acc, const ds_tensor *dout);

@@ -22,10 +22,19 @@ static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in,
     return 0;
 }
 
-/* *dx: the gradient at the boundary after child i, shaped like child i's output, fp32 or
- * 16-bit as planned (ds_layer_grad_dtype), its values stale or, new, not zeroed (on sim:
- * NaN): child i + 1, its one contributor, writes it (no zeroing pass; a 16-bit one is so
- * rounded once); NULL when that output is int32 ids (no gradient flows into them). */
+/* 1: t can hold the gradient at the boundary after child i: its type
+ * (ds_layer_grad_dtype) and child i's output's shape; never for int32 ids */
+static int fits(const ds_layer *l, int i, const ds_tensor *t) {
+    const ds_tensor *o = l->child[i]->out;
+    return t && o->dtype != DS_I32 && t->dtype == ds_layer_grad_dtype(l->child[i]) &&
+           ds_tensor_same_shape(o, t);
+}
+
+/* *dx: a buffer of l's own for the gradient at the boundary after child i, shaped like
+ * child i's output, fp32 or 16-bit as planned (ds_layer_grad_dtype), its values stale or,
+ * new, not zeroed (on sim: NaN): child i + 1, its one contributor, writes it (no zeroing
+ * pass; a 16-bit one is so rounded once); NULL when that output is int32 ids (no
+ * gradient flows into them). */
 static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     *dx = NULL;
     if (!l->gbuf && !(l->gbuf = calloc((size_t)l->nchild, sizeof *l->gbuf)))
@@ -39,12 +48,52 @@ static int boundary_grad(ds_layer *l, int i, ds_tensor **dx, ds_err *err) {
     return 0;
 }
 
+/* 1: backward runs child i of l in pass r (child 0 always; a later one unless it passes
+ * its gradient through) */
+static int runs_back(const ds_layer *l, int i, const ds_run *r) {
+    return !i || !ds_layer_passes_through(l->child[i], r);
+}
+
+/* The first child backward runs that may not be called in place (acc = 0); nchild when
+ * there is none: children [0, lead) can all pass their gradient on in one buffer. */
+static int in_place_lead(const ds_layer *l, const ds_run *r) {
+    for (int i = 0; i < l->nchild; i++)
+        if (runs_back(l, i, r) && !ds_layer_grad_in_place(l->child[i], r, 0)) return i;
+    return l->nchild;
+}
+
+/* Where child i (i > 0) of l writes its input gradient, the gradient at the boundary
+ * before it, given d, the one after it, which it reads. Boundary gradients share one
+ * buffer along a run of children that may be called in place (Residuals: no din = dout
+ * copy, no buffer per boundary): d itself, when l may overwrite d (one of its own
+ * buffers, or spare) and child i may run in place; spare, l's din when l writes it
+ * (acc = 0: fresh storage, or dout itself when l runs in place), when every child before
+ * i may then run in place on it down to child 0, whose din it is (lead: in_place_lead),
+ * as child 0 could not take din == dout otherwise; else a buffer of l's own
+ * (boundary_grad). Never the caller's dout, which l may not overwrite (a stage's output
+ * gradient, a Residual's branch's: acc = 1). */
+static int grad_target(ds_layer *l, const ds_run *r, int i, const ds_tensor *d,
+                       const ds_tensor *dout, ds_tensor *spare, int lead, ds_tensor **dx,
+                       ds_err *err) {
+    int in_place = ds_layer_grad_in_place(l->child[i], r, 0) && fits(l, i - 1, d);
+    if (d == spare) { /* on the run down to child 0, or off it for good */
+        if (in_place && i < lead) return *dx = spare, 0;
+    } else if (spare && i <= lead && fits(l, i - 1, spare)) {
+        return *dx = spare, 0;
+    } else if (d != dout && in_place) {
+        return *dx = (ds_tensor *)d, 0; /* one of l's own buffers */
+    }
+    return boundary_grad(l, i - 1, dx, err);
+}
+
 static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                                const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     if (!l->nchild && din) ds_grad_through(din, acc, dout); /* empty: the identity */
+    ds_tensor *spare = acc ? NULL : din;
+    int lead = spare ? in_place_lead(l, r) : 0;
     const ds_tensor *d = dout;
     for (int i = l->nchild - 1; i >= 0; i--) {
-        if (i && ds_layer_passes_through(l->child[i], r)) {
+        if (!runs_back(l, i, r)) {
             /* the gradient at the boundary before child i is d itself: no buffer, no copy;
              * child i - 1 reads it as its dout, as it would read its own copy */
             if (d->dtype != ds_layer_grad_dtype(l->child[i - 1]))
@@ -55,7 +104,7 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
         }
         const ds_tensor *x = i ? l->child[i - 1]->out : in;
         ds_tensor *dx = din;
-        if (i && boundary_grad(l, i - 1, &dx, err) != 0) return -1;
+        if (i && grad_target(l, r, i, d, dout, spare, lead, &dx, err) != 0) return -1;
         /* only the first child adds into the caller's din, as the caller says */
         if (ds_layer_backward(l->child[i], r, x, d, dx, i ? 0 : acc, err) != 0) return -1;
         d = dx;
@@ -64,10 +113,21 @@ static int sequential_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return 0;
 }
 
+/* In place with acc = 1 (a Residual's branch): dout stays unaliased (no spare), so the
+ * last child run reads it into a buffer of l's own before child 0 adds into it; with
+ * acc = 0 the same, or the children's gradients share dout's buffer (grad_target). One
+ * child run: called as l is. None (an empty Sequential's din = dout): never. */
+static int sequential_in_place(const ds_layer *l, const ds_run *r, int acc) {
+    int runs = 0;
+    for (int i = 0; i < l->nchild; i++) runs += runs_back(l, i, r);
+    return runs > 1 || (runs == 1 && ds_layer_grad_in_place(l->child[0], r, acc));
+}
+
 static const ds_layer_ops SEQUENTIAL = {
     .kind = "Sequential",
     .forward = sequential_forward,
     .backward = sequential_backward,
+    .grad_in_place = sequential_in_place,
 };
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
@@ -86,17 +146,25 @@ static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, d
 static int residual_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                              const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     if (!din) return ds_err_set(err, "a residual needs its input gradient buffer");
-    /* din = dout (a copy when fresh), then the branch adds: the order of summing both
-     * into zeros, so the bits do not depend on acc, however the branch nests (a branch
-     * writing first would reorder the sums of nested residuals) */
-    ds_grad_through(din, acc, dout);
+    /* din = dout (a copy when fresh; nothing in place: din is dout), then the branch
+     * adds: the order of summing both into zeros, so the bits do not depend on acc nor on
+     * aliasing, however the branch nests (a branch writing first would reorder the sums
+     * of nested residuals) */
+    if (din != dout) ds_grad_through(din, acc, dout);
     return ds_layer_backward(l->child[0], r, in, dout, din, 1, err);
+}
+
+/* In place (acc = 0) when its branch adds into its output gradient safely in place;
+ * never with acc = 1: din += dout would double it. */
+static int residual_in_place(const ds_layer *l, const ds_run *r, int acc) {
+    return !acc && ds_layer_grad_in_place(l->child[0], r, 1);
 }
 
 static const ds_layer_ops RESIDUAL = {
     .kind = "Residual",
     .forward = residual_forward,
     .backward = residual_backward,
+    .grad_in_place = residual_in_place,
 };
 
 static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
@@ -220,10 +288,16 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     return rc;
 }
 
+/* As its child: the recomputation touches no gradient. */
+static int checkpoint_in_place(const ds_layer *l, const ds_run *r, int acc) {
+    return ds_layer_grad_in_place(l->child[0], r, acc);
+}
+
 static const ds_layer_ops CHECKPOINT = {
     .kind = "Checkpoint",
     .forward = checkpoint_forward,
     .backward = checkpoint_backward,
+    .grad_in_place = checkpoint_in_place,
 };
 
 ds_layer *ds_checkpoint_new(ds_layer *inner, ds_err *err) { return wrap(&CHECKPOINT, inner, err); }

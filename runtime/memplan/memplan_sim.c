@@ -408,7 +408,99 @@ static int branch_until(sim *S, mp_node *n, const mp_node *leaf, const mp_shape 
     return 0;
 }
 
-/* ds_layer_backward and the containers' backward; din: a gradient for the input is wanted. */
+/* What a backward is asked of its input gradient (ds_layer_backward's din and acc) */
+enum {
+    GRAD_WANTED = 1,   /* din given */
+    GRAD_ADDED = 2,    /* acc = 1 */
+    GRAD_IN_PLACE = 4, /* din is dout */
+};
+
+/* layer_containers.c's runs_back: backward runs kid i of Sequential n */
+static int runs_back(const mp_node *n, int i) { return !i || !passes_through(n->kids[i]); }
+
+/* the containers' ops->grad_in_place in training (sequential_in_place, residual_in_place,
+ * checkpoint_in_place); the leaves: never */
+static int grad_in_place(const mp_node *n, int acc) {
+    switch (n->kind) {
+    case MP_SEQUENTIAL: {
+        int runs = 0;
+        for (int i = 0; i < n->nkids; i++) runs += runs_back(n, i);
+        return runs > 1 || (runs == 1 && grad_in_place(n->kids[0], acc));
+    }
+    case MP_RESIDUAL: return !acc && grad_in_place(n->kids[0], 1);
+    case MP_CHECKPOINT: return grad_in_place(n->kids[0], acc);
+    default: return 0;
+    }
+}
+
+/* layer_containers.c's in_place_lead */
+static int in_place_lead(const mp_node *n) {
+    for (int i = 0; i < n->nkids; i++)
+        if (runs_back(n, i) && !grad_in_place(n->kids[i], 0)) return i;
+    return n->nkids;
+}
+
+/* Which gradient a Sequential's d is: the caller's dout, its din, or gbuf[k] (k >= 0) */
+enum { AT_DOUT = -1, AT_DIN = -2, AT_NONE = -3 };
+
+static const mp_shape *at_shape(const mp_node *n, const mp_shape *in, int at) {
+    return at == AT_DOUT ? &n->out_shape : at == AT_DIN ? in : &n->kids[at]->out_shape;
+}
+
+/* layer_containers.c's fits: t can hold the gradient after kid i */
+static int fits(const mp_node *n, int i, const mp_shape *t) {
+    const mp_shape *o = &n->kids[i]->out_shape;
+    if (!o->f32 || o->ndim != t->ndim || o->grad_half != t->grad_half) return 0;
+    for (int k = 0; k < o->ndim; k++)
+        if (o->d[k] != t->d[k]) return 0;
+    return 1;
+}
+
+/* layer_containers.c's grad_target and boundary_grad: where kid i writes its input
+ * gradient (AT_NONE: int32 ids, none) */
+static int grad_target(sim *S, mp_node *n, const mp_shape *in, int i, int d, int spare,
+                       int lead, int inside) {
+    const mp_shape *x = &n->kids[i - 1]->out_shape;
+    int in_place = grad_in_place(n->kids[i], 0) && fits(n, i - 1, at_shape(n, in, d));
+    if (d == AT_DIN) {
+        if (in_place && i < lead) return AT_DIN;
+    } else if (spare && i <= lead && fits(n, i - 1, in)) {
+        return AT_DIN;
+    } else if (d != AT_DOUT && in_place) {
+        return d;
+    }
+    if (!x->f32) return AT_NONE;
+    size_t bytes = (size_t)numel_of(x) * (x->grad_half ? 2 : 4);
+    ensure(S, &n->gbuf[i - 1], bytes, inside ? DS_MP_RECOMPUTE : DS_MP_ACT_GRADS);
+    return i - 1;
+}
+
+static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside, ds_err *err);
+
+/* layer_containers.c's sequential_backward: the boundary gradients, some in one buffer */
+static int sequential_backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
+                               ds_err *err) {
+    int spare = (din & GRAD_WANTED) && !(din & GRAD_ADDED);
+    int lead = spare ? in_place_lead(n) : 0;
+    int d = spare && (din & GRAD_IN_PLACE) ? AT_DIN : AT_DOUT;
+    for (int i = n->nkids - 1; i >= 0; i--) {
+        if (!runs_back(n, i)) continue; /* its gradient is the boundary's */
+        const mp_shape *x = i ? &n->kids[i - 1]->out_shape : in;
+        int dx = AT_DIN, flags = din & (GRAD_WANTED | GRAD_ADDED);
+        if (i) {
+            dx = grad_target(S, n, in, i, d, spare, lead, inside);
+            flags = dx == AT_NONE ? 0 : GRAD_WANTED;
+        }
+        int same = i ? dx == d : d == AT_DIN || (d == AT_DOUT && (din & GRAD_IN_PLACE));
+        if (flags && same) flags |= GRAD_IN_PLACE;
+        if (backward(S, n->kids[i], x, flags, inside, err) != 0) return -1;
+        if (i && dx == AT_NONE) return 0;
+        d = dx;
+    }
+    return 0;
+}
+
+/* ds_layer_backward and the containers' backward; din: GRAD_* flags. */
 static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside, ds_err *err) {
     images(S, n, in, 1);
     switch (n->kind) {
@@ -417,21 +509,9 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
         ensure(S, &n->buf[1], att_bytes(n, B, T), DS_MP_SCRATCH);
         return 0;
     }
-    case MP_SEQUENTIAL:
-        for (int i = n->nkids - 1; i >= 0; i--) {
-            if (i && passes_through(n->kids[i])) continue; /* its gradient is the boundary's */
-            const mp_shape *x = i ? &n->kids[i - 1]->out_shape : in;
-            int dx = din;
-            if (i) { /* boundary_grad */
-                dx = x->f32;
-                size_t bytes = (size_t)numel_of(x) * (x->grad_half ? 2 : 4);
-                if (dx) ensure(S, &n->gbuf[i - 1], bytes, inside ? DS_MP_RECOMPUTE : DS_MP_ACT_GRADS);
-            }
-            if (backward(S, n->kids[i], x, dx, inside, err) != 0) return -1;
-            if (!dx && i) return 0;
-        }
-        return 0;
-    case MP_RESIDUAL: return backward(S, n->kids[0], in, din, inside, err);
+    case MP_SEQUENTIAL: return sequential_backward(S, n, in, din, inside, err);
+    case MP_RESIDUAL: /* din = dout (a copy, or nothing in place), then the branch adds */
+        return backward(S, n->kids[0], in, din | GRAD_ADDED, inside, err);
     case MP_CHECKPOINT: {
         mp_node *t = kept_layer(n);
         int was = S->in_backward;

@@ -3,7 +3,8 @@
  * layer before it, so GPT blocks' backward makes no device copy for their Dropouts and
  * keeps no boundary gradient buffer for them. Counted through the counting kernel table
  * (kernels/kernel_count.h): the device copies in backward of two GPT blocks with p = 0
- * Dropouts are the blocks' without Dropouts, exactly each Residual's din = dout; the
+ * Dropouts are the blocks' without Dropouts, exactly one (the stage's output gradient
+ * into the buffer the residual stream's gradients share: test_engine_grad_in_place); the
  * activation bytes are the same too, and so are the output, d(input) and parameter
  * gradients, bit for bit; fp32 and bf16, checkpoint none and per block. Runs on the
  * device DS_ENGINE_DEVICE names (cpu, sim). */
@@ -83,13 +84,14 @@ static void same(const unsigned char *a, size_t na, const unsigned char *b, size
 static void check(ds_dtype prec, int checkpoint) {
     step_result plain = run_step(prec, checkpoint, -1.0f);
     step_result drop = run_step(prec, checkpoint, 0.0f);
-    const uint64_t residual_copies = 2 * NBLOCKS, grad_bytes = (uint64_t)B * T * C * 4;
+    const uint64_t residual_copies = 1, grad_bytes = (uint64_t)B * T * C * 4;
     printf("%s checkpoint %d: backward copies %llu (%llu bytes), without Dropouts %llu; "
            "activations' peak in backward %zu bytes (without Dropouts %zu), after it %zu (%zu)\n",
            ds_dtype_name(prec), checkpoint, (unsigned long long)drop.copies.calls,
            (unsigned long long)drop.copies.bytes_read, (unsigned long long)plain.copies.calls,
            drop.act_peak, plain.act_peak, drop.act_after, plain.act_after);
-    /* each Residual's din = dout, an fp32 [B, T, C] gradient; nothing for the Dropouts */
+    /* the last Residual's din = dout, an fp32 [B, T, C] gradient (the others run in
+     * place); nothing for the Dropouts */
     assert_int_equal(drop.copies.calls, residual_copies);
     assert_int_equal(drop.copies.bytes_read, residual_copies * grad_bytes);
     assert_int_equal(plain.copies.calls, residual_copies);
