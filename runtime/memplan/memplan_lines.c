@@ -28,8 +28,9 @@ static const struct {
                         "16-bit logits)"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
                          "4 x the gradient at every layer boundary outside checkpointed spans "
-                         "but before a layer that passes it through (a Dropout of p = 0), "
-                         "and at each stage's input (d(logits) is written over the logits, "
+                         "but before a layer that passes it through (a Dropout of p = 0) "
+                         "and along a run of layers called in place (GPT's blocks and their "
+                         "Residuals: one buffer), and at each stage's input (d(logits) is written over the logits, "
                          "in their type); 2 x for 16-bit ones (GELU's and attention's into "
                          "a 16-bit Linear)"},
     [DS_MP_RECOMPUTE] = {"recompute working set", DS_MEM_ACTIVATIONS,
