@@ -61,6 +61,35 @@ ds_layer *eng_gpt_block(const char *name, int C, int NH, float p) {
     return b;
 }
 
+ds_stage *eng_stage(const char *name, ds_layer **l, int n, ds_dtype prec, int checkpoint) {
+    ds_err err = {{0}};
+    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
+    ds_stage *s = ds_stage_new(name, l, n, &o, 5, &err);
+    if (!s) fail_msg("%s", err.msg);
+    return s;
+}
+
+ds_stage *eng_blocks_stage(int n, int C, int NH, ds_dtype prec, int checkpoint, float p) {
+    ds_layer *l[16];
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "h.%d", i);
+        l[i] = eng_gpt_block(name, C, NH, p);
+    }
+    return eng_stage("blocks", l, n, prec, checkpoint);
+}
+
+void eng_grad_pattern(ds_tensor *t) {
+    ds_err err = {{0}};
+    size_t n = (size_t)t->numel;
+    float *d = malloc(n * sizeof *d);
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++) d[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
+    if (ds_tensor_from_host(t, 0, n, d, &err) != 0) fail_msg("%s", err.msg);
+    free(d);
+}
+
 unsigned char *eng_bytes(const ds_tensor *t) {
     ds_err err = {{0}};
     unsigned char *b = malloc(ds_tensor_nbytes(t) + 1);

@@ -17,6 +17,12 @@ ds_tensor *eng_input(int64_t B, int64_t T, int64_t C);
  * Attention | GELU, c_proj) named attn | mlp, Dropout(p))); four Linears, attention
  * dropout p. p < 0: the same tree without its Dropouts, attention dropout 0. */
 ds_layer *eng_gpt_block(const char *name, int C, int NH, float p);
+/* A stage "name" of the n layers l (taken), ZeRO 0, seed 5 (fails the test on error) */
+ds_stage *eng_stage(const char *name, ds_layer **l, int n, ds_dtype prec, int checkpoint);
+/* A stage "blocks" of n GPT blocks "h.0", "h.1", ... (eng_gpt_block) */
+ds_stage *eng_blocks_stage(int n, int C, int NH, ds_dtype prec, int checkpoint, float p);
+/* Writes a fixed pattern of gradients in [-0.3, 0.33] over t (fp32, on any device) */
+void eng_grad_pattern(ds_tensor *t);
 /* t's bytes on the host, wherever t lives; free() them */
 unsigned char *eng_bytes(const ds_tensor *t);
 /* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after

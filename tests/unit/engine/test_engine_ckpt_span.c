@@ -97,12 +97,7 @@ static ds_stage *mlp_stage(int checkpoint) {
 
 /* two GPT blocks, dropout p */
 static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
-    ds_err err = {{0}};
-    ds_layer *l[2] = {eng_gpt_block("h.0", C, NH, p), eng_gpt_block("h.1", C, NH, p)};
-    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
-    ds_stage *s = ds_stage_new("blocks", l, 2, &o, 5, &err);
-    if (!s) fail_msg("%s", err.msg);
-    return s;
+    return eng_blocks_stage(2, C, NH, prec, checkpoint, p);
 }
 
 /* A stage's run: its output, d(input) and parameter gradients as bytes, the Linear
@@ -300,9 +295,10 @@ static run_result second_step(ds_stage *s, int count, ds_kcount *zeroed, ds_kcou
 /* A checkpointed stage allocates again every step its spans' activations (in the forward
  * and in the recomputation before backward) and, released with their span, the
  * activation gradients at the boundaries of the Sequentials inside the spans (per GPT
- * block 17 N C floats in 9 buffers: one [N, C] between its two Residuals; in each
- * branch one [N, C] after the LayerNorm and one after the core; [N, 3C] after c_attn,
- * [N, C] after the attention, [N, 4C] after c_fc and after the GELU). The layers write
+ * block 14 N C floats in 6 buffers: in each branch one [N, C] after the LayerNorm;
+ * [N, 3C] after c_attn, [N, C] after the attention, [N, 4C] after c_fc and after the
+ * GELU; none between its two Residuals, which run in place, nor after a branch's core,
+ * whose Dropout of p = 0 passes its gradient through). The layers write
  * every activation wholly and a boundary gradient's one contributor writes it (=), so
  * the device zeroes none of them (device.h's alloc_uninit: on sim each starts as NaNs)
  * and the results stay bit-identical to no checkpointing. Before, the step zeroed every

@@ -27,25 +27,6 @@
 
 enum { B = 2, T = 8, C = 16, NH = 2, NBLOCKS = 2, MAXBUF = 16 };
 
-static ds_stage *stage_of(ds_layer **l, int n, ds_dtype prec, int checkpoint) {
-    ds_err err = {{0}};
-    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
-    ds_stage *s = ds_stage_new("blocks", l, n, &o, 5, &err);
-    if (!s) fail_msg("%s", err.msg);
-    return s;
-}
-
-/* NBLOCKS GPT blocks, their Dropouts of probability p (p < 0: none) */
-static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
-    ds_layer *l[NBLOCKS];
-    for (int i = 0; i < NBLOCKS; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "h.%d", i);
-        l[i] = eng_gpt_block(name, C, NH, p);
-    }
-    return stage_of(l, NBLOCKS, prec, checkpoint);
-}
-
 /* ---- the copy path ---------------------------------------------------------------------- */
 
 typedef struct fresh {
@@ -100,11 +81,7 @@ static step_result run_step(ds_stage *s, int copying) {
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
     step_result res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
-    size_t n = (size_t)out->numel;
-    float *dout = malloc(n * sizeof *dout);
-    for (size_t i = 0; i < n; i++) dout[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
-    if (ds_tensor_from_host(out, 0, n, dout, &err) != 0) fail_msg("%s", err.msg);
-    free(dout);
+    eng_grad_pattern(out);
     fresh f = {.n = 0};
     if (ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *din = NULL;
@@ -145,8 +122,8 @@ static void check_blocks(ds_dtype prec, int checkpoint, float p) {
     char what[96];
     snprintf(what, sizeof what, "%s checkpoint %d dropout %g", ds_dtype_name(prec), checkpoint,
              (double)p);
-    step_result ref = run_step(blocks_stage(prec, 0, p), 1);
-    step_result got = run_step(blocks_stage(prec, checkpoint, p), 0);
+    step_result ref = run_step(eng_blocks_stage(NBLOCKS, C, NH, prec, 0, p), 1);
+    step_result got = run_step(eng_blocks_stage(NBLOCKS, C, NH, prec, checkpoint, p), 0);
     printf("%s: backward copies %llu (copy path %llu), activations held after it %zu bytes "
            "(copy path %zu)\n", what, (unsigned long long)got.copies,
            (unsigned long long)ref.copies, got.act_after, ref.act_after);
@@ -215,7 +192,7 @@ static ds_layer *layernorm(void) {
 static ds_stage *unsafe_stage(ds_dtype prec) {
     ds_layer *l[3] = {residual(linear(), "a"), residual(seq_of(linear(), NULL), "b"),
                       residual(residual(seq_of(layernorm(), linear()), "d"), "c")};
-    return stage_of(l, 3, prec, 0);
+    return eng_stage("unsafe", l, 3, prec, 0);
 }
 
 static void test_unsafe_branches_keep_copies(void **state) {
@@ -279,7 +256,7 @@ static void test_refused(void **state) {
     (void)state;
     ds_err err = {{0}};
     ds_layer *l[2] = {residual(linear(), "a"), residual(seq_of(layernorm(), linear()), "b")};
-    ds_stage *s = stage_of(l, 2, DS_F32, 0);
+    ds_stage *s = eng_stage("refused", l, 2, DS_F32, 0);
     ds_tensor *x = eng_input(B, T, C);
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);

@@ -23,21 +23,6 @@
 
 enum { B = 2, T = 8, C = 16, NH = 2, NBLOCKS = 2 };
 
-/* NBLOCKS GPT blocks, their Dropouts of probability p (p < 0: none) */
-static ds_stage *blocks_stage(ds_dtype prec, int checkpoint, float p) {
-    ds_err err = {{0}};
-    ds_layer *l[NBLOCKS];
-    for (int i = 0; i < NBLOCKS; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "h.%d", i);
-        l[i] = eng_gpt_block(name, C, NH, p);
-    }
-    ds_stage_opts o = {.zero = 0, .checkpoint = checkpoint, .precision = prec};
-    ds_stage *s = ds_stage_new("blocks", l, NBLOCKS, &o, 5, &err);
-    if (!s) fail_msg("%s", err.msg);
-    return s;
-}
-
 typedef struct step_result {
     unsigned char *out, *din, *grads;
     size_t out_n, din_n, grads_n;
@@ -48,17 +33,13 @@ typedef struct step_result {
 /* One training step of a fresh stage, d(output) a fixed pattern, counting its backward */
 static step_result run_step(ds_dtype prec, int checkpoint, float p) {
     ds_err err = {{0}};
-    ds_stage *s = blocks_stage(prec, checkpoint, p);
+    ds_stage *s = eng_blocks_stage(NBLOCKS, C, NH, prec, checkpoint, p); /* p < 0: no Dropouts */
     ds_tensor *x = eng_input(B, T, C);
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
     step_result res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
-    size_t n = (size_t)out->numel;
-    float *dout = malloc(n * sizeof *dout);
-    for (size_t i = 0; i < n; i++) dout[i] = (float)((i * 37) % 11) / 16.0f - 0.3f;
-    if (ds_tensor_from_host(out, 0, n, dout, &err) != 0) fail_msg("%s", err.msg);
-    free(dout);
+    eng_grad_pattern(out);
     ds_mem_reset_peaks();
     if (ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
     if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg);
