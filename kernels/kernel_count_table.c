@@ -269,7 +269,9 @@ static void count_attention_backward_dropout(float *dqkv, int acc, float *scratc
  * (e(in)), writes out (e(out)) and lse [B, NH, T]; backward 5 causal GEMMs (the scores
  * recomputed, then dV, dP, dQ, dK) and 2*N*C for its row term D = rowsum(dout * out),
  * reads dout, qkv, out, lse, writes then reads D (scratch, [B, NH, T]), writes dqkv
- * (e(din16); reads it too when acc, fp32 only). */
+ * (e(din16); reads it too when acc, fp32 only). Dropout (p > 0) adds no traffic: each
+ * tile draws its mask from the key (integer work, not counted as FLOPs), in forward and
+ * again in backward. */
 static void attn_fused_fwd(int slot, int B, int T, int C, int NH, int in16, int out16) {
     u64 nc = (u64)B * T * C, rows = (u64)B * NH * T;
     ds_kcount_add(slot, 2 * causal_gemm(B, T, C), e(in16) * 3 * nc, e(out16) * nc + 4 * rows);
@@ -285,32 +287,33 @@ static void attn_fused_bwd(int slot, int acc, int B, int T, int C, int NH, int i
 }
 
 static void count_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T,
-                                          int C, int NH) {
+                                          int C, int NH, float p, ds_rng_key key) {
     attn_fused_fwd(SLOT(attention_forward_fused), B, T, C, NH, 0, 0);
-    K->attention_forward_fused(out, lse, qkv, B, T, C, NH);
+    K->attention_forward_fused(out, lse, qkv, B, T, C, NH, p, key);
 }
 
 static void count_attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                            const float *qkv, const float *out, const float *lse,
-                                           int B, int T, int C, int NH) {
+                                           int B, int T, int C, int NH, float p, ds_rng_key key) {
     attn_fused_bwd(SLOT(attention_backward_fused), acc, B, T, C, NH, 0, 0, 0);
-    K->attention_backward_fused(dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH);
+    K->attention_backward_fused(dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH, p, key);
 }
 
 static void count_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv,
-                                            int B, int T, int C, int NH, int in16, int out16,
-                                            void *ws) {
+                                            int B, int T, int C, int NH, float p, ds_rng_key key,
+                                            int in16, int out16, void *ws) {
     attn_fused_fwd(SLOT(attention16_forward_fused), B, T, C, NH, in16, out16);
-    K->attention16_forward_fused(h, out, lse, qkv, B, T, C, NH, in16, out16, ws);
+    K->attention16_forward_fused(h, out, lse, qkv, B, T, C, NH, p, key, in16, out16, ws);
 }
 
 static void count_attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                              const float *dout, const void *qkv, const void *out,
                                              const float *lse, int B, int T, int C, int NH,
-                                             int in16, int out16, int din16, void *ws) {
+                                             float p, ds_rng_key key, int in16, int out16,
+                                             int din16, void *ws) {
     attn_fused_bwd(SLOT(attention16_backward_fused), acc, B, T, C, NH, in16, out16, din16);
-    K->attention16_backward_fused(h, dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH, in16,
-                                  out16, din16, ws);
+    K->attention16_backward_fused(h, dqkv, acc, scratch, dout, qkv, out, lse, B, T, C, NH, p, key,
+                                  in16, out16, din16, ws);
 }
 
 /* ---- loss: nominally 4 FLOPs a logit (max, exp, sum; the gradient), N*V logits ---------- */

@@ -131,6 +131,79 @@ static inline DS_HD float ds_km_dropout1(float x, uint32_t draw, float p, uint32
     return (p < 1.0f && draw >= thresh) ? x * keep_scale : 0.0f;
 }
 
+/* ---- attention dropout: which draw masks which probability ------------------------- */
+/* Element (b, h, i, j) of the [B,NH,T,T] attention probabilities (query row i, key j) is
+ * masked by the draw of index ((b*NH + h)*T + i)*T + j of a Dropout's stream under the
+ * same key (plus the key's offset): what ds_dropout_forward would draw for the whole
+ * tensor. One mapping for every attention kernel: the reference ones, which hold the
+ * tensor, and the fused ones, which regenerate a tile's mask in forward and again in
+ * backward (the draw is a pure function of key and index). */
+typedef struct ds_km_drop {
+    float p, keep_scale; /* p = 0: no dropout */
+    uint32_t thresh, key[2], step, layer, micro;
+    uint64_t offset;
+} ds_km_drop;
+
+static inline DS_HD ds_km_drop ds_km_drop_of(float p, uint64_t seed, uint32_t step,
+                                             uint32_t layer, uint32_t micro, uint64_t offset) {
+    ds_km_drop d = {0.0f, 0.0f, 0u, {0u, 0u}, 0u, 0u, 0u, 0u};
+    if (!(p > 0.0f)) return d;
+    d.p = p;
+    d.keep_scale = ds_km_keep_scale(p);
+    d.thresh = ds_km_drop_threshold(p);
+    d.key[0] = (uint32_t)seed, d.key[1] = (uint32_t)(seed >> 32);
+    d.step = step, d.layer = layer, d.micro = micro;
+    d.offset = offset;
+    return d;
+}
+
+static inline DS_HD uint64_t ds_km_attn_elem(int b, int h, int i, int j, int NH, int T) {
+    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)T + (uint64_t)i) *
+               (uint64_t)T + (uint64_t)j;
+}
+
+/* The Philox block of the last index drawn: a walk along a row of the probabilities
+ * costs one Philox call per 4 elements. blk = UINT64_MAX: none yet. */
+typedef struct ds_km_drop_walk {
+    uint64_t blk;
+    uint32_t r[4];
+} ds_km_drop_walk;
+
+/* keep scale or 0 for element e (ds_km_attn_elem's index). d by value: a GPU kernel's
+ * parameter whose address is taken is copied to local memory. */
+static inline DS_HD float ds_km_drop_next(const ds_km_drop d, ds_km_drop_walk *w, uint64_t e) {
+    uint64_t g = d.offset + e;
+    if (g / 4 != w->blk) {
+        w->blk = g / 4;
+        ds_km_dropout_draws(w->r, w->blk, d.key, d.step, d.layer, d.micro);
+    }
+    /* selects, not r[g % 4]: a run-time index would put r in a GPU thread's local memory */
+    uint32_t lo = (g & 1) ? w->r[1] : w->r[0], hi = (g & 1) ? w->r[3] : w->r[2];
+    return ds_km_dropout1(1.0f, (g & 2) ? hi : lo, d.p, d.thresh, d.keep_scale);
+}
+
+static inline DS_HD float ds_km_drop_at(const ds_km_drop d, uint64_t e) {
+    ds_km_drop_walk w = {UINT64_MAX, {0u, 0u, 0u, 0u}};
+    return ds_km_drop_next(d, &w, e);
+}
+
+/* m[u] = ds_km_drop_at(d, e + u) for u < n, a run at a time: the draws of a run's Philox
+ * blocks first, in a loop of independent blocks (the CPU vectorises it), then the keep
+ * test per element. */
+#define DS_KM_DROP_RUN 64
+static inline DS_HD void ds_km_drop_row(float *m, const ds_km_drop d, uint64_t e, int n) {
+    for (int u0 = 0; u0 < n; u0 += DS_KM_DROP_RUN) {
+        int c = n - u0 < DS_KM_DROP_RUN ? n - u0 : DS_KM_DROP_RUN;
+        uint64_t g = d.offset + e + (uint64_t)u0, blk0 = g / 4;
+        int skip = (int)(g % 4), nb = (skip + c + 3) / 4;
+        uint32_t w[DS_KM_DROP_RUN + 8];
+        for (int k = 0; k < nb; k++)
+            ds_km_dropout_draws(w + 4 * k, blk0 + (uint64_t)k, d.key, d.step, d.layer, d.micro);
+        for (int u = 0; u < c; u++)
+            m[u0 + u] = ds_km_dropout1(1.0f, w[skip + u], d.p, d.thresh, d.keep_scale);
+    }
+}
+
 /* ---- bf16 / fp16 rounding (round to nearest even; NaN stays a quiet NaN) ------------ */
 static inline DS_HD uint16_t ds_km_f32_to_bf16(float f) {
     uint32_t u = ds_km_f32_bits(f);

@@ -216,14 +216,16 @@ typedef struct ds_kernel_table {
     void (*attention_backward_dropout)(float *dqkv, int acc, float *scratch, const float *dout,
                                        const float *qkv, const float *att, int B, int T, int C,
                                        int NH, float p, ds_rng_key key);
-    /* fused (kernels.h's _fused pair): lse [B,NH,T] instead of att; backward reads the
-     * forward's out and lse, and may use scratch, B*NH*T floats (clobbered). The cuda
-     * table supports head sizes up to 128 (larger: the device's error). */
+    /* fused (kernels.h's _fused pair): lse [B,NH,T] instead of att, dropout p on the
+     * probabilities under key as the _dropout pair's (p = 0: none, the plain pair's
+     * results); backward reads the forward's out and lse, redraws the mask, and may use
+     * scratch, B*NH*T floats (clobbered). The cuda table supports head sizes up to 128
+     * (larger: the device's error). */
     void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T,
-                                    int C, int NH);
+                                    int C, int NH, float p, ds_rng_key key);
     void (*attention_backward_fused)(float *dqkv, int acc, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH);
+                                     int T, int C, int NH, float p, ds_rng_key key);
     /* the fused pair with 16-bit activations of format h: qkv in h when in16 (else fp32),
      * out in h when out16 (else fp32), as the forward wrote it; lse and dout fp32, dqkv
      * in h when din16 (written, acc not read: the fp32 dqkv rounded once per element, what
@@ -232,11 +234,12 @@ typedef struct ds_kernel_table {
      * output rounded once. ws: ds_attention16_workspace's bytes for the device's form,
      * clobbered. */
     void (*attention16_forward_fused)(ds_half h, void *out, float *lse, const void *qkv, int B,
-                                      int T, int C, int NH, int in16, int out16, void *ws);
+                                      int T, int C, int NH, float p, ds_rng_key key, int in16,
+                                      int out16, void *ws);
     void (*attention16_backward_fused)(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
-                                       const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, int din16, void *ws);
+                                       const float *lse, int B, int T, int C, int NH, float p,
+                                       ds_rng_key key, int in16, int out16, int din16, void *ws);
     /* loss: *sum (a device double) = the sum of the losses, in row order; the backwards
      * write (=) the gradient, dlogits may be logits (kernels.h) */
     void (*crossentropy_forward)(float *losses, const float *logits, const int32_t *targets,

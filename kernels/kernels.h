@@ -82,15 +82,19 @@ void ds_attention_backward_dropout(float *dqkv, int acc, float *scratch, const f
                                    const float *qkv, const float *att, int B, int T, int C, int NH,
                                    float p, ds_rng_key key);
 
-/* Fused (no [B,NH,T,T] tensor; kernels/cuda/attention_flash.cu on a GPU): the same out as
- * ds_attention_forward (the same bits), and lse[B,NH,T], each row's natural log of its sum
- * of exp(score), what backward recomputes the probabilities from. Backward: dqkv (+)= the
- * gradients of ds_attention_backward, within rounding (P = exp(score - lse) is not the
- * reference's bits). A thread's workspace grows with T; nothing with T^2. No dropout. */
+/* Fused (no [B,NH,T,T] tensor; kernels/cuda/attention_flash.cu on a GPU), with dropout
+ * p on the probabilities under key as the _dropout pair's (the same mask; p = 0: none).
+ * Forward: the same out as ds_attention_forward_dropout (the same bits; p = 0:
+ * ds_attention_forward's), and lse[B,NH,T], each row's natural log of its sum of
+ * exp(score) over the undropped probabilities, what backward recomputes them from.
+ * Backward: dqkv (+)= the gradients of ds_attention_backward_dropout, within rounding
+ * (P = exp(score - lse) is not the reference's bits); it redraws the mask. A thread's
+ * workspace grows with T; nothing with T^2. 0 <= p < 1. */
 void ds_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                int NH);
+                                int NH, float p, ds_rng_key key);
 void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const float *qkv,
-                                 const float *lse, int B, int T, int C, int NH);
+                                 const float *lse, int B, int T, int C, int NH, float p,
+                                 ds_rng_key key);
 
 /* ---- loss ----------------------------------------------------------------------- */
 /* Per row n: losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; the softmax
@@ -221,10 +225,11 @@ void ds_gelu16_forward(ds_half h, void *out, const void *inp, size_t n, int in16
 void ds_gelu16_backward(ds_half h, void *dinp, int acc, const uint16_t *inp, const float *dout,
                         size_t n, int din16);
 void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
-                                  int T, int C, int NH, int in16, int out16, void *ws);
+                                  int T, int C, int NH, float p, ds_rng_key key, int in16,
+                                  int out16, void *ws);
 void ds_attention16_backward_fused(ds_half h, void *dqkv, int acc, const float *dout,
                                    const void *qkv, const float *lse, int B, int T, int C, int NH,
-                                   int in16, int din16, void *ws);
+                                   float p, ds_rng_key key, int in16, int din16, void *ws);
 
 /* Threads the CPU kernels use (OpenMP and OpenBLAS alike); 0 = library default. */
 void ds_kernels_set_threads(int n);

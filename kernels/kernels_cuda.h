@@ -168,27 +168,31 @@ int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att, 
 int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
                                        const float *dout, const float *qkv, const float *att, int B,
                                        int T, int C, int NH, float p, ds_rng_key key);
-/* Fused (FlashAttention's scheme in fp32, attention_flash.cu): the same out as
- * ds_attention_forward without the [B,NH,T,T] probabilities; lse[B,NH,T] (natural log of
- * each row's sum of exp(score)) is what backward needs. Backward: dqkv += the same
- * gradients as ds_attention_backward, recomputed from qkv, out and lse; scratch holds
- * B*NH*T floats. Head size C/NH up to 128; no dropout. */
+/* Fused (FlashAttention's scheme in fp32, attention_flash.cu), with dropout p on the
+ * probabilities under key (the _dropout pair's mask, drawn per tile; p = 0: none): the
+ * same out as ds_attention_forward_dropout without the [B,NH,T,T] probabilities;
+ * lse[B,NH,T] (natural log of each row's sum of exp(score), undropped) is what backward
+ * needs. Backward: dqkv += the same gradients as ds_attention_backward_dropout,
+ * recomputed from qkv, out and lse, the mask redrawn; scratch holds B*NH*T floats. Head
+ * size C/NH up to 128. */
 int ds_cuda_flash_attention_forward(ds_cuda_ctx *ctx, float *out, float *lse, const float *qkv,
-                                    int B, int T, int C, int NH);
+                                    int B, int T, int C, int NH, float p, ds_rng_key key);
 int ds_cuda_flash_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
                                      const float *dout, const float *qkv, const float *out,
-                                     const float *lse, int B, int T, int C, int NH);
+                                     const float *lse, int B, int T, int C, int NH, float p,
+                                     ds_rng_key key);
 /* The fused pair with 16-bit activations (kernel_table.h's attention16 entries): qkv and
  * out of format h where in16 / out16, loaded into shared memory and registers widened,
  * the output rounded as it is stored; lse, dout, dqkv and every statistic fp32. No
  * workspace. */
 int ds_cuda_flash_attention16_forward(ds_cuda_ctx *ctx, ds_half h, void *out, float *lse,
-                                      const void *qkv, int B, int T, int C, int NH, int in16,
-                                      int out16);
+                                      const void *qkv, int B, int T, int C, int NH, float p,
+                                      ds_rng_key key, int in16, int out16);
 int ds_cuda_flash_attention16_backward(ds_cuda_ctx *ctx, ds_half h, void *dqkv, int acc,
                                        float *scratch, const float *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int C,
-                                       int NH, int in16, int out16, int din16);
+                                       int NH, float p, ds_rng_key key, int in16, int out16,
+                                       int din16);
 
 /* ---- loss -------------------------------------------------------------------------- */
 /* total (host pointer, may be NULL) receives the sum of the losses in row order; asking

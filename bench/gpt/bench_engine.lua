@@ -2,9 +2,11 @@
 --   dsrun run bench/gpt/bench_engine.lua [model=all|gpt2|small] [B=4] [T=64] [steps=5]
 --                                        [warmup=2] [threads=2] [checkpoint=none]
 --                                        [precision=fp32|bf16|fp16] [stages=blocks|all]
+--                                        [dropout=0]
 -- checkpoint= applies to the blocks (what a job's checkpointing does to gpt.GPT), or with
 -- stages=all to the embedding and the head too (their spans ending in an embedding or the
--- head's Linear keep its output and do not run it again: docs/engine.md).
+-- head's Linear keep its output and do not run it again: docs/engine.md). dropout= is the
+-- GPT config's (embeddings, residual branches and attention probabilities; GPT-2 0.1).
 -- A step is what train.lua does: zero grads, forward, backward, clip at 1.0, AdamW
 -- (betas 0.9/0.95, weight decay 0.1). Random tokens: only speed is measured. GFLOP/s
 -- counts 6 * params * tokens + 12 * layers * d * T * tokens (as bench/kernels and
@@ -19,11 +21,11 @@ local MODELS = {
 }
 
 local S = {model = 'all', B = 4, T = 64, steps = 5, warmup = 2, threads = 2, checkpoint = 'none',
-           precision = 'fp32', stages = 'blocks'}
+           precision = 'fp32', stages = 'blocks', dropout = 0}
 for _, a in ipairs(arg) do
   local k, v = a:match('^(%w+)=(.*)$')
-  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=, precision=, stages=") end
-  S[k] = math.tointeger(tonumber(v)) or v
+  if not k or S[k] == nil then error("argument '" .. a .. "': expected one of model=, B=, T=, steps=, warmup=, threads=, checkpoint=, precision=, stages=, dropout=") end
+  S[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
 end
 if S.stages ~= 'blocks' and S.stages ~= 'all' then error("stages=" .. tostring(S.stages) .. ": expected blocks or all") end
 if S.threads > 0 then ds.set_threads(S.threads) end
@@ -38,7 +40,7 @@ end
 
 local function bench(name)
   local shape = MODELS[name] or error('unknown model ' .. name)
-  local cfg = {vocab = shape.vocab, context = S.T, layers = shape.layers, heads = shape.heads, d = shape.d, dropout = 0}
+  local cfg = {vocab = shape.vocab, context = S.T, layers = shape.layers, heads = shape.heads, d = shape.d, dropout = S.dropout}
   -- precision: every stage's working copy (docs/precision.md); the kernels compute in
   -- fp32 either way, so this measures what the 16-bit copies cost or save. No loss
   -- scaler: speed only.
@@ -81,6 +83,7 @@ local function bench(name)
     bench = 'engine', model = name, B = S.B, T = S.T, threads = ds.threads(), params = P,
     blas_core = ds.blas().core,
     steps = S.steps, checkpoint = S.checkpoint, precision = S.precision, stages = S.stages,
+    dropout = S.dropout,
     step_ms_best = best * 1e3, step_ms_median = median(times) * 1e3,
     forward_ms_median = median(parts.fwd) * 1e3, backward_ms_median = median(parts.bwd) * 1e3,
     clip_adamw_ms_median = median(parts.opt) * 1e3,

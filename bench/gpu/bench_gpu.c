@@ -265,24 +265,25 @@ static void k_ce16(void *a) {
     OK(ds_cuda_crossentropy16(g_ctx, DS_HALF_BF16, K.losses, K.logits16, K.logits16, K.targets,
                               1.0f / K.N, K.N, V));
 }
+/* the flash kernels' argument: the attention dropout p (NULL: none) under one key */
+static const ds_rng_key FLASH_KEY = {1234, 1, 2, 0, 0};
+static float flash_p(const void *a) { return a ? *(const float *)a : 0.0f; }
 static void k_flash_fwd(void *a) {
-    (void)a;
-    OK(ds_cuda_flash_attention_forward(g_ctx, K.y, K.lse, K.qkv, K.B, K.T, C, NH));
+    OK(ds_cuda_flash_attention_forward(g_ctx, K.y, K.lse, K.qkv, K.B, K.T, C, NH, flash_p(a),
+                                       FLASH_KEY));
 }
 static void k_flash_bwd(void *a) {
-    (void)a;
     OK(ds_cuda_flash_attention_backward(g_ctx, K.dqkv, 1, K.scratch, K.x, K.qkv, K.y, K.lse, K.B,
-                                        K.T, C, NH));
+                                        K.T, C, NH, flash_p(a), FLASH_KEY));
 }
 static void k_flash16_fwd(void *a) {
-    (void)a;
     OK(ds_cuda_flash_attention16_forward(g_ctx, DS_HALF_BF16, K.out16, K.lse, K.qkv16, K.B, K.T,
-                                         C, NH, 1, 1));
+                                         C, NH, flash_p(a), FLASH_KEY, 1, 1));
 }
 static void k_flash16_bwd(void *a) {
-    (void)a;
     OK(ds_cuda_flash_attention16_backward(g_ctx, DS_HALF_BF16, K.dqkv, 1, K.scratch, K.x, K.qkv16,
-                                          K.out16, K.lse, K.B, K.T, C, NH, 1, 1, 0));
+                                          K.out16, K.lse, K.B, K.T, C, NH, flash_p(a), FLASH_KEY, 1,
+                                          1, 0));
 }
 static void k_embed_fwd(void *a) {
     (void)a;
@@ -360,6 +361,7 @@ static void bench_kernels(int B, int T) {
     size_t ws16 = ds_matmul16_workspace(DS_GEMM16_HALF, 1, (size_t)N, C, V, DS_MM16_IN | DS_MM16_OUT);
     K.ws16 = dalloc(ws16 ? ws16 : 256);
     static const int v_odd = V, v_pad = VP;
+    static const float attn_pdrop = 0.1f; /* GPT-2's */
     double head_flop = 2.0 * N * C * (double)V;
     double P = (double)K.n_params;
     const kernel_case cases[] = {
@@ -381,6 +383,8 @@ static void bench_kernels(int B, int T) {
         {"flash_bwd_f32", k_flash_bwd, 0, NULL, 0},
         {"flash_fwd_bf16", k_flash16_fwd, 0, NULL, 0},
         {"flash_bwd_bf16", k_flash16_bwd, 0, NULL, 0},
+        {"flash_fwd_bf16_drop", k_flash16_fwd, 0, &attn_pdrop, 0},
+        {"flash_bwd_bf16_drop", k_flash16_bwd, 0, &attn_pdrop, 0},
         {"embedding_fwd", k_embed_fwd, 8.0 * NC, NULL, 0},
         {"embedding_bwd", k_embed_bwd, 0, NULL, 0},
         {"dropout_fwd", k_dropout, 8.0 * NC, NULL, 0},

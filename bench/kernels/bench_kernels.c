@@ -2,7 +2,8 @@
  *   1. OpenBLAS sgemm GFLOP/s on every GEMM shape of a training step (forward, dinp,
  *      dweight), and the whole step's GEMM work at that speed: the machine's ceiling.
  *   2. The time of each non-GEMM kernel, per call and per step (attention: the reference
- *      pair beside the fused pair the engine runs; only the fused one counts per step).
+ *      pair beside the fused pair the engine runs, and both with GPT-2's attention
+ *      dropout 0.1; only the fused one without dropout counts per step).
  *   3. A whole training step (forward, backward, grad clip, AdamW) made of the kernels
  *      alone, as llm.c's loop would run it (gpt_step.c): tokens/s, GFLOP/s counted as
  *      6*params*tokens + attention (12*L*C*T per token), and its ratio to (1).
@@ -243,15 +244,28 @@ static void bench_non_gemm(const gpt_shape *m, int B, int T, int threads) {
         float *qkv = frand(3 * NC, 1), *att = falloc((size_t)B * NH * T * T);
         float *scratch = falloc((size_t)B * NH * T * T), *dqkv = frand(3 * NC, 1);
         float *lse = falloc((size_t)B * NH * T);
-        double reference = 0; /* the engine runs the fused pair (no attention dropout) */
+        double reference = 0; /* the engine runs the fused pair (with dropout too) */
         TIME_IT(t, ds_attention_forward(o, att, qkv, B, T, C, NH));
         report_kernel(m->name, "attention_forward", t, L, threads, &reference);
         TIME_IT(t, ds_attention_backward(dqkv, 1, scratch, b, qkv, att, B, T, C, NH));
         report_kernel(m->name, "attention_backward", t, L, threads, &reference);
-        TIME_IT(t, ds_attention_forward_fused(o, lse, qkv, B, T, C, NH));
+        ds_rng_key none = {0};
+        TIME_IT(t, ds_attention_forward_fused(o, lse, qkv, B, T, C, NH, 0.0f, none));
         report_kernel(m->name, "attention_fwd_fused", t, L, threads, &step);
-        TIME_IT(t, ds_attention_backward_fused(dqkv, 1, b, qkv, lse, B, T, C, NH));
+        TIME_IT(t, ds_attention_backward_fused(dqkv, 1, b, qkv, lse, B, T, C, NH, 0.0f, none));
         report_kernel(m->name, "attention_bwd_fused", t, L, threads, &step);
+        /* GPT-2's attention dropout 0.1: the reference pair (what the engine ran with it
+         * before) beside the fused pair; neither counts in the step (GPT's dropout is 0) */
+        ds_rng_key key = {1234, 1, 2, 0, 0};
+        TIME_IT(t, ds_attention_forward_dropout(o, att, qkv, B, T, C, NH, 0.1f, key));
+        report_kernel(m->name, "attention_fwd_drop", t, L, threads, &reference);
+        TIME_IT(t, ds_attention_backward_dropout(dqkv, 1, scratch, b, qkv, att, B, T, C, NH, 0.1f,
+                                                 key));
+        report_kernel(m->name, "attention_bwd_drop", t, L, threads, &reference);
+        TIME_IT(t, ds_attention_forward_fused(o, lse, qkv, B, T, C, NH, 0.1f, key));
+        report_kernel(m->name, "attn_fwd_fused_drop", t, L, threads, &reference);
+        TIME_IT(t, ds_attention_backward_fused(dqkv, 1, b, qkv, lse, B, T, C, NH, 0.1f, key));
+        report_kernel(m->name, "attn_bwd_fused_drop", t, L, threads, &reference);
         free(qkv), free(att), free(scratch), free(dqkv), free(lse);
     }
     {

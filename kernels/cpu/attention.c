@@ -26,8 +26,8 @@
  * picks and which the bits depend on.
  *
  * Dropout on the probabilities (the _dropout pair) multiplies each row of P by its mask
- * row, drawn exactly as ds_dropout_forward draws the elements of the [B,NH,T,T] tensor,
- * before it meets V. att keeps P itself: backward redraws the mask rows, multiplies
+ * row, drawn as ds_dropout_forward draws the elements of the [B,NH,T,T] tensor
+ * (kernel_math.h's ds_km_attn_elem, which the fused kernels share), before it meets V. att keeps P itself: backward redraws the mask rows, multiplies
  * dy.V by them (the gradient of P) and combines dy with the dropped rows for dv. */
 #include <math.h>
 #include <stdlib.h>
@@ -36,40 +36,13 @@
 #include "attention_tile.h"
 #include "kernels.h"
 
-/* Dropout on the probabilities; p = 0: none. */
-typedef struct att_drop {
-    float p, keep_scale;
-    uint32_t thresh, k[2];
-    ds_rng_key key;
-} att_drop;
-
-static att_drop att_drop_of(float p, ds_rng_key key) {
-    p = p > 0.0f ? p : 0.0f;
-    att_drop d = {p, ds_km_keep_scale(p), ds_km_drop_threshold(p),
-                  {(uint32_t)key.seed, (uint32_t)(key.seed >> 32)}, key};
-    return d;
-}
-
-/* m[j] = keep scale or 0 for element i0 + j of the probabilities (j < n): the draw of
- * global index offset + i0 + j, word g%4 of block g/4, as in dropout.c. */
-static void mask_row(float *m, uint64_t i0, int n, const att_drop *d) {
-    uint64_t g = d->key.offset + i0, end = g + (uint64_t)n;
-    float *dst = m;
-    while (g < end) {
-        uint32_t r[4];
-        ds_km_dropout_draws(r, g / 4, d->k, d->key.step, d->key.layer, d->key.micro);
-        for (int w = (int)(g % 4); w < 4 && g < end; w++, g++)
-            *dst++ = ds_km_dropout1(1.0f, r[w], d->p, d->thresh, d->keep_scale);
-    }
-}
-
 static size_t forward_workspace(att_dims d) {
     return (size_t)d.hs * d.Tp + 2 * (size_t)d.T * d.hsp + 2 * (size_t)MR * d.Tp +
            (size_t)d.Tp;
 }
 
 DS_SIMD static void forward_head(float *out, float *att, const float *qkv, int b, int h,
-                                 att_dims d, const att_drop *dr, float *ws) {
+                                 att_dims d, const ds_km_drop *dr, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
     float *Kt = ws, *V = Kt + (size_t)hs * Tp, *qs = V + (size_t)T * hsp;
@@ -88,7 +61,7 @@ DS_SIMD static void forward_head(float *out, float *att, const float *qkv, int b
         softmax_rows(A, NULL, S, t0, mr, T, Tp);
         for (int r = 0; r < mr && dr->p > 0.0f; r++) {
             int t = t0 + r;
-            mask_row(m, (head + t) * T, t + 1, dr);
+            mask_row(m, dr, b, h, t, t + 1, d);
             for (int u = 0; u <= t; u++) W[r * Tp + u] = A[(size_t)r * T + u] * m[u];
         }
         amat P = dr->p > 0.0f ? (amat){W, (size_t)Tp, 1} : (amat){A, (size_t)T, 1};
@@ -100,7 +73,7 @@ DS_SIMD static void forward_head(float *out, float *att, const float *qkv, int b
 }
 
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH, const att_drop *dr) {
+                              int NH, const ds_km_drop *dr) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = att_dims_of(B, T, C, NH);
     size_t work = (size_t)B * NH * T * T * d.hs;
@@ -116,13 +89,13 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 
 void ds_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                           int NH) {
-    att_drop none = {0};
+    ds_km_drop none = att_drop_of(0.0f, (ds_rng_key){0});
     attention_forward(out, att, qkv, B, T, C, NH, &none);
 }
 
 void ds_attention_forward_dropout(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH, float p, ds_rng_key key) {
-    att_drop dr = att_drop_of(p, key);
+    ds_km_drop dr = att_drop_of(p, key);
     attention_forward(out, att, qkv, B, T, C, NH, &dr);
 }
 
@@ -151,7 +124,7 @@ static size_t backward_workspace(att_dims d, int drop) {
  * rows */
 HEAD_INLINE void backward_rows(float *dP, float *dq, int acc, const float *A, float *Am,
                                const float *K, const float *Vt, const float *dY, float *S, float *m,
-                               int t0, size_t head, att_dims d, const att_drop *dr) {
+                               int t0, int b, int h, att_dims d, const ds_km_drop *dr) {
     int T = d.T, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     int mr = T - t0 < MR ? T - t0 : MR;
     amat G = {dY + (size_t)t0 * hsp, (size_t)hsp, 1};
@@ -162,7 +135,7 @@ HEAD_INLINE void backward_rows(float *dP, float *dq, int acc, const float *A, fl
         int t = t0 + r;
         const float *a = A + (size_t)t * T;
         float *g = S + r * Tp, *am = Am + (size_t)t * T;
-        mask_row(m, head + (size_t)t * T, t + 1, dr);
+        mask_row(m, dr, b, h, t, t + 1, d);
         for (int u = 0; u <= t; u++) {
             g[u] *= m[u];
             am[u] = a[u] * m[u];
@@ -178,7 +151,7 @@ HEAD_INLINE void backward_rows(float *dP, float *dq, int acc, const float *A, fl
 
 DS_SIMD static void backward_head(float *dqkv, int acc, float *scratch, const float *dout,
                                   const float *qkv, const float *att, int b, int h, att_dims d,
-                                  const att_drop *dr, float *ws) {
+                                  const ds_km_drop *dr, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     size_t head = ((size_t)b * d.NH + h) * T * T;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
@@ -193,7 +166,7 @@ DS_SIMD static void backward_head(float *dqkv, int acc, float *scratch, const fl
     pack_rows(Q, base, d.C3, T, hs, hsp, 1.0f);
     pack_rows(dY, dout + (size_t)b * T * C + (size_t)h * hs, (size_t)C, T, hs, hsp, 1.0f);
     for (int t0 = 0; t0 < T; t0 += MR)
-        backward_rows(dP, dbase, acc, A, Am, K, Vt, dY, S, m, t0, head, d, dr);
+        backward_rows(dP, dbase, acc, A, Am, K, Vt, dY, S, m, t0, b, h, d, dr);
     const float *AV = dr->p > 0.0f ? Am : A; /* the probabilities that met V */
     for (int u0 = 0; u0 < T; u0 += MR) { /* dk[u] += sum_t dP[t][u] q[t]; dv[u] += sum_t a[t][u] dy[t] */
         int mr = T - u0 < MR ? T - u0 : MR;
@@ -210,7 +183,7 @@ DS_SIMD static void backward_head(float *dqkv, int acc, float *scratch, const fl
 
 static void attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int C, int NH,
-                               const att_drop *dr) {
+                               const ds_km_drop *dr) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = att_dims_of(B, T, C, NH);
     size_t work = (size_t)B * NH * T * T * d.hs;
@@ -227,13 +200,13 @@ static void attention_backward(float *dqkv, int acc, float *scratch, const float
 
 void ds_attention_backward(float *dqkv, int acc, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int C, int NH) {
-    att_drop none = {0};
+    ds_km_drop none = att_drop_of(0.0f, (ds_rng_key){0});
     attention_backward(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH, &none);
 }
 
 void ds_attention_backward_dropout(float *dqkv, int acc, float *scratch, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int C, int NH,
                                    float p, ds_rng_key key) {
-    att_drop dr = att_drop_of(p, key);
+    ds_km_drop dr = att_drop_of(p, key);
     attention_backward(dqkv, acc, scratch, dout, qkv, att, B, T, C, NH, &dr);
 }

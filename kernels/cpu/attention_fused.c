@@ -14,7 +14,13 @@
  * so summing chunk after chunk is the reference's one sum over t = u..T-1; only P's
  * recomputation (exp(s - lse) instead of exp(s - max) / sum) separates the bits from
  * the reference's. A thread holds the packed operands of one head and 2 x CHUNK rows of
- * probabilities: memory grows with T, not T^2. */
+ * probabilities: memory grows with T, not T^2.
+ *
+ * Dropout (p > 0) masks the probabilities after lse is taken (the statistics are the
+ * undropped ones): forward multiplies each row of P by its mask row before P.V, as the
+ * reference does, so out keeps the reference's bits. Backward redraws each row's mask
+ * (kernel_math.h's mapping): dy.V times the mask is the gradient of P, whose dot with P
+ * is rowsum(dy * out) as without dropout, and P times the mask is what meets dy for dv. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -27,15 +33,16 @@
 #define CHUNK 64
 
 static size_t fused_forward_workspace(att_dims d) {
-    return (size_t)d.hs * d.Tp + 2 * (size_t)d.T * d.hsp + (size_t)MR * d.Tp;
+    return (size_t)d.hs * d.Tp + 2 * (size_t)d.T * d.hsp + (size_t)MR * d.Tp + (size_t)d.Tp;
 }
 
 DS_SIMD static void fused_forward_head(float *out, float *lse, const float *qkv, int b, int h,
-                                       att_dims d, float *ws) {
+                                       att_dims d, const ds_km_drop *dr, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
     float *Kt = ws, *V = Kt + (size_t)hs * Tp, *qs = V + (size_t)T * hsp;
     float *S = qs + (size_t)T * hsp; /* scores, then probabilities, of MR rows */
+    float *m = S + (size_t)MR * Tp;  /* a mask row */
     pack_transposed(Kt, base + C, d.C3, T, hs, Tp);
     pack_rows(V, base + 2 * C, d.C3, T, hs, hsp, 1.0f);
     pack_rows(qs, base, d.C3, T, hs, hsp, d.scale);
@@ -46,6 +53,10 @@ DS_SIMD static void fused_forward_head(float *out, float *lse, const float *qkv,
         krange all = {0, 0, hs, 0};
         for (int u0 = 0; u0 < t0 + mr; u0 += NR) tile(S + u0, Tp, mr, NR, 0, Q, Kt + u0, Tp, all);
         softmax_rows(S, L + t0, S, t0, mr, Tp, Tp);
+        for (int r = 0; r < mr && dr->p > 0.0f; r++) { /* the dropped rows meet V */
+            mask_row(m, dr, b, h, t0 + r, t0 + r + 1, d);
+            for (int u = 0; u <= t0 + r; u++) S[(size_t)r * Tp + u] *= m[u];
+        }
         amat P = {S, (size_t)Tp, 1};
         float *o = out + ((size_t)b * T + t0) * C + (size_t)h * hs;
         krange causal = {0, 0, t0 + 1, 1};
@@ -55,22 +66,24 @@ DS_SIMD static void fused_forward_head(float *out, float *lse, const float *qkv,
 }
 
 void ds_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                int NH) {
+                                int NH, float p, ds_rng_key key) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = att_dims_of(B, T, C, NH);
+    ds_km_drop dr = att_drop_of(p, key);
     size_t work = (size_t)B * NH * T * T * d.hs;
 #pragma omp parallel if (work > 4 * DS_PAR_MIN)
     {
         float *ws = att_workspace(fused_forward_workspace(d));
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) fused_forward_head(out, lse, qkv, b, h, d, ws);
+            for (int h = 0; h < NH; h++) fused_forward_head(out, lse, qkv, b, h, d, &dr, ws);
         free(ws);
     }
 }
 
 static size_t fused_backward_workspace(att_dims d) {
-    return 2 * (size_t)d.hs * d.Tp + 4 * (size_t)d.T * d.hsp + 2 * (size_t)CHUNK * d.Tp;
+    return 2 * (size_t)d.hs * d.Tp + 4 * (size_t)d.T * d.hsp + 2 * (size_t)CHUNK * d.Tp +
+           (size_t)d.Tp;
 }
 
 /* The packed operands of one head and the chunk's buffers (rows of stride Tp). */
@@ -78,12 +91,16 @@ typedef struct fused_head {
     float *Kt, *Vt;        /* [hs][Tp] */
     float *qs, *Q, *K, *dY; /* [T][hsp]: scaled q (the scores), q, k, dy */
     float *P, *dS;         /* [CHUNK][Tp] */
+    float *m;              /* [Tp]: a mask row */
     const float *L;        /* the head's lse */
     float *dq;             /* dqkv at the head's first row; dk at +C, dv at +2C */
+    const ds_km_drop *dr;  /* the dropout; p = 0: none */
+    int b, h;
 } fused_head;
 
-/* Rows t0..t0+mr of the chunk starting at c0: P, dS and dq = dS.K (acc: +=), whole in
- * one call since row t's keys are all in it. */
+/* Rows t0..t0+mr of the chunk starting at c0: P (times the mask with dropout: the
+ * probabilities that met dy), dS and dq = dS.K (acc: +=), whole in one call since row t's
+ * keys are all in it. */
 HEAD_INLINE void fused_backward_rows(const fused_head *f, int acc, int t0, int mr, int c0,
                                      att_dims d) {
     int hs = d.hs, Tp = d.Tp, hsp = d.hsp;
@@ -99,9 +116,15 @@ HEAD_INLINE void fused_backward_rows(const fused_head *f, int acc, int t0, int m
         float *p = P + (size_t)r * Tp, *g = G + (size_t)r * Tp, l = f->L[t0 + r];
         int n = t0 + r + 1;
         for (int u = 0; u < n; u++) p[u] = ds_km_expf(p[u] - l);
+        if (f->dr->p > 0.0f) { /* dy.V is the gradient of the dropped row: times the mask */
+            mask_row(f->m, f->dr, f->b, f->h, t0 + r, n, d);
+            for (int u = 0; u < n; u++) g[u] *= f->m[u];
+        }
         float dot = 0.0f;
         for (int u = 0; u < n; u++) dot += p[u] * g[u];
         for (int u = 0; u < n; u++) g[u] = p[u] * (g[u] - dot) * d.scale; /* now dS */
+        if (f->dr->p > 0.0f)
+            for (int u = 0; u < n; u++) p[u] *= f->m[u];
     }
     amat dS = {G, (size_t)Tp, 1};
     krange causal = {0, 0, t0 + 1, 1};
@@ -131,7 +154,8 @@ HEAD_INLINE void fused_backward_keys(const fused_head *f, int acc, int c0, int c
 }
 
 DS_SIMD static void fused_backward_head(float *dqkv, int acc, const float *dout, const float *qkv,
-                                        const float *lse, int b, int h, att_dims d, float *ws) {
+                                        const float *lse, int b, int h, att_dims d,
+                                        const ds_km_drop *dr, float *ws) {
     int T = d.T, C = d.C, hs = d.hs, Tp = d.Tp, hsp = d.hsp;
     const float *base = qkv + (size_t)b * T * d.C3 + (size_t)h * hs;
     fused_head f;
@@ -139,7 +163,9 @@ DS_SIMD static void fused_backward_head(float *dqkv, int acc, const float *dout,
     f.qs = f.Vt + (size_t)hs * Tp, f.Q = f.qs + (size_t)T * hsp;
     f.K = f.Q + (size_t)T * hsp, f.dY = f.K + (size_t)T * hsp;
     f.P = f.dY + (size_t)T * hsp, f.dS = f.P + (size_t)CHUNK * Tp;
+    f.m = f.dS + (size_t)CHUNK * Tp;
     f.L = lse + ((size_t)b * d.NH + h) * T;
+    f.dr = dr, f.b = b, f.h = h;
     f.dq = dqkv + (size_t)b * T * d.C3 + (size_t)h * hs;
     pack_transposed(f.Kt, base + C, d.C3, T, hs, Tp);
     pack_transposed(f.Vt, base + 2 * C, d.C3, T, hs, Tp);
@@ -156,9 +182,11 @@ DS_SIMD static void fused_backward_head(float *dqkv, int acc, const float *dout,
 }
 
 void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const float *qkv,
-                                 const float *lse, int B, int T, int C, int NH) {
+                                 const float *lse, int B, int T, int C, int NH, float p,
+                                 ds_rng_key key) {
     if (B <= 0 || T <= 0 || NH <= 0 || C < NH) return;
     att_dims d = att_dims_of(B, T, C, NH);
+    ds_km_drop dr = att_drop_of(p, key);
     size_t work = (size_t)B * NH * T * T * d.hs;
 #pragma omp parallel if (work > 2 * DS_PAR_MIN)
     {
@@ -166,7 +194,7 @@ void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const 
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
-                fused_backward_head(dqkv, acc, dout, qkv, lse, b, h, d, ws);
+                fused_backward_head(dqkv, acc, dout, qkv, lse, b, h, d, &dr, ws);
         free(ws);
     }
 }
@@ -178,7 +206,8 @@ void ds_attention_backward_fused(float *dqkv, int acc, const float *dout, const 
  * fp32 and rounded once. */
 
 void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
-                                  int T, int C, int NH, int in16, int out16, void *ws) {
+                                  int T, int C, int NH, float p, ds_rng_key key, int in16,
+                                  int out16, void *ws) {
     size_t N = (size_t)B * (size_t)T, nqkv = N * 3 * (size_t)C;
     const float *x = qkv;
     float *y = out16 ? (float *)((char *)ws + ds_ws_part(in16 ? 4 * nqkv : 0)) : out;
@@ -186,13 +215,13 @@ void ds_attention16_forward_fused(ds_half h, void *out, float *lse, const void *
         ds_half_to_f32(h, ws, qkv, nqkv);
         x = ws;
     }
-    ds_attention_forward_fused(y, lse, x, B, T, C, NH);
+    ds_attention_forward_fused(y, lse, x, B, T, C, NH, p, key);
     if (out16) ds_half_from_f32(h, out, y, N * (size_t)C);
 }
 
 void ds_attention16_backward_fused(ds_half h, void *dqkv, int acc, const float *dout,
                                    const void *qkv, const float *lse, int B, int T, int C, int NH,
-                                   int in16, int din16, void *ws) {
+                                   float p, ds_rng_key key, int in16, int din16, void *ws) {
     size_t nqkv = (size_t)B * (size_t)T * 3 * (size_t)C;
     const float *x = qkv;
     /* dk and dv are summed over chunks of query rows: in fp32, then rounded once */
@@ -201,6 +230,6 @@ void ds_attention16_backward_fused(ds_half h, void *dqkv, int acc, const float *
         ds_half_to_f32(h, ws, qkv, nqkv);
         x = ws;
     }
-    ds_attention_backward_fused(d, din16 ? 0 : acc, dout, x, lse, B, T, C, NH);
+    ds_attention_backward_fused(d, din16 ? 0 : acc, dout, x, lse, B, T, C, NH, p, key);
     if (din16) ds_half_from_f32(h, dqkv, d, nqkv);
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels.h" /* ds_rng_key */
 #include "simd.h"
 
 /* A register tile: MR rows by NR columns (two AVX-512 vectors), 8 vector accumulators.
@@ -157,11 +158,23 @@ HEAD_INLINE void softmax_rows(float *A, float *lse, const float *S, int t0, int 
     }
 }
 
+/* Dropout on the probabilities under key (kernel_math.h's form); p = 0: none. */
+static inline ds_km_drop att_drop_of(float p, ds_rng_key key) {
+    return ds_km_drop_of(p, key.seed, key.step, key.layer, key.micro, key.offset);
+}
+
+/* m[u] = keep scale or 0 for keys u < n of query row i of head (b, h): the row of the
+ * dropout mask (kernel_math.h's mapping); d->p must be > 0 */
+HEAD_INLINE void mask_row(float *m, const ds_km_drop *dr, int b, int h, int i, int n,
+                          att_dims d) {
+    ds_km_drop_row(m, *dr, ds_km_attn_elem(b, h, i, 0, d.NH, d.T), n);
+}
+
 static inline float *att_workspace(size_t n) {
     size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
     float *p = aligned_alloc(64, bytes);
-    /* up to a few MB per thread (T*T floats with dropout at T = 1024): failure here means
-     * the process is already lost */
+    /* up to a few MB per thread (T*T floats in the reference's backward with dropout at
+     * T = 1024): failure here means the process is already lost */
     if (!p) abort();
     return p;
 }

@@ -22,17 +22,18 @@ static void xent16(ds_half h, float *losses, uint16_t *dlogits, const uint16_t *
 /* the CPU recomputes from qkv and lse alone (attention_fused.c) */
 static void attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH) {
+                                     int T, int C, int NH, float p, ds_rng_key key) {
     (void)scratch, (void)out;
-    ds_attention_backward_fused(dqkv, acc, dout, qkv, lse, B, T, C, NH);
+    ds_attention_backward_fused(dqkv, acc, dout, qkv, lse, B, T, C, NH, p, key);
 }
 
 static void attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
-                                       const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, int din16, void *ws) {
+                                       const float *lse, int B, int T, int C, int NH, float p,
+                                       ds_rng_key key, int in16, int out16, int din16, void *ws) {
     (void)scratch, (void)out, (void)out16;
-    ds_attention16_backward_fused(h, dqkv, acc, dout, qkv, lse, B, T, C, NH, in16, din16, ws);
+    ds_attention16_backward_fused(h, dqkv, acc, dout, qkv, lse, B, T, C, NH, p, key, in16, din16,
+                                  ws);
 }
 
 static void sumsq(const float *x, size_t n, double *out) { *out = ds_sumsq(x, n); }

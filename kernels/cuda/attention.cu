@@ -6,40 +6,12 @@
 // probabilities, as the CPU kernel does.
 //
 // Dropout on the probabilities (the _dropout pair): element (b,h,t,u) of P is kept or
-// dropped by the draw of index ((b*NH + h)*T + t)*T + u + key.offset of the CPU's Philox
-// stream (kernel_math.h); att keeps P undropped and backward redraws the mask.
-#include <string.h>
+// dropped by the draw kernel_math.h's ds_km_attn_elem maps it to (the CPU's and the fused
+// kernels' mask); att keeps P undropped and backward redraws the mask.
 
 #include "cuda_common.cuh"
 
 #define ATT_THREADS 128
-
-struct att_drop {
-    float p, keep_scale; // p = 0: no dropout
-    uint32_t thresh, k0, k1, step, layer, micro;
-    unsigned long long offset;
-};
-
-static att_drop drop_of(float p, const ds_rng_key *key) {
-    att_drop d;
-    memset(&d, 0, sizeof d);
-    if (!key || p <= 0.0f) return d;
-    d.p = p;
-    d.keep_scale = ds_km_keep_scale(p);
-    d.thresh = ds_km_drop_threshold(p);
-    d.k0 = (uint32_t)key->seed, d.k1 = (uint32_t)(key->seed >> 32);
-    d.step = key->step, d.layer = key->layer, d.micro = key->micro;
-    d.offset = key->offset;
-    return d;
-}
-
-// keep scale or 0 for element i of the probabilities
-__device__ static float mask_at(const att_drop &d, unsigned long long i) {
-    unsigned long long g = d.offset + i;
-    uint32_t key[2] = {d.k0, d.k1}, r[4];
-    ds_km_dropout_draws(r, g / 4, key, d.step, d.layer, d.micro);
-    return ds_km_dropout1(1.0f, r[g % 4], d.p, d.thresh, d.keep_scale);
-}
 
 struct att_dims {
     int T, C, NH, hs;
@@ -58,7 +30,7 @@ __device__ static float dot(const float *a, const float *b, int n) {
 }
 
 __global__ static void forward_k(float *out, float *att, const float *qkv, att_dims d,
-                                 att_drop dr) {
+                                 ds_km_drop dr) {
     extern __shared__ float q[]; // hs floats, then with dropout the row's dropped P
     __shared__ float sh[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -87,8 +59,9 @@ __global__ static void forward_k(float *out, float *att, const float *qkv, att_d
     const float *pv = a; // the probabilities that meet V
     if (dr.p > 0.0f) {
         float *pd = q + hs;
-        unsigned long long row = (((unsigned long long)b * d.NH + h) * T + t) * T;
-        for (int u = threadIdx.x; u <= t; u += blockDim.x) pd[u] = a[u] * mask_at(dr, row + u);
+        uint64_t row = ds_km_attn_elem(b, h, t, 0, d.NH, T);
+        for (int u = threadIdx.x; u <= t; u += blockDim.x)
+            pd[u] = a[u] * ds_km_drop_at(dr, row + (uint64_t)u);
         pv = pd;
     }
     __syncthreads(); // the row's probabilities, written by all threads, are read below
@@ -119,7 +92,7 @@ static int shared_ok(ds_cuda_ctx *ctx, const void *kernel, size_t bytes) {
 }
 
 static int attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const float *qkv, int B,
-                             int T, int C, int NH, att_drop dr) {
+                             int T, int C, int NH, ds_km_drop dr) {
     DS_CU_ARG(ctx, out && att && qkv && B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
     att_dims d = dims_of(T, C, NH);
@@ -133,21 +106,21 @@ static int attention_forward(ds_cuda_ctx *ctx, float *out, float *att, const flo
 
 extern "C" int ds_cuda_attention_forward(ds_cuda_ctx *ctx, float *out, float *att,
                                          const float *qkv, int B, int T, int C, int NH) {
-    return attention_forward(ctx, out, att, qkv, B, T, C, NH, drop_of(0.0f, NULL));
+    return attention_forward(ctx, out, att, qkv, B, T, C, NH, ds_cu_drop(0.0f, ds_rng_key{}));
 }
 
 extern "C" int ds_cuda_attention_forward_dropout(ds_cuda_ctx *ctx, float *out, float *att,
                                                  const float *qkv, int B, int T, int C, int NH,
                                                  float p, ds_rng_key key) {
     DS_CU_ARG(ctx, p >= 0.0f && p < 1.0f);
-    return attention_forward(ctx, out, att, qkv, B, T, C, NH, drop_of(p, &key));
+    return attention_forward(ctx, out, att, qkv, B, T, C, NH, ds_cu_drop(p, key));
 }
 
 // per query row t: dpre[u] = a[u] * (dy . v[u] - sum_w a[w] dy . v[w]) * scale into
 // scratch, then dq[t] += sum_u dpre[u] k[u]
 __global__ static void backward_query_k(float *dqkv, int acc, float *scratch, const float *dout,
                                         const float *qkv, const float *att, att_dims d,
-                                        att_drop dr) {
+                                        ds_km_drop dr) {
     extern __shared__ float dy[]; // hs floats
     __shared__ float sh[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -161,10 +134,10 @@ __global__ static void backward_query_k(float *dqkv, int acc, float *scratch, co
     const float *a = att + row;
     float *dpre = scratch + row;
     float part = 0.0f;
-    unsigned long long mrow = (((unsigned long long)b * d.NH + h) * T + t) * T;
+    uint64_t mrow = ds_km_attn_elem(b, h, t, 0, d.NH, T);
     for (int u = threadIdx.x; u <= t; u += blockDim.x) {
         float datt = dot(dy, base + u * C3 + 2 * C, hs);
-        if (dr.p > 0.0f) datt *= mask_at(dr, mrow + u); // the gradient of the dropped row
+        if (dr.p > 0.0f) datt *= ds_km_drop_at(dr, mrow + (uint64_t)u); // the dropped row's
         dpre[u] = datt;
         part += a[u] * datt;
     }
@@ -184,7 +157,7 @@ __global__ static void backward_query_k(float *dqkv, int acc, float *scratch, co
 // (with dropout a[t][u] times its mask: the probabilities that met V, column u of the
 // mask drawn once into shared memory)
 __global__ static void backward_key_k(float *dqkv, int acc, const float *scratch, const float *dout,
-                                      const float *qkv, const float *att, att_dims d, att_drop dr) {
+                                      const float *qkv, const float *att, att_dims d, ds_km_drop dr) {
     extern __shared__ float mcol[]; // with dropout: mcol[t - u], t = u..T-1
     int u = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int T = d.T, C = d.C, hs = d.hs;
@@ -196,7 +169,7 @@ __global__ static void backward_key_k(float *dqkv, int acc, const float *scratch
     float *dv = dk + C;
     if (dr.p > 0.0f) {
         for (int t = u + threadIdx.x; t < T; t += blockDim.x)
-            mcol[t - u] = mask_at(dr, head + (unsigned long long)t * T + u);
+            mcol[t - u] = ds_km_drop_at(dr, ds_km_attn_elem(b, h, t, u, d.NH, T));
         __syncthreads();
     }
     for (int i = threadIdx.x; i < hs; i += blockDim.x) {
@@ -214,7 +187,7 @@ __global__ static void backward_key_k(float *dqkv, int acc, const float *scratch
 
 static int attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc, float *scratch,
                               const float *dout, const float *qkv, const float *att, int B, int T,
-                              int C, int NH, att_drop dr) {
+                              int C, int NH, ds_km_drop dr) {
     DS_CU_ARG(ctx, dqkv && scratch && dout && qkv && att);
     DS_CU_ARG(ctx, B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
     DS_CU_ARG(ctx, B <= 65535 && NH <= 65535);
@@ -235,7 +208,7 @@ extern "C" int ds_cuda_attention_backward(ds_cuda_ctx *ctx, float *dqkv, int acc
                                           const float *dout, const float *qkv, const float *att,
                                           int B, int T, int C, int NH) {
     return attention_backward(ctx, dqkv, acc, scratch, dout, qkv, att, B, T, C, NH,
-                              drop_of(0.0f, NULL));
+                              ds_cu_drop(0.0f, ds_rng_key{}));
 }
 
 extern "C" int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv, int acc,
@@ -244,5 +217,5 @@ extern "C" int ds_cuda_attention_backward_dropout(ds_cuda_ctx *ctx, float *dqkv,
                                                   int C, int NH, float p, ds_rng_key key) {
     DS_CU_ARG(ctx, p >= 0.0f && p < 1.0f);
     return attention_backward(ctx, dqkv, acc, scratch, dout, qkv, att, B, T, C, NH,
-                              drop_of(p, &key));
+                              ds_cu_drop(p, key));
 }

@@ -61,6 +61,11 @@ const char *ds_cu_blas_status(cublasStatus_t s);
 
 // Elementwise launches: grid-stride loops over size_t n with at most this many blocks.
 #define DS_CU_THREADS 256
+// The dropout of p under key in kernel_math.h's form (p = 0: none), a kernel parameter.
+static inline ds_km_drop ds_cu_drop(float p, ds_rng_key key) {
+    return ds_km_drop_of(p, key.seed, key.step, key.layer, key.micro, key.offset);
+}
+
 static inline unsigned ds_cu_blocks(size_t n) {
     size_t b = (n + DS_CU_THREADS - 1) / DS_CU_THREADS;
     return (unsigned)(b < 65536 ? (b ? b : 1) : 65536);

@@ -132,33 +132,35 @@ static void attention_backward_dropout(float *dqkv, int acc, float *scratch, con
 
 // head sizes up to 128 (attention_flash.cu); a larger one is the device's error, naming it
 static void attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                    int NH) {
+                                    int NH, float p, ds_rng_key key) {
     RUN("attention_forward_fused",
-        ds_cuda_flash_attention_forward(ctx_of(), out, lse, qkv, B, T, C, NH));
+        ds_cuda_flash_attention_forward(ctx_of(), out, lse, qkv, B, T, C, NH, p, key));
 }
 static void attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH) {
+                                     int T, int C, int NH, float p, ds_rng_key key) {
     RUN("attention_backward_fused",
         ds_cuda_flash_attention_backward(ctx_of(), dqkv, acc, scratch, dout, qkv, out, lse, B, T, C,
-                                         NH));
+                                         NH, p, key));
 }
 
 // 16-bit qkv and out read and written as they are (DS_ATTN16_HALF: no workspace)
 static void attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv, int B,
-                                      int T, int C, int NH, int in16, int out16, void *ws) {
+                                      int T, int C, int NH, float p, ds_rng_key key, int in16,
+                                      int out16, void *ws) {
     (void)ws;
     RUN("attention16_forward_fused",
-        ds_cuda_flash_attention16_forward(ctx_of(), h, out, lse, qkv, B, T, C, NH, in16, out16));
+        ds_cuda_flash_attention16_forward(ctx_of(), h, out, lse, qkv, B, T, C, NH, p, key, in16,
+                                          out16));
 }
 static void attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                        const float *dout, const void *qkv, const void *out,
-                                       const float *lse, int B, int T, int C, int NH, int in16,
-                                       int out16, int din16, void *ws) {
+                                       const float *lse, int B, int T, int C, int NH, float p,
+                                       ds_rng_key key, int in16, int out16, int din16, void *ws) {
     (void)ws;
     RUN("attention16_backward_fused",
         ds_cuda_flash_attention16_backward(ctx_of(), h, dqkv, acc, scratch, dout, qkv, out, lse, B,
-                                           T, C, NH, in16, out16, din16));
+                                           T, C, NH, p, key, in16, out16, din16));
 }
 
 // ---- loss ------------------------------------------------------------------------------

@@ -409,11 +409,12 @@ static void sim_attention_backward_dropout(float *dqkv, int acc, float *scratch,
 #define ROWS(B, NH, T) ((size_t)(B) * (size_t)(NH) * (size_t)(T))
 
 static void k_attention_forward_fused(const launch *L) {
-    CPU.attention_forward_fused(L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2], L->i[3]);
+    CPU.attention_forward_fused(L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2], L->i[3],
+                                L->f[0], L->key);
 }
 static void sim_attention_forward_fused(float *out, float *lse, const float *qkv, int B, int T,
-                                        int C, int NH) {
-    launch L = {.call = k_attention_forward_fused, .i = {B, T, C, NH}};
+                                        int C, int NH, float p, ds_rng_key key) {
+    launch L = {.call = k_attention_forward_fused, .i = {B, T, C, NH}, .f = {p}, .key = key};
     sim_arg args[] = {ARG(out, F32(TOKENS(B, T) * C)), ARG(lse, F32(ROWS(B, NH, T))),
                       ARG(qkv, F32(TOKENS(B, T) * 3 * C))};
     submit(&L, "attention_forward_fused", args, NARGS(args));
@@ -421,14 +422,18 @@ static void sim_attention_forward_fused(float *out, float *lse, const float *qkv
 
 static void k_attention_backward_fused(const launch *L) {
     CPU.attention_backward_fused(L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4], L->p[5],
-                                 L->i[0], L->i[1], L->i[2], L->i[3]);
+                                 L->i[0], L->i[1], L->i[2], L->i[3], L->f[0], L->key);
 }
 /* scratch and out are checked although the CPU kernel reads neither: the cuda table's
  * kernel needs both, so an engine that passes a bad one fails here first */
 static void sim_attention_backward_fused(float *dqkv, int acc, float *scratch, const float *dout,
                                          const float *qkv, const float *out, const float *lse,
-                                         int B, int T, int C, int NH) {
-    launch L = {.call = k_attention_backward_fused, .i = {B, T, C, NH}, .acc = acc};
+                                         int B, int T, int C, int NH, float p, ds_rng_key key) {
+    launch L = {.call = k_attention_backward_fused,
+                .i = {B, T, C, NH},
+                .f = {p},
+                .key = key,
+                .acc = acc};
     sim_arg args[] = {ARG(dqkv, F32(TOKENS(B, T) * 3 * C)), ARG(scratch, F32(ROWS(B, NH, T))),
                       ARG(dout, F32(TOKENS(B, T) * C)),     ARG(qkv, F32(TOKENS(B, T) * 3 * C)),
                       ARG(out, F32(TOKENS(B, T) * C)),      ARG(lse, F32(ROWS(B, NH, T)))};
@@ -443,12 +448,16 @@ static void sim_attention_backward_fused(float *dqkv, int acc, float *scratch, c
 
 static void k_attention16_forward_fused(const launch *L) {
     CPU.attention16_forward_fused(L->h, L->p[0], L->p[1], L->p[2], L->i[0], L->i[1], L->i[2],
-                                  L->i[3], L->i[4], L->i[5], L->p[3]);
+                                  L->i[3], L->f[0], L->key, L->i[4], L->i[5], L->p[3]);
 }
 static void sim_attention16_forward_fused(ds_half h, void *out, float *lse, const void *qkv,
-                                          int B, int T, int C, int NH, int in16, int out16,
-                                          void *ws) {
-    launch L = {.call = k_attention16_forward_fused, .i = {B, T, C, NH, in16, out16}, .h = h};
+                                          int B, int T, int C, int NH, float p, ds_rng_key key,
+                                          int in16, int out16, void *ws) {
+    launch L = {.call = k_attention16_forward_fused,
+                .i = {B, T, C, NH, in16, out16},
+                .f = {p},
+                .key = key,
+                .h = h};
     sim_arg args[] = {ARG(out, ACT16(out16, TOKENS(B, T) * C)), ARG(lse, F32(ROWS(B, NH, T))),
                       ARG(qkv, ACT16(in16, TOKENS(B, T) * 3 * C)), WS_ARG(WSA16(0, 0))};
     submit(&L, "attention16_forward_fused", args, NARGS(args));
@@ -456,16 +465,19 @@ static void sim_attention16_forward_fused(ds_half h, void *out, float *lse, cons
 
 static void k_attention16_backward_fused(const launch *L) {
     CPU.attention16_backward_fused(L->h, L->p[0], L->acc, L->p[1], L->p[2], L->p[3], L->p[4],
-                                   L->p[5], L->i[0], L->i[1], L->i[2], L->i[3], L->i[4], L->i[5],
-                                   L->i[6], L->p[6]);
+                                   L->p[5], L->i[0], L->i[1], L->i[2], L->i[3], L->f[0], L->key,
+                                   L->i[4], L->i[5], L->i[6], L->p[6]);
 }
 /* scratch and out are checked as attention_backward_fused's are */
 static void sim_attention16_backward_fused(ds_half h, void *dqkv, int acc, float *scratch,
                                            const float *dout, const void *qkv, const void *out,
-                                           const float *lse, int B, int T, int C, int NH, int in16,
-                                           int out16, int din16, void *ws) {
+                                           const float *lse, int B, int T, int C, int NH, float p,
+                                           ds_rng_key key, int in16, int out16, int din16,
+                                           void *ws) {
     launch L = {.call = k_attention16_backward_fused,
                 .i = {B, T, C, NH, in16, out16, din16},
+                .f = {p},
+                .key = key,
                 .h = h,
                 .acc = acc};
     sim_arg args[] = {ARG(dqkv, ACT16(din16, TOKENS(B, T) * 3 * C)),

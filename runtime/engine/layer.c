@@ -385,15 +385,3 @@ ds_layer *ds_layer_trailing(ds_layer *l) {
     return l;
 }
 
-const float *ds_in_f32(const ds_tensor *in, void *ws) {
-    if (in->dtype == DS_F32) return in->data;
-    DS_K->half_to_f32(ds_half_of(in->dtype), ws, in->data, (size_t)in->numel);
-    return ws;
-}
-
-float *ds_out_f32(ds_layer *l, void *ws) { return l->out->dtype == DS_F32 ? l->out->data : ws; }
-
-void ds_out_round(ds_layer *l, const float *y) {
-    if (l->out->dtype != DS_F32)
-        DS_K->half_from_f32(ds_half_of(l->out->dtype), l->out->data, y, (size_t)l->out->numel);
-}

@@ -228,12 +228,6 @@ int ds_layer_yes(const ds_layer *l);
 /* The layer whose output leaves l, through nested Sequentials only (l itself for any
  * other layer; NULL for an empty Sequential): a checkpoint span's trailing layer. */
 ds_layer *ds_layer_trailing(ds_layer *l);
-/* in's values as fp32: in's own data, or them widened into ws (numel floats, exact) */
-const float *ds_in_f32(const ds_tensor *in, void *ws);
-/* Where a layer computes its output in fp32: l->out itself, or ws (numel floats) when
- * out is 16-bit, then rounded into it by ds_out_round (one rounding per element). */
-float *ds_out_f32(ds_layer *l, void *ws);
-void ds_out_round(ds_layer *l, const float *y);
 
 /* An empty owning tensor for l->out / buffers: storage comes with ds_tensor_resize. */
 ds_tensor *ds_tensor_empty(ds_dtype dtype, ds_mem_cat cat);

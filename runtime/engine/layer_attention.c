@@ -1,18 +1,17 @@
 /* Causal multi-head self-attention core: packed qkv [B,T,3C] -> [B,T,C]. The projections
  * around it (c_attn, c_proj) are Linear layers; nn.CausalSelfAttention composes them.
- * In training with p > 0 the probabilities are dropped (GPT-2's attn_pdrop) with a mask
- * keyed like the Dropout layer's (seed, step, layer, micro-batch, global row): backward
- * and a checkpoint recomputation redraw it; att keeps the undropped probabilities.
- * Without dropout (p = 0, or evaluation) the fused kernels run: the layer keeps one
- * log-sum-exp per row, [B,NH,T], instead of the [B,NH,T,T] probabilities, and backward
- * recomputes them (memory grows with T, not T^2). SAVED holds whichever the last forward
- * made; a backward after a forward of the other kind is refused. Inside a 16-bit stage
- * qkv and the output may be 16-bit (ds_layer_plan_outputs): the fused kernels take and
- * give them as they are (the attention16 entries: on cuda the flash kernels widen in
- * shared memory; on cpu and sim fp32 copies in the entries' workspace); with dropout the
- * [B,NH,T,T] kernels run on fp32 copies in the layer workspace (qkv widened; the output
- * computed there, then rounded into out). Softmax and its statistics stay fp32. Without
- * dropout backward writes a 16-bit dqkv where c_attn's backward takes one
+ * The fused kernels run (FlashAttention's scheme): the layer keeps one log-sum-exp per
+ * row, lse [B,NH,T], instead of the [B,NH,T,T] probabilities, and backward recomputes
+ * them, so attention memory grows with T, not T^2. In training with p > 0 the
+ * probabilities are dropped (GPT-2's attn_pdrop) with a mask keyed like the Dropout
+ * layer's (seed, step, layer, micro-batch, global row): the kernels draw each tile's
+ * mask in forward and again in backward, and a checkpoint recomputation redraws the same
+ * one; lse holds the undropped statistics. A backward must follow its own forward's run
+ * (the same key, training or not), as a Dropout's must. Inside a 16-bit stage qkv and
+ * the output may be 16-bit (ds_layer_plan_outputs): the fused kernels take and give them
+ * as they are (the attention16 entries: on cuda the flash kernels widen in shared
+ * memory; on cpu and sim fp32 copies in the entries' workspace). Softmax and its
+ * statistics stay fp32. Backward writes a 16-bit dqkv where c_attn's backward takes one
  * (ds_layer_plan_outputs): the fused entry rounds the fp32 dqkv once. */
 #include "kernels.h"
 #include "layer.h"
@@ -27,13 +26,14 @@ static ds_rng_key key_of(const ds_layer *l, const ds_run *r, int64_t T) {
 
 static float drop_p(const ds_layer *l, const ds_run *r) { return r->train ? l->p : 0.0f; }
 
-/* the workspace of layer_workspace.h in *ws (NULL when none is needed), its parts in *io */
-static int workspace(const ds_layer *l, int dropout, int backward, const ds_tensor *in,
-                     int din16, void **ws, ds_ws_io *io, ds_err *err) {
-    *io = ds_attention_ws(ds_device_attn16(ds_device_get()), dropout, backward,
-                          (size_t)ds_rows(in), (size_t)(ds_last(in) / 3), in->dtype != DS_F32,
-                          l->out_dtype != DS_F32, din16);
-    return ds_layer_workspace_opt(io->total, ws, err);
+/* the attention16 entries' workspace (layer_workspace.h) in *ws, NULL when none */
+static int workspace(int backward, const ds_tensor *in, const ds_layer *l, int din16, void **ws,
+                     ds_err *err) {
+    return ds_layer_workspace_opt(
+        ds_attention16_workspace(ds_device_attn16(ds_device_get()), backward,
+                                 (size_t)ds_rows(in), (size_t)(ds_last(in) / 3),
+                                 in->dtype != DS_F32, l->out_dtype != DS_F32, din16),
+        ws, err);
 }
 
 /* the 16-bit format of qkv or out (the stage's: both are, when both are 16-bit) */
@@ -48,92 +48,67 @@ static int attention_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, 
     if (C3 % 3 || (C3 / 3) % l->heads)
         return ds_err_set(err, "input width %lld is not 3*C with C divisible by %d heads",
                           (long long)C3, l->heads);
-    float p = drop_p(l, r);
-    int64_t saved_shape[4] = {B, l->heads, T, T}; /* with dropout: the probabilities */
-    ds_ws_io io;
+    int64_t lse_shape[3] = {B, l->heads, T};
     void *ws;
-    /* the workspace before out: the planner's order. The fused kernels write every lse;
-     * the [T, T] ones only the probabilities at or below the diagonal: zeroed. */
-    if (workspace(l, p > 0.0f, 0, in, 0, &ws, &io, err) != 0 ||
-        ds_out_like(l, in, C3 / 3, err) != 0 ||
-        (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
-            &l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, p > 0.0f ? 4 : 3, saved_shape, err) != 0)
+    /* the workspace before out: the planner's order. The kernels write every lse. */
+    if (workspace(0, in, l, 0, &ws, err) != 0 || ds_out_like(l, in, C3 / 3, err) != 0 ||
+        ds_tensor_ensure_uninit(&l->buf[SAVED], DS_F32, DS_MEM_ACTIVATIONS, 3, lse_shape, err) != 0)
         return -1;
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32;
     if (in16 && out16 && in->dtype != l->out->dtype)
         return ds_err_set(err, "qkv is %s, output %s: one 16-bit format expected",
                           ds_dtype_name(in->dtype), ds_dtype_name(l->out->dtype));
-    if (p > 0.0f) {
-        const float *qkv = ds_in_f32(in, ds_ws_at(ws, io.in));
-        float *out = ds_out_f32(l, ds_ws_at(ws, io.out));
-        DS_K->attention_forward_dropout(out, l->buf[SAVED]->data, qkv, (int)B, (int)T,
-                                        (int)(C3 / 3), l->heads, p, key_of(l, r, T));
-        ds_out_round(l, out);
-    } else if (in16 || out16) {
+    float p = drop_p(l, r);
+    ds_rng_key key = key_of(l, r, T);
+    if (in16 || out16)
         DS_K->attention16_forward_fused(half_of(in, l->out), l->out->data, l->buf[SAVED]->data,
-                                        in->data, (int)B, (int)T, (int)(C3 / 3), l->heads, in16,
-                                        out16, ws);
-    } else {
+                                        in->data, (int)B, (int)T, (int)(C3 / 3), l->heads, p, key,
+                                        in16, out16, ws);
+    else
         DS_K->attention_forward_fused(l->out->data, l->buf[SAVED]->data, in->data, (int)B,
-                                      (int)T, (int)(C3 / 3), l->heads);
-    }
+                                      (int)T, (int)(C3 / 3), l->heads, p, key);
     return 0;
 }
 
 static int attention_backward(ds_layer *l, const ds_run *r, const ds_tensor *in,
                               const ds_tensor *dout, ds_tensor *din, int acc, ds_err *err) {
     if (!din) return ds_err_set(err, "attention needs its input gradient buffer");
+    if (!l->buf[SAVED] || !l->out) return ds_err_set(err, "attention backward before its forward");
     int64_t B = in->shape[0], T = in->shape[1], C = in->shape[2] / 3;
-    float p = drop_p(l, r);
-    int ndim = p > 0.0f ? 4 : 3; /* [B,NH,T,T] probabilities, or [B,NH,T] lse */
-    if (!l->buf[SAVED] || l->buf[SAVED]->ndim != ndim || !l->out)
-        return ds_err_set(err, "backward after a forward %s attention dropout",
-                          p > 0.0f ? "without" : "with");
-    int64_t scratch_shape[4] = {B, l->heads, T, T};
+    int64_t scratch_shape[3] = {B, l->heads, T};
     int in16 = in->dtype != DS_F32, out16 = l->out->dtype != DS_F32, din16 = din->dtype != DS_F32;
     if (din16 && ((in16 && din->dtype != in->dtype) || (out16 && din->dtype != l->out->dtype)))
         return ds_err_set(err, "qkv gradient is %s, qkv %s: one 16-bit format expected",
                           ds_dtype_name(din->dtype), ds_dtype_name(in->dtype));
-    ds_ws_io io;
     void *ws;
-    /* the workspace before the scratch: the planner's order. The fused kernels' scratch
-     * is clobbered; the [T, T] kernels' is written below the diagonal: zeroed. */
-    if (workspace(l, p > 0.0f, 1, in, din16, &ws, &io, err) != 0 ||
-        (p > 0.0f ? ds_tensor_ensure : ds_tensor_ensure_uninit)(
-            &l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, ndim, scratch_shape, err) != 0)
+    /* the workspace before the scratch: the planner's order; the scratch is clobbered */
+    if (workspace(1, in, l, din16, &ws, err) != 0 ||
+        ds_tensor_ensure_uninit(&l->buf[SCRATCH], DS_F32, DS_MEM_WORKSPACE, 3, scratch_shape,
+                                err) != 0)
         return -1;
-    if (p > 0.0f)
-        DS_K->attention_backward_dropout(din->data, acc, l->buf[SCRATCH]->data, dout->data,
-                                         ds_in_f32(in, ds_ws_at(ws, io.in)), l->buf[SAVED]->data,
-                                         (int)B, (int)T, (int)C, l->heads, p, key_of(l, r, T));
-    else if (in16 || out16 || din16)
+    float p = drop_p(l, r);
+    ds_rng_key key = key_of(l, r, T);
+    if (in16 || out16 || din16)
         DS_K->attention16_backward_fused(ds_half_of(din16 ? din->dtype : in16 ? in->dtype
                                                                                : l->out->dtype),
                                          din->data, acc, l->buf[SCRATCH]->data, dout->data,
                                          in->data, l->out->data, l->buf[SAVED]->data, (int)B,
-                                         (int)T, (int)C, l->heads, in16, out16, din16, ws);
+                                         (int)T, (int)C, l->heads, p, key, in16, out16, din16, ws);
     else
         DS_K->attention_backward_fused(din->data, acc, l->buf[SCRATCH]->data, dout->data, in->data,
                                        l->out->data, l->buf[SAVED]->data, (int)B, (int)T, (int)C,
-                                       l->heads);
+                                       l->heads, p, key);
     return 0;
 }
 
-/* The fused backward (no dropout) writes a 16-bit dqkv where c_attn's backward takes one;
- * with dropout the [B,NH,T,T] kernels give fp32. */
-static int half_dqkv(const ds_layer *l, ds_dtype h) {
-    (void)h;
-    return l->p == 0.0f;
-}
-
-/* input_only: no, backward reads the output and the saved log-sum-exp (or probabilities) */
+/* input_only: no, backward reads the output and the saved log-sum-exp */
 static const ds_layer_ops ATTENTION = {
     .kind = "Attention",
     .forward = attention_forward,
     .backward = attention_backward,
     .emits_half = ds_layer_any_half,
     .takes_half = ds_layer_any_half,
-    .gives_half_grad = half_dqkv,
+    .gives_half_grad = ds_layer_any_half, /* the fused backward's, dropout or not */
 };
 
 ds_layer *ds_attention_new(int heads, float p, ds_err *err) {

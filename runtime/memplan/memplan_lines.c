@@ -23,7 +23,7 @@ static const struct {
     [DS_MP_ACT_KEPT] = {"activations kept for backward", DS_MEM_ACTIVATIONS,
                         "4 x the outputs and saved tensors of every layer outside checkpointed "
                         "spans (Linear B.T.out, LayerNorm B.T.d + 2.B.T, Attention B.T.d + "
-                        "B.H.T, or + B.H.T^2 with attention dropout, ...), each span's output, "
+                        "B.H.T, with attention dropout too, ...), each span's output, "
                         "the loss per row; 2 x for 16-bit ones (between 16-bit layers, "
                         "16-bit logits)"},
     [DS_MP_ACT_GRADS] = {"activation gradients", DS_MEM_ACTIVATIONS,
@@ -37,15 +37,14 @@ static const struct {
                          "4 x the activations and boundary gradients of the checkpointed span "
                          "being recomputed (the largest span sets the peak)"},
     [DS_MP_SCRATCH] = {"attention scratch", DS_MEM_WORKSPACE,
-                       "4 x B.H.T (B.H.T^2 with attention dropout) per attention layer outside "
+                       "4 x B.H.T (with attention dropout too) per attention layer outside "
                        "checkpointed spans (kept), "
                        "and the one of the span being recomputed"},
     [DS_MP_IMAGES] = {"16-bit layer workspace", DS_MEM_WORKSPACE,
                       "the largest layer's 16-bit kernel workspace: a Linear's GEMM "
                       "workspace, an Embedding's 8 x B.T + 4 x d in backward, a LayerNorm's "
                       "4 x d two or three times, and attention's fp32 copies of a 16-bit "
-                      "qkv and output (cpu and sim; every device with dropout: "
-                      "docs/memory.md)"},
+                      "qkv and output (cpu and sim: docs/memory.md)"},
     [DS_MP_INIT] = {"initialisation staging", DS_MEM_WORKSPACE,
                     "4 x the largest parameter, while stages are built"},
     [DS_MP_BUCKETS] = {"ZeRO-2/3 buckets", DS_MEM_COMM,

@@ -142,13 +142,13 @@ static int takes_half(const sim *S, const mp_node *n, int h) {
 }
 
 /* the kinds' takes_half_grad (a native Linear of format h) and gives_half_grad (GELU,
- * the fused attention: without dropout) */
+ * attention) */
 static int takes_half_grad(const sim *S, const mp_node *n, int h) {
     return n->kind == MP_LINEAR && takes_half(S, n, h);
 }
 
 static int gives_half_grad(const mp_node *n) {
-    return n->kind == MP_GELU || (n->kind == MP_ATTENTION && !n->dropout);
+    return n->kind == MP_GELU || n->kind == MP_ATTENTION;
 }
 
 /* layer.c's end_leaf: through Sequentials and Checkpoints */
@@ -200,10 +200,9 @@ static size_t workspace(const sim *S, const mp_node *n, const mp_shape *in, int 
                    ? ds_embedding16_workspace((size_t)numel_of(in), (size_t)n->out_dim) : 0;
     case MP_LAYERNORM: return native ? ds_layernorm16_workspace(grads, (size_t)n->in_dim) : 0;
     case MP_ATTENTION: /* qkv [B,T,3C] */
-        return ds_attention_ws(S->job->attn16, n->dropout, grads, rows,
-                               (size_t)(in->d[in->ndim - 1] / 3), in->half, n->out_half,
-                               grads && in->grad_half)
-            .total;
+        return ds_attention16_workspace(S->job->attn16, grads, rows,
+                                        (size_t)(in->d[in->ndim - 1] / 3), in->half,
+                                        n->out_half, grads && in->grad_half);
     default: return 0; /* GELU (gelu16: none), PositionEmbedding, containers */
     }
 }
@@ -285,10 +284,10 @@ static void count(sim *S, double flops) {
 
 static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err);
 
-/* An attention layer's saved tensor and its backward scratch, each: [B,H,T,T] with
- * attention dropout (the reference kernels), else [B,H,T] (the fused kernels). */
+/* An attention layer's saved lse and its backward scratch, each [B,H,T] (the fused
+ * kernels, with dropout or without). */
 static size_t att_bytes(const mp_node *n, int64_t B, int64_t T) {
-    return (size_t)(B * n->heads * T * (n->dropout ? T : 1)) * 4;
+    return (size_t)(B * n->heads * T) * 4;
 }
 
 /* A leaf's output: its out_shape takes the leaf's type (out_half); its bytes. */

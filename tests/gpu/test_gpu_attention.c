@@ -97,7 +97,8 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
     float *d_qkv = gh_up(g, qkv, nqkv * 4), *d_dout = gh_up(g, dout, nout * 4);
     float *d_out = gh_zeros(g, nout * 4), *d_lse = gh_zeros(g, nrow * 4);
     float *d_scratch = gh_zeros(g, nrow * 4);
-    GH_OK(g, ds_cuda_flash_attention_forward(g->ctx, d_out, d_lse, d_qkv, B, T, C, NH));
+    ds_rng_key none = {0};
+    GH_OK(g, ds_cuda_flash_attention_forward(g->ctx, d_out, d_lse, d_qkv, B, T, C, NH, 0.0f, none));
     float *got = gh_downf(g, d_out, nout), *glse = gh_downf(g, d_lse, nrow);
     snprintf(what, sizeof what, "flash attention fwd out B%d T%d C%d NH%d", B, T, C, NH);
     gh_close(g, what, got, out, nout, 2e-5f, 1e-4f);
@@ -108,7 +109,7 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
     for (int r = 0; r < 2; r++) {
         float *d_dqkv = gh_up(g, dqkv0, nqkv * 4);
         GH_OK(g, ds_cuda_flash_attention_backward(g->ctx, d_dqkv, 1, d_scratch, d_dout, d_qkv,
-                                                  d_out, d_lse, B, T, C, NH));
+                                                  d_out, d_lse, B, T, C, NH, 0.0f, none));
         runs[r] = gh_downf(g, d_dqkv, nqkv);
         ds_cuda_free(g->ctx, d_dqkv);
     }
@@ -125,7 +126,7 @@ static void test_flash(gh *g, int B, int T, int C, int NH) {
 static void test_flash_refuses(gh *g) {
     gh_expect(g, "flash attention refuses head size 160",
               ds_cuda_flash_attention_forward(g->ctx, (float *)16, (float *)16, (const float *)16,
-                                              1, 4, 320, 2) == -1 &&
+                                              1, 4, 320, 2, 0.0f, (ds_rng_key){0}) == -1 &&
                   strstr(ds_cuda_ctx_error(g->ctx), "head size 160") != NULL);
 }
 

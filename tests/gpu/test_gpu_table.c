@@ -180,27 +180,28 @@ static void test_attention(int B, int T, int C, int NH, float p) {
     dfree(ATT, na * 4), dfree(SCR, na * 4);
 }
 
-/* The fused pair: out and lse forward; backward from the CPU's out and lse, so only
- * backward is compared. The CPU recomputes from qkv and lse alone; the GPU also reads
- * out and uses scratch. */
-static void test_attention_fused(int B, int T, int C, int NH) {
+/* The fused pair, with dropout p (the mask drawn per tile on both) or without: out and
+ * lse forward; backward from the CPU's out and lse, so only backward is compared. The CPU
+ * recomputes from qkv and lse alone; the GPU also reads out and uses scratch. */
+static void test_attention_fused(int B, int T, int C, int NH, float p) {
     char what[96];
+    ds_rng_key key = {0xABCDEF12345ull, 3, 1, 2, 777};
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = rnd(nq, -1, 1), *dy = rnd(no, -1, 1), *dq = rnd(nq, -1, 1);
     float *o = gh_alloc(no * 4), *lse = gh_alloc(nl * 4), *scr = gh_alloc(nl * 4);
     void *QKV = up(qkv, nq * 4), *DY = up(dy, no * 4), *DQ = up(dq, nq * 4);
     void *O = zeros(no * 4), *LSE = zeros(nl * 4), *SCR = zeros(nl * 4);
-    CPU->attention_forward_fused(o, lse, qkv, B, T, C, NH);
-    DEV->attention_forward_fused(O, LSE, QKV, B, T, C, NH);
-    snprintf(what, sizeof what, "table attention_forward_fused out T%d hs%d", T, C / NH);
+    CPU->attention_forward_fused(o, lse, qkv, B, T, C, NH, p, key);
+    DEV->attention_forward_fused(O, LSE, QKV, B, T, C, NH, p, key);
+    snprintf(what, sizeof what, "table attention_forward_fused out T%d hs%d p%g", T, C / NH, p);
     close_f(what, O, o, no, 2e-5f, 1e-4f);
-    snprintf(what, sizeof what, "table attention_forward_fused lse T%d hs%d", T, C / NH);
+    snprintf(what, sizeof what, "table attention_forward_fused lse T%d hs%d p%g", T, C / NH, p);
     close_f(what, LSE, lse, nl, 1e-5f, 1e-5f);
     dfree(O, no * 4), dfree(LSE, nl * 4);
     O = up(o, no * 4), LSE = up(lse, nl * 4);
-    CPU->attention_backward_fused(dq, 1, scr, dy, qkv, o, lse, B, T, C, NH);
-    DEV->attention_backward_fused(DQ, 1, SCR, DY, QKV, O, LSE, B, T, C, NH);
-    snprintf(what, sizeof what, "table attention_backward_fused T%d hs%d", T, C / NH);
+    CPU->attention_backward_fused(dq, 1, scr, dy, qkv, o, lse, B, T, C, NH, p, key);
+    DEV->attention_backward_fused(DQ, 1, SCR, DY, QKV, O, LSE, B, T, C, NH, p, key);
+    snprintf(what, sizeof what, "table attention_backward_fused T%d hs%d p%g", T, C / NH, p);
     close_f(what, DQ, dq, nq, 2e-5f, 2e-4f);
     free(qkv), free(dy), free(dq), free(o), free(lse), free(scr);
     dfree(QKV, nq * 4), dfree(DY, no * 4), dfree(DQ, nq * 4), dfree(O, no * 4);
@@ -543,10 +544,12 @@ static void test_params16(ds_half h, int N, int C, int vocab, int B, int T) {
  * output for its row term (the CPU recomputes it): compared against the CPU with an fp32
  * output, and with a 16-bit output against the device's own run on that output widened,
  * bit for bit. */
-static void test_acts16(ds_half h, int B, int T, int C, int NH) {
+static void test_acts16(ds_half h, int B, int T, int C, int NH, float p) {
     char what[96];
     const char *hn = h == DS_HALF_BF16 ? "bf16" : "f16";
-#define NAME(s) (snprintf(what, sizeof what, "table %s %s T%d hs%d", s, hn, T, C / NH), what)
+    ds_rng_key key = {0xABCDEF12345ull, 3, 1, 2, 777};
+#define NAME(s) \
+    (snprintf(what, sizeof what, "table %s %s T%d hs%d p%g", s, hn, T, C / NH, p), what)
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     size_t N = (size_t)B * T;
     float *qf = rnd(nq, -1, 1), *dy = rnd(no, -1, 1), *dq = rnd(nq, -1, 1); /* as test_attention_fused */
@@ -599,18 +602,21 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     close_half_abs(NAME("layernorm16_forward (16-bit out)"), h, G16, g16, nq, 1e-5f);
     close_f(NAME("layernorm16_forward (16-bit out) rstd"), RSTD, rstd, (size_t)R, 1e-6f, 1e-5f);
 
-    /* attention: 16-bit qkv and out; 16-bit qkv, fp32 out */
-    CPU->attention16_forward_fused(h, o16, lse, q16, B, T, C, NH, 1, 1, ws);
-    DEV->attention16_forward_fused(h, O16, LSE, Q16, B, T, C, NH, 1, 1, NULL);
+    /* attention: 16-bit qkv and out; 16-bit qkv, fp32 out (p: attention dropout, the same
+     * mask on both) */
+    CPU->attention16_forward_fused(h, o16, lse, q16, B, T, C, NH, p, key, 1, 1, ws);
+    DEV->attention16_forward_fused(h, O16, LSE, Q16, B, T, C, NH, p, key, 1, 1, NULL);
     close_half_abs(NAME("attention16_forward_fused out"), h, O16, o16, no, 2e-5f);
     close_f(NAME("attention16_forward_fused lse"), LSE, lse, nl, 1e-5f, 1e-5f);
-    CPU->attention16_forward_fused(h, of, lse, q16, B, T, C, NH, 1, 0, ws);
-    DEV->attention16_forward_fused(h, OF, LSE, Q16, B, T, C, NH, 1, 0, NULL);
+    CPU->attention16_forward_fused(h, of, lse, q16, B, T, C, NH, p, key, 1, 0, ws);
+    DEV->attention16_forward_fused(h, OF, LSE, Q16, B, T, C, NH, p, key, 1, 0, NULL);
     close_f(NAME("attention16_forward_fused (16-bit qkv) out"), OF, of, no, 2e-5f, 1e-4f);
     dfree(LSE, nl * 4), dfree(OF, nq * 4);
     LSE = up(lse, nl * 4), OF = up(of, no * 4); /* backward from the CPU's out and lse */
-    CPU->attention16_backward_fused(h, dq, 1, scr, dy, q16, of, lse, B, T, C, NH, 1, 0, 0, ws);
-    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, 0, NULL);
+    CPU->attention16_backward_fused(h, dq, 1, scr, dy, q16, of, lse, B, T, C, NH, p, key, 1, 0, 0,
+                                    ws);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, p, key, 1, 0, 0,
+                                    NULL);
     close_f(NAME("attention16_backward_fused (16-bit qkv)"), DQ, dq, nq, 2e-5f, 2e-4f);
     /* a 16-bit out read as it is = that out widened, on the device */
     float *ow = gh_alloc(no * 4);
@@ -621,13 +627,17 @@ static void test_acts16(ds_half h, int B, int T, int C, int NH) {
     void *DQ2 = up(dq, nq * 4);
     gh_dev_free(&G, DQ, nq * 4);
     DQ = up(dq, nq * 4);
-    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 0, NULL);
-    DEV->attention16_backward_fused(h, DQ2, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, 1, 0, 0, NULL);
+    DEV->attention16_backward_fused(h, DQ, 1, SCR, DY, Q16, O16, LSE, B, T, C, NH, p, key, 1, 1, 0,
+                                    NULL);
+    DEV->attention16_backward_fused(h, DQ2, 1, SCR, DY, Q16, OF, LSE, B, T, C, NH, p, key, 1, 0, 0,
+                                    NULL);
     float *dq2 = downf(DQ2, nq);
     same_f(NAME("attention16_backward_fused (16-bit out)"), DQ, dq2, nq * 4);
     /* a 16-bit dqkv (written over garbage): the device's fp32 one rounded once */
-    DEV->attention16_backward_fused(h, DQ2, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 0, NULL);
-    DEV->attention16_backward_fused(h, G16, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, 1, 1, 1, NULL);
+    DEV->attention16_backward_fused(h, DQ2, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, p, key, 1, 1, 0,
+                                    NULL);
+    DEV->attention16_backward_fused(h, G16, 0, SCR, DY, Q16, O16, LSE, B, T, C, NH, p, key, 1, 1, 1,
+                                    NULL);
     same_rounded(NAME("attention16_backward_fused (16-bit dqkv)"), h, G16, DQ2, nq);
 #undef NAME
     free(qf), free(dy), free(dq), free(q16), free(o16), free(g16), free(of), free(lse), free(scr);
@@ -732,17 +742,24 @@ int main(void) {
     test_attention(2, 64, 128, 4, 0.0f);
     test_attention(2, 64, 128, 4, 0.1f);
     test_attention(1, 300, 96, 2, 0.2f);
-    test_attention_fused(2, 64, 128, 4);  /* head size 32 */
-    test_attention_fused(1, 300, 128, 2); /* head size 64, T past the backward's chunks */
-    test_attention_fused(2, 67, 256, 2);  /* head size 128 */
-    test_attention_fused(4, 32, 64, 4);   /* head size 16: examples/gpt/tiny.lua */
-    test_acts16(DS_HALF_BF16, 2, 64, 128, 4);  /* head size 32 */
-    test_acts16(DS_HALF_F16, 1, 300, 128, 2);  /* head size 64, T past the backward's chunks */
-    test_acts16(DS_HALF_BF16, 2, 67, 256, 2);  /* head size 128 */
+    test_attention_fused(2, 64, 128, 4, 0.0f);  /* head size 32 */
+    test_attention_fused(1, 300, 128, 2, 0.0f); /* head size 64, T past the backward's chunks */
+    test_attention_fused(2, 67, 256, 2, 0.0f);  /* head size 128 */
+    test_attention_fused(4, 32, 64, 4, 0.0f);   /* head size 16: examples/gpt/tiny.lua */
+    /* attention dropout (GPT-2's attn_pdrop 0.1): every head size, T past the tiles */
+    test_attention_fused(2, 64, 128, 4, 0.1f);
+    test_attention_fused(1, 300, 128, 2, 0.1f);
+    test_attention_fused(2, 67, 256, 2, 0.2f);
+    test_attention_fused(4, 32, 64, 4, 0.1f);
+    test_acts16(DS_HALF_BF16, 2, 64, 128, 4, 0.0f); /* head size 32 */
+    test_acts16(DS_HALF_F16, 1, 300, 128, 2, 0.0f); /* head size 64, T past the backward's chunks */
+    test_acts16(DS_HALF_BF16, 2, 67, 256, 2, 0.0f); /* head size 128 */
     /* the flash kernels are instantiated per element type and head size: GPT-2's head
-     * size 64 in bf16, and 128 in fp16 */
-    test_acts16(DS_HALF_BF16, 1, 300, 128, 2);
-    test_acts16(DS_HALF_F16, 2, 67, 256, 2);
+     * size 64 in bf16, and 128 in fp16; with dropout too */
+    test_acts16(DS_HALF_BF16, 1, 300, 128, 2, 0.0f);
+    test_acts16(DS_HALF_F16, 2, 67, 256, 2, 0.0f);
+    test_acts16(DS_HALF_BF16, 1, 300, 128, 2, 0.1f);
+    test_acts16(DS_HALF_F16, 2, 67, 256, 2, 0.1f);
     test_loss(64, 50257);
     test_loss(7, 5);
     test_loss16(DS_HALF_BF16, 64, 50257, 1.0f);

@@ -98,10 +98,11 @@ static void run_attention(void *d, int acc) {
         DEV->attention_backward(d, acc, SCR, DY, QKV, ATT, B, T, C, NH);
 }
 static void run_fused(void *d, int acc) {
-    DEV->attention_backward_fused(d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH);
+    DEV->attention_backward_fused(d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH, P, KEY);
 }
 static void run_fused16(void *d, int acc) {
-    DEV->attention16_backward_fused(H, d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH, 1, 1, 0, NULL);
+    DEV->attention16_backward_fused(H, d, acc, SCR, DY, QKV, OUT, LSE, B, T, C, NH, P, KEY, 1, 1, 0,
+                                    NULL);
 }
 
 static void test_matmul(int n_, int c_, int oc_) {
@@ -211,23 +212,23 @@ static void test_attention(int b_, int t_, int c_, int nh_, float p) {
     dfree(QKV, nq * 4), dfree(DY, ny * 4), dfree(ATT, na * 4), dfree(SCR, na * 4);
 }
 
-static void test_fused(int b_, int t_, int c_, int nh_) {
-    B = b_, T = t_, C = c_, NH = nh_;
+static void test_fused(int b_, int t_, int c_, int nh_, float p) {
+    B = b_, T = t_, C = c_, NH = nh_, P = p;
     size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = rnd(nq, -2, 2), *dy = rnd(ny, -1, 1);
     QKV = up(qkv, nq * 4), DY = up(dy, ny * 4), OUT = gh_dev_zeros(&G, ny * 4);
     LSE = gh_dev_zeros(&G, nl * 4), SCR = gh_dev_zeros(&G, nl * 4);
-    DEV->attention_forward_fused(OUT, LSE, QKV, B, T, C, NH);
+    DEV->attention_forward_fused(OUT, LSE, QKV, B, T, C, NH, P, KEY);
     char what[96];
-    snprintf(what, sizeof what, "attention_backward_fused T %d hs %d", T, C / NH);
+    snprintf(what, sizeof what, "attention_backward_fused T %d hs %d p %g", T, C / NH, P);
     modes(what, nq, run_fused, 1, NULL, 0);
     dfree(QKV, nq * 4), dfree(OUT, ny * 4);
     H = DS_HALF_BF16;
     uint16_t *q16 = gh_alloc(nq * 2);
     ds_half_from_f32(H, q16, qkv, nq);
     QKV = up(q16, nq * 2), OUT = gh_dev_zeros(&G, ny * 2);
-    DEV->attention16_forward_fused(H, OUT, LSE, QKV, B, T, C, NH, 1, 1, NULL);
-    snprintf(what, sizeof what, "attention16_backward_fused bf16 T %d hs %d", T, C / NH);
+    DEV->attention16_forward_fused(H, OUT, LSE, QKV, B, T, C, NH, P, KEY, 1, 1, NULL);
+    snprintf(what, sizeof what, "attention16_backward_fused bf16 T %d hs %d p %g", T, C / NH, P);
     modes(what, nq, run_fused16, 1, NULL, 0);
     free(qkv), free(dy), free(q16);
     dfree(QKV, nq * 2), dfree(OUT, ny * 2), dfree(DY, ny * 4), dfree(LSE, nl * 4);
@@ -250,8 +251,9 @@ int main(void) {
     test_layernorm(37, 50);
     test_attention(2, 64, 128, 4, 0.0f);
     test_attention(1, 300, 96, 2, 0.2f);
-    test_fused(2, 64, 128, 4);
-    test_fused(1, 300, 128, 2);
-    test_fused(2, 67, 256, 2);
+    test_fused(2, 64, 128, 4, 0.0f);
+    test_fused(1, 300, 128, 2, 0.0f);
+    test_fused(2, 67, 256, 2, 0.0f);
+    test_fused(1, 300, 128, 2, 0.1f); /* attention dropout: the mask redrawn in each mode */
     return gh_finish(&G);
 }

@@ -93,8 +93,8 @@ int main(int argc, char **argv) {
                     if (rc >= 0) bad += rc, n++;
                 }
     /* The small GPT, choices mixed across the stages (embed, blocks, head), and dropout
-     * (the attention's [B,H,T,T] kernels, which widen 16-bit activations into the layer
-     * workspace where the fused ones take them as they are). */
+     * (the Dropout layers' masks; attention's keeps its lse, the 16-bit dqkv given to
+     * c_attn's backward as without dropout). */
     static const grid_case more[] = {
         {2, "small", "0", "none", "fp32", NULL},        {2, "small", "3", "full", "bf16", NULL},
         {2, "small", "2", "every:2", "bf16", NULL},     {4, "small", "1", "none", "fp32", NULL},

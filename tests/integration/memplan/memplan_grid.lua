@@ -26,7 +26,7 @@ local SIZES = {
 }
 if S.threads > 0 then ds.set_threads(S.threads) end
 local size = assert(SIZES[S.size], 'size: tiny or small')
-size.dropout = S.dropout -- > 0: the attention's [B,H,T,T] kernels, the Dropout layers' masks
+size.dropout = S.dropout -- > 0: attention dropout (the same lse), the Dropout layers' masks
 local cfg = gpt.config(size)
 
 local function per_stage(v)

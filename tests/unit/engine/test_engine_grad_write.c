@@ -90,17 +90,19 @@ static void att_drop_b(float *dqkv, int acc, float *scratch, const float *dout, 
 }
 
 static void att_fused_b(float *dqkv, int acc, float *scratch, const float *dout, const float *qkv,
-                        const float *out, const float *lse, int Bn, int Tn, int Cn, int NHn) {
+                        const float *out, const float *lse, int Bn, int Tn, int Cn, int NHn,
+                        float p, ds_rng_key k) {
     if (!acc) zero(dqkv, (size_t)Bn * Tn * 3 * Cn);
-    g_real->attention_backward_fused(dqkv, 1, scratch, dout, qkv, out, lse, Bn, Tn, Cn, NHn);
+    g_real->attention_backward_fused(dqkv, 1, scratch, dout, qkv, out, lse, Bn, Tn, Cn, NHn, p, k);
 }
 
 static void att16_fused_b(ds_half h, void *dqkv, int acc, float *scratch, const float *dout,
                           const void *qkv, const void *out, const float *lse, int Bn, int Tn,
-                          int Cn, int NHn, int in16, int out16, int din16, void *ws) {
+                          int Cn, int NHn, float p, ds_rng_key k, int in16, int out16, int din16,
+                          void *ws) {
     if (!acc && !din16) zero(dqkv, (size_t)Bn * Tn * 3 * Cn);
     g_real->attention16_backward_fused(h, dqkv, !din16, scratch, dout, qkv, out, lse, Bn, Tn, Cn,
-                                       NHn, in16, out16, din16, ws);
+                                       NHn, p, k, in16, out16, din16, ws);
 }
 
 static void drop_b(float *dinp, int acc, const float *dout, size_t n, float p, ds_rng_key k) {

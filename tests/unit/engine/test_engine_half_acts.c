@@ -333,13 +333,14 @@ static void exact_attention(const block *k) {
     const ds_tensor *out = k->att->out, *lse = k->att->buf[0];
     ds_tensor *qf = widened_t(qkv), *y = dev_tensor(DS_F32, out->numel);
     ds_tensor *l = dev_tensor(DS_F32, lse->numel), *scr = dev_tensor(DS_F32, lse->numel);
-    DS_K->attention_forward_fused(y->data, l->data, qf->data, B, T, C, NH);
+    ds_rng_key none = {0}; /* the model has no attention dropout */
+    DS_K->attention_forward_fused(y->data, l->data, qf->data, B, T, C, NH, 0.0f, none);
     ds_tensor *r = rounded(y, out->dtype), *of = widened_t(out);
     ds_tensor *g = dev_tensor(DS_F32, qkv->numel);
     exact(r, out, "attention forward");
     exact(l, lse, "attention forward (lse)");
     DS_K->attention_backward_fused(g->data, 0, scr->data, dy->data, qf->data, of->data, lse->data,
-                                   B, T, C, NH);
+                                   B, T, C, NH, 0.0f, none);
     ds_tensor *gr = rounded(g, dx->dtype); /* c_attn's output gradient: 16-bit */
     exact(gr, dx, "attention backward");
     ds_tensor *all[] = {qf, y, l, scr, r, of, g, gr};

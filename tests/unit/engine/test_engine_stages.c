@@ -466,6 +466,83 @@ static void test_attention_dropout(void **state) {
         "assert(not ok, 'row0 does not key the masks')\n");
 }
 
+/* Attention dropout's input gradient is the derivative of the dropped forward: a forward
+ * under the same key (seed, step, layer, micro-batch, row0) draws the same mask, so
+ * central differences of sum(out * dout) along random directions of the input match
+ * din . direction (fp32 forward, differences in double: ~1e-4 relative). */
+static void test_attention_dropout_gradient(void **state) {
+    (void)state;
+    run_chunk(
+        "local B, T, n = 2, 5, 80\n"
+        "local s = ds.Stage {name = 'a', seed = 3,\n"
+        "  nn.Linear {name = 'c_attn', ['in'] = 8, out = 24},\n"
+        "  nn.Attention {heads = 2, dropout = 0.3},\n"
+        "  nn.Linear {name = 'c_proj', ['in'] = 8, out = 8}}\n"
+        "local w = s:params()\n" /* O(1) weights: probabilities far from uniform */
+        "for i = 1, w:numel() do w:set(i, 0.6 * math.sin(i * 1.3)) end\n"
+        "local x, dout = ds.tensor('fp32', B, T, 8), ds.tensor('fp32', B, T, 8)\n"
+        "for i = 1, n do x:set(i, math.sin(i * 0.37)); dout:set(i, math.cos(i * 0.11)) end\n"
+        "local function f(at)\n"
+        "  local out, sum = s:forward(at, true, 4, 1, 0), 0\n"
+        "  for i = 1, n do sum = sum + out:get(i) * dout:get(i) end\n"
+        "  return sum\n"
+        "end\n"
+        "s:zero_grad()\n"
+        "local f0 = f(x)\n"
+        "local din = s:backward(dout):to_table()\n"
+        "local e = s:forward(x, false, 4, 1, 0)\n"
+        "local ev = 0\n"
+        "for i = 1, n do ev = ev + e:get(i) * dout:get(i) end\n"
+        "assert(math.abs(ev - f0) > 1e-3, 'dropout changed nothing')\n"
+        "math.randomseed(5)\n"
+        "for k = 1, 3 do\n"
+        "  local xp, xm = ds.tensor('fp32', B, T, 8), ds.tensor('fp32', B, T, 8)\n"
+        "  local eps, want = 1e-2, 0\n"
+        "  for i = 1, n do\n"
+        "    local d = math.random() - 0.5\n"
+        "    xp:set(i, x:get(i) + eps * d); xm:set(i, x:get(i) - eps * d)\n"
+        "    want = want + din[i] * d\n"
+        "  end\n"
+        "  local fd = (f(xp) - f(xm)) / (2 * eps)\n"
+        "  assert(math.abs(want - fd) < 2e-4 + 1e-3 * math.abs(fd),\n"
+        "         string.format('direction %d: din gives %.7g, differences %.7g', k, want, fd))\n"
+        "end\n");
+}
+
+/* Attention with dropout holds what it holds without: the log-sum-exp per row, O(B.NH.T),
+ * not the [B,NH,T,T] probabilities (kept for backward) and scratch (in backward) it took
+ * before the fused kernels took dropout: at T = 64 that tensor alone (64 KiB) is more than
+ * all the stage's activations. */
+static void test_attention_dropout_memory(void **state) {
+    (void)state;
+    run_chunk(
+        "local B, T = 2, 64\n"
+        "local function held(p)\n"
+        "  local s = ds.Stage {name = 'a', seed = 3,\n"
+        "    nn.Linear {name = 'c_attn', ['in'] = 8, out = 24},\n"
+        "    nn.Attention {heads = 2, dropout = p},\n"
+        "    nn.Linear {name = 'c_proj', ['in'] = 8, out = 8}}\n"
+        "  local x, dout = ds.tensor('fp32', B, T, 8), ds.tensor('fp32', B, T, 8)\n"
+        "  for i = 1, B * T * 8 do x:set(i, math.sin(i * 0.37)); dout:set(i, math.cos(i * 0.11)) end\n"
+        "  s:zero_grad()\n"
+        "  local m0 = ds.memory()\n"
+        "  ds.memory_reset_peaks()\n"
+        "  s:forward(x, true, 4, 1, 0)\n"
+        "  local kept = ds.memory().activations.current - m0.activations.current\n"
+        "  s:backward(dout)\n"
+        "  local m1 = ds.memory()\n"
+        "  s:release()\n"
+        "  return kept, m1.activations.peak - m0.activations.current,\n"
+        "         m1.workspace.peak - m0.workspace.current\n"
+        "end\n"
+        "local k0, a0, w0 = held(0)\n"
+        "local k1, a1, w1 = held(0.3)\n"
+        "assert(k1 == k0, string.format('kept %d bytes with dropout, %d without', k1, k0))\n"
+        "assert(a1 == a0, string.format('activation peak %d with dropout, %d without', a1, a0))\n"
+        "assert(w1 == w0, string.format('workspace peak %d with dropout, %d without', w1, w0))\n"
+        "assert(k1 < B * 2 * T * T * 4, string.format('kept %d bytes: O(T^2)', k1))\n");
+}
+
 /* Export writes Hugging Face names and layouts (Conv1D weights [in, out], no lm_head);
  * loading that file into a differently initialised model reproduces every weight. */
 static void test_safetensors_round_trip(void **state) {
@@ -540,6 +617,8 @@ int main(void) {
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_dropout_backward_uses_forward_mask),
         cmocka_unit_test(test_attention_dropout),
+        cmocka_unit_test(test_attention_dropout_gradient),
+        cmocka_unit_test(test_attention_dropout_memory),
         cmocka_unit_test(test_job_training_settings),
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_half_precision_weights),

@@ -89,32 +89,33 @@ static void check_layernorm_wide(ds_half h, int N, int C) {
         free(gr), free(want), free(got), free(ws);
 }
 
-static void check_attention(ds_half h, int B, int T, int C, int NH, int in16, int out16) {
+static void check_attention(ds_half h, int B, int T, int C, int NH, int in16, int out16, float p) {
+    ds_rng_key key = {.seed = 21, .step = 5, .layer = 2, .micro = 1, .offset = 40};
     size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
     size_t N = (size_t)B * T;
     float *xf;
     void *x = rand_act(h, nx, 2.0f, in16, &xf);
     float *y = malloc(ny * 4), *lse = malloc(nl * 4), *glse = malloc(nl * 4);
-    ds_attention_forward_fused(y, lse, xf, B, T, C, NH);
+    ds_attention_forward_fused(y, lse, xf, B, T, C, NH, p, key);
     void *want = as_given(h, y, ny, out16), *got = malloc(ny * (out16 ? 2 : 4));
     void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, in16, out16, 0));
-    ds_attention16_forward_fused(h, got, glse, x, B, T, C, NH, in16, out16, ws);
+    ds_attention16_forward_fused(h, got, glse, x, B, T, C, NH, p, key, in16, out16, ws);
     assert_memory_equal(got, want, ny * (out16 ? 2 : 4));
     assert_memory_equal(glse, lse, nl * 4);
     free(ws);
     float *dout = tu_randf(ny, -1, 1), *dq = tu_randf(nx, -0.5f, 0.5f), *wdq = tu_copyf(dq, nx);
-    ds_attention_backward_fused(wdq, 1, dout, xf, lse, B, T, C, NH);
+    ds_attention_backward_fused(wdq, 1, dout, xf, lse, B, T, C, NH, p, key);
     ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16, 0));
-    ds_attention16_backward_fused(h, dq, 1, dout, x, lse, B, T, C, NH, in16, 0, ws);
+    ds_attention16_backward_fused(h, dq, 1, dout, x, lse, B, T, C, NH, p, key, in16, 0, ws);
     assert_memory_equal(dq, wdq, nx * 4);
     free(ws);
     /* a 16-bit dqkv: the fp32 one (dk, dv summed over chunks of query rows in fp32)
      * rounded once, written over garbage */
-    ds_attention_backward_fused(wdq, 0, dout, xf, lse, B, T, C, NH);
+    ds_attention_backward_fused(wdq, 0, dout, xf, lse, B, T, C, NH, p, key);
     uint16_t *want16 = as_given(h, wdq, nx, 1), *d16 = malloc(nx * 2);
     memset(d16, 0xA5, nx * 2);
     ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, in16, out16, 1));
-    ds_attention16_backward_fused(h, d16, 0, dout, x, lse, B, T, C, NH, in16, 1, ws);
+    ds_attention16_backward_fused(h, d16, 0, dout, x, lse, B, T, C, NH, p, key, in16, 1, ws);
     assert_memory_equal(d16, want16, nx * 2);
     if (x != xf) free(x);
     free(xf), free(y), free(lse), free(glse), free(want), free(got), free(ws), free(dout),
@@ -127,8 +128,9 @@ static void each_case(ds_half h) {
         int in16 = io & 1, out16 = io >> 1;
         check_gelu(h, 5, in16, out16);
         check_gelu(h, 3 * 8192 + 517, in16, out16); /* chunks and blocks, a short tail */
-        check_attention(h, 2, 37, 48, 3, in16, out16);
-        check_attention(h, 1, 70, 64, 2, in16, out16);
+        check_attention(h, 2, 37, 48, 3, in16, out16, 0.0f);
+        check_attention(h, 1, 70, 64, 2, in16, out16, 0.0f);
+        check_attention(h, 2, 37, 48, 3, in16, out16, 0.1f); /* attention dropout */
     }
     check_layernorm_wide(h, 9, 1100);
 }

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -351,6 +352,31 @@ static void test_attention_large(void **state) {
 }
 
 /* ---- attention with dropout on the probabilities ------------------------------------ */
+/* grad - base against the finite differences of ref_attention under c's mask: each
+ * element (full_fd) or two random directions */
+static void expect_attention_grad(const char *what, const float *grad, const float *base,
+                                  const attd_ctx *c, const double *xd, const double *g,
+                                  int full_fd) {
+    size_t nx = (size_t)c->s.B * c->s.T * 3 * c->s.C, ny = (size_t)c->s.B * c->s.T * c->s.C;
+    if (full_fd) {
+        double *fd = malloc(nx * sizeof *fd);
+        tu_fd_grad(ref_attention, c, xd, nx, g, ny, fd);
+        expect_accumulated(what, grad, base, fd, nx);
+        free(fd);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        float *df = tu_randf(nx, -1, 1);
+        double *d = tu_to_double(df, nx);
+        expect_close(what, dot_fd(grad, base, d, nx), tu_fd_dir(ref_attention, c, xd, d, nx, g, ny),
+                     1e-4);
+        free(df), free(d);
+    }
+}
+
+/* The reference pair and the fused one (kernels.h), which must draw the same mask: the
+ * fused forward gives the reference's bits, both gradients match the finite differences
+ * of the double-precision attention under ds_dropout_forward's mask. */
 static void check_attention_dropout(int B, int T, int C, int NH, float p, int full_fd) {
     ds_rng_key key = {.seed = 0x5EEDull << 33 | 9, .step = 3, .layer = 17, .micro = 2};
     /* the mask the kernel must use: ds_dropout_forward's over the [B,NH,T,T] tensor */
@@ -368,22 +394,16 @@ static void check_attention_dropout(int B, int T, int C, int NH, float p, int fu
     float *base = tu_randf(nx, -0.5f, 0.5f), *grad = tu_copyf(base, nx);
     ds_attention_backward_dropout(grad, 1, scratch, dout, qkv, att, B, T, C, NH, p, key);
     double *g = tu_to_double(dout, ny);
-    if (full_fd) {
-        double *fd = malloc(nx * sizeof *fd);
-        tu_fd_grad(ref_attention, &c, xd, nx, g, ny, fd);
-        expect_accumulated("attention dropout dqkv", grad, base, fd, nx);
-        free(fd);
-    } else {
-        for (int k = 0; k < 2; k++) {
-            float *df = tu_randf(nx, -1, 1);
-            double *d = tu_to_double(df, nx);
-            expect_close("attention dropout directional", dot_fd(grad, base, d, nx),
-                         tu_fd_dir(ref_attention, &c, xd, d, nx, g, ny), 1e-4);
-            free(df), free(d);
-        }
-    }
+    expect_attention_grad("attention dropout dqkv", grad, base, &c, xd, g, full_fd);
+    float *outf = tu_randf(ny, 0, 1), *lse = tu_randf((size_t)B * NH * T, 0, 1);
+    float *gradf = tu_copyf(base, nx);
+    ds_attention_forward_fused(outf, lse, qkv, B, T, C, NH, p, key);
+    assert_memory_equal(outf, out, ny * sizeof *out);
+    ds_attention_backward_fused(gradf, 1, dout, qkv, lse, B, T, C, NH, p, key);
+    expect_attention_grad("fused attention dropout dqkv", gradf, base, &c, xd, g, full_fd);
     free(qkv), free(out), free(dout), free(att), free(scratch), free(out0), free(att0), free(xd),
-        free(yd), free(base), free(grad), free(g), free((float *)c.mask);
+        free(yd), free(base), free(grad), free(g), free((float *)c.mask), free(outf), free(lse),
+        free(gradf);
 }
 
 static void test_attention_dropout_grad(void **state) {
@@ -449,7 +469,8 @@ static void test_attention_dropout_rate(void **state) {
 }
 
 /* key.offset = rows before mine * elements per row: the last batch row alone draws what
- * it draws as part of the whole batch (a data-parallel rank's slice). */
+ * it draws as part of the whole batch (a data-parallel rank's slice), in the reference
+ * kernels and the fused ones. */
 static void test_attention_dropout_offset(void **state) {
     (void)state;
     tu_seed(24);
@@ -469,8 +490,18 @@ static void test_attention_dropout_offset(void **state) {
                                   key);
     assert_memory_equal(o1, out + 2 * ry, ry * sizeof *o1);
     assert_memory_equal(g1, grad + 2 * rx, rx * sizeof *g1);
+    float *lse = malloc((size_t)B * NH * T * sizeof *lse), *l1 = malloc((size_t)NH * T * sizeof *l1);
+    memset(grad, 0, nx * sizeof *grad), memset(g1, 0, rx * sizeof *g1);
+    key.offset = 0;
+    ds_attention_forward_fused(out, lse, qkv, B, T, C, NH, 0.4f, key);
+    ds_attention_backward_fused(grad, 1, dout, qkv, lse, B, T, C, NH, 0.4f, key);
+    key.offset = 2 * ra;
+    ds_attention_forward_fused(o1, l1, qkv + 2 * rx, 1, T, C, NH, 0.4f, key);
+    ds_attention_backward_fused(g1, 1, dout + 2 * ry, qkv + 2 * rx, l1, 1, T, C, NH, 0.4f, key);
+    assert_memory_equal(o1, out + 2 * ry, ry * sizeof *o1);
+    assert_memory_equal(g1, grad + 2 * rx, rx * sizeof *g1);
     free(qkv), free(dout), free(out), free(att), free(sc), free(grad), free(g1), free(o1),
-        free(a1), free(s1);
+        free(a1), free(s1), free(lse), free(l1);
 }
 
 /* ---- cross-entropy ---------------------------------------------------------------- */

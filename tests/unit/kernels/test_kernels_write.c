@@ -192,28 +192,29 @@ static void check_attention(int B, int T, int C, int NH, float p) {
 }
 
 /* the fused pair, fp32 and (in16) 16-bit qkv */
-static void check_fused(int B, int T, int C, int NH) {
+static void check_fused(int B, int T, int C, int NH, float p) {
+    ds_rng_key key = {.seed = 9, .step = 4, .layer = 1, .micro = 2, .offset = 3};
     size_t nx = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = tu_randf(nx, -2, 2), *dout = tu_randf(ny, -1, 1);
     float *y = malloc(ny * 4), *lse = malloc(nl * 4), *scratch = malloc(nl * 4);
     float *a = filled(nx, 0), *b = filled(nx, NAN);
-    K.attention_forward_fused(y, lse, qkv, B, T, C, NH);
-    K.attention_backward_fused(a, 1, scratch, dout, qkv, y, lse, B, T, C, NH);
-    K.attention_backward_fused(b, 0, scratch, dout, qkv, y, lse, B, T, C, NH);
+    K.attention_forward_fused(y, lse, qkv, B, T, C, NH, p, key);
+    K.attention_backward_fused(a, 1, scratch, dout, qkv, y, lse, B, T, C, NH, p, key);
+    K.attention_backward_fused(b, 0, scratch, dout, qkv, y, lse, B, T, C, NH, p, key);
     same_bits("fused attention dqkv", b, a, nx);
     for (int h = DS_HALF_BF16; h <= DS_HALF_F16; h++) {
         float *xf;
         uint16_t *x = rand16((ds_half)h, nx, 2, &xf);
         size_t N = (size_t)B * T;
         void *ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 0, N, (size_t)C, 1, 0, 0));
-        K.attention16_forward_fused((ds_half)h, y, lse, x, B, T, C, NH, 1, 0, ws);
+        K.attention16_forward_fused((ds_half)h, y, lse, x, B, T, C, NH, p, key, 1, 0, ws);
         free(ws);
         ws = nan_ws(ds_attention16_workspace(DS_ATTN16_F32, 1, N, (size_t)C, 1, 0, 0));
         memset(a, 0, nx * 4), memset(b, 0xFF, nx * 4);
-        K.attention16_backward_fused((ds_half)h, a, 1, scratch, dout, x, y, lse, B, T, C, NH, 1, 0,
-                                     0, ws);
-        K.attention16_backward_fused((ds_half)h, b, 0, scratch, dout, x, y, lse, B, T, C, NH, 1, 0,
-                                     0, ws);
+        K.attention16_backward_fused((ds_half)h, a, 1, scratch, dout, x, y, lse, B, T, C, NH, p,
+                                     key, 1, 0, 0, ws);
+        K.attention16_backward_fused((ds_half)h, b, 0, scratch, dout, x, y, lse, B, T, C, NH, p,
+                                     key, 1, 0, 0, ws);
         same_bits("fused attention16 dqkv", b, a, nx);
         free(xf), free(x), free(ws);
     }
@@ -225,8 +226,10 @@ static void test_attention(void **state) {
     tu_seed(4);
     check_attention(2, 37, 24, 3, 0.0f); /* T not a multiple of the 4-row blocks */
     check_attention(2, 37, 24, 3, 0.25f);
-    check_fused(2, 37, 24, 3);
-    check_fused(1, 150, 64, 2); /* three 64-row chunks */
+    check_fused(2, 37, 24, 3, 0.0f);
+    check_fused(2, 37, 24, 3, 0.25f);
+    check_fused(1, 150, 64, 2, 0.0f); /* three 64-row chunks */
+    check_fused(1, 150, 64, 2, 0.25f);
 }
 
 static void check_dropout(size_t n, float p) {

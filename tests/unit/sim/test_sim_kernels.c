@@ -163,6 +163,8 @@ static void c_embedding_backward(const ds_kernel_table *k, void **b, ds_half h) 
 #define WSL(bwd) ((2 + (bwd)) * PART(4 * LC))
 /* attention16's on the CPU: qkv widened, and in forward the fp32 output (floats) */
 #define WSA(bwd) (QKV + ((bwd) ? 0 : ACT))
+/* ... and backward's with a 16-bit dqkv: qkv widened, then the fp32 dqkv */
+#define WSA16D (2 * QKV)
 static void c_embedding16_forward(const ds_kernel_table *k, void **b, ds_half h) {
     k->embedding16_forward(h, b[0], b[1], b[2], BN, BC);
 }
@@ -196,21 +198,28 @@ static void c_gelu16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->gelu16_backward(h, b[0], 1, b[1], b[2], EN, 0);
 }
 static void c_attention16_forward_io(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 1, b[3]);
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0.0f, KEY, 1, 1, b[3]);
 }
 static void c_attention16_forward_i(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 1, 0, b[3]);
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0.0f, KEY, 1, 0, b[3]);
 }
 static void c_attention16_forward_o(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0, 1, b[3]);
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0.0f, KEY, 0, 1, b[3]);
+}
+static void c_attention16_forward_io_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_forward_fused(h, b[0], b[1], b[2], AB, AT, AC, ANH, 0.1f, KEY, 1, 1, b[3]);
 }
 static void c_attention16_backward_io(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 1, 1,
-                                  0, b[6]);
+    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0.0f,
+                                  KEY, 1, 1, 0, b[6]);
 }
 static void c_attention16_backward_o(const ds_kernel_table *k, void **b, ds_half h) {
-    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0, 1,
-                                  0, b[6]);
+    k->attention16_backward_fused(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0.0f,
+                                  KEY, 0, 1, 0, b[6]);
+}
+static void c_attention16_backward_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    k->attention16_backward_fused(h, b[0], 0, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0.1f,
+                                  KEY, 1, 1, 1, b[6]);
 }
 static void c_layernorm16_backward(const ds_kernel_table *k, void **b, ds_half h) {
     k->layernorm16_backward(h, b[0], 1, b[1], b[2], b[3], b[4], b[5], b[6], b[7], LN, LC, b[8]);
@@ -233,11 +242,19 @@ static void c_attention_backward_dropout(const ds_kernel_table *k, void **b, ds_
 }
 static void c_attention_forward_fused(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->attention_forward_fused(b[0], b[1], b[2], AB, AT, AC, ANH);
+    k->attention_forward_fused(b[0], b[1], b[2], AB, AT, AC, ANH, 0.0f, KEY);
 }
 static void c_attention_backward_fused(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
-    k->attention_backward_fused(b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH);
+    k->attention_backward_fused(b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0.0f, KEY);
+}
+static void c_attention_forward_fused_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_forward_fused(b[0], b[1], b[2], AB, AT, AC, ANH, 0.1f, KEY);
+}
+static void c_attention_backward_fused_dropout(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->attention_backward_fused(b[0], 1, b[1], b[2], b[3], b[4], b[5], AB, AT, AC, ANH, 0.1f, KEY);
 }
 static void c_crossentropy_forward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
@@ -357,6 +374,12 @@ static void c_sgd_update_half(const ds_kernel_table *k, void **b, ds_half h) {
     {"attention16_backward_fused (16-bit out: no workspace)", SLOT(attention16_backward_fused), \
      h, c_attention16_backward_o,                                                              \
      {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_F32(QKV), B_U16(ACT), B_POS(LSE), B_NONE}},        \
+    {"attention16_forward_fused (dropout)", SLOT(attention16_forward_fused), h,                \
+     c_attention16_forward_io_dropout, {B_U16(ACT), B_F32(LSE), B_U16(QKV), B_F32(WSA(0))}},   \
+    {"attention16_backward_fused (dropout, 16-bit dqkv)", SLOT(attention16_backward_fused), h, \
+     c_attention16_backward_dropout,                                                           \
+     {B_U16(QKV), B_F32(LSE), B_F32(ACT), B_U16(QKV), B_U16(ACT), B_POS(LSE),                  \
+      B_F32(WSA16D)}},                                                                          \
     {"layernorm16_backward", SLOT(layernorm16_backward), h, c_layernorm16_backward,            \
      {B_F32(LN * LC), B_U16(LC), B_U16(LC), B_F32(LN * LC), B_F32(LN * LC), B_U16(LC),         \
       B_F32(LN), B_POS(LN), B_F32(WSL(1))}},                                                    \
@@ -443,6 +466,11 @@ static const kcase CASES[] = {
     {"attention_forward_fused", SLOT(attention_forward_fused), 0, c_attention_forward_fused,
      {B_F32(ACT), B_F32(LSE), B_F32(QKV)}},
     {"attention_backward_fused", SLOT(attention_backward_fused), 0, c_attention_backward_fused,
+     {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_F32(QKV), B_F32(ACT), B_POS(LSE)}},
+    {"attention_forward_fused (dropout)", SLOT(attention_forward_fused), 0,
+     c_attention_forward_fused_dropout, {B_F32(ACT), B_F32(LSE), B_F32(QKV)}},
+    {"attention_backward_fused (dropout)", SLOT(attention_backward_fused), 0,
+     c_attention_backward_fused_dropout,
      {B_F32(QKV), B_F32(LSE), B_F32(ACT), B_F32(QKV), B_F32(ACT), B_POS(LSE)}},
     {"crossentropy_forward", SLOT(crossentropy_forward), 0, c_crossentropy_forward,
      {B_F32(XN), B_F32(XN * XV), {I32, XN, TARGETS, XV}, B_F64}},
@@ -550,6 +578,7 @@ static void test_every_entry_covered(void **state) {
     assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 1, 0, 0), 4 * QKV);
     assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 0, AB * AT, AC, 0, 1, 0), 4 * ACT);
     assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, AB * AT, AC, 0, 1, 0), 0);
+    assert_int_equal(ds_attention16_workspace(DS_ATTN16_F32, 1, AB * AT, AC, 1, 1, 1), 4 * WSA16D);
     int covered[NSLOTS] = {0};
     for (size_t i = 0; i < NCASES; i++) covered[CASES[i].slot / sizeof(void (*)(void))] = 1;
     ds_device *d = open_sim("256MiB", NULL);
