@@ -7,9 +7,9 @@
 #   scripts/gpu-check.sh bundle [DIR]       build here (no GPU needed) and put the test and
 #                                           benchmark programs, plus the non-CUDA shared
 #                                           libraries they load (OpenBLAS, libgomp), in DIR
-#                                           (default build-gpu-bundle, about 70 MB) and in
-#                                           DIR.tar.gz (about 24 MB: carry this one)
-#   scripts/gpu-check.sh run DIR            run a bundle (DIR or DIR.tar.gz) on a GPU
+#                                           (default build-gpu-bundle, about 210 MB) and in
+#                                           DIR.tar.xz (about 10 MB: carry this one)
+#   scripts/gpu-check.sh run DIR            run a bundle (DIR or DIR.tar.xz) on a GPU
 #                                           machine that has the CUDA 13
 #                                           runtime and cuBLAS but not this project's deps;
 #                                           if the bundled programs do not load there (other
@@ -29,6 +29,7 @@
 # $OUT/gpu-check.log. Exit status: 0 when every test passed, 1 otherwise, 2 on no device.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+. scripts/untar.sh
 ROOT=$PWD
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-150}
@@ -157,14 +158,14 @@ show_device() {
     fi
 }
 
-# DIR.tar.gz (what `bundle` writes beside DIR, to be carried) is unpacked where it lies;
-# prints the directory to use.
+# DIR.tar.xz (what `bundle` writes beside DIR, to be carried; .tar.gz as before) is
+# unpacked where it lies; prints the directory to use.
 unpack() {
     case $1 in
-    *.tar.gz)
+    *.tar.xz | *.tar.gz)
         [ -f "$1" ] || { echo "no bundle $1" >&2; return 1; }
-        tar -xzf "$1" -C "$(dirname "$1")" || return 1
-        echo "${1%.tar.gz}" ;;
+        untar "$1" || return 1
+        echo "${1%.tar.?z}" ;;
     *) echo "$1" ;;
     esac
 }
@@ -194,9 +195,12 @@ bundle)
     cp "$(grep -m1 '^NCCL_INCLUDE_DIR:' "$b/CMakeCache.txt" | cut -d= -f2)/nccl.h" "$dir/include/"
     du -sh "$dir"
     ls "$dir/bin" "$dir/lib" "$dir/include"
-    # The device tool carries at most 64 MiB and the directory is more (each test program
-    # holds the kernels for two GPU generations, OpenBLAS alone is 36 MB): carry this.
-    tar -czf "$dir.tar.gz" "$dir" && du -sh "$dir.tar.gz"
+    # The device tool carries at most 64 MiB and the directory is more: each of a dozen
+    # programs holds the same kernels for two GPU generations (16 MB), OpenBLAS alone is
+    # 35 MB. gzip (a 32 KiB window) sees no repeat across programs: 70 MB; xz with a
+    # 64 MiB dictionary (-9, one thread: threads would split it) stores them once.
+    rm -f "$dir.tar.gz"
+    tar -cf - "$dir" | xz -9 -T1 >"$dir.tar.xz" && du -sh "$dir.tar.xz"
     ;;
 rebuild) # rebuild DIR: the bundle's test programs from the sources, here (tests/gpu/run.sh)
     rebuild_here "$(cd "${2:?usage: gpu-check.sh rebuild DIR}" && pwd)"

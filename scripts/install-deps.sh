@@ -8,6 +8,7 @@ PACKAGES=(
   libssh2-1-dev libcurl4-openssl-dev libssl-dev libinih-dev liblua5.4-dev lua5.4
   libcmocka-dev libopenblas-dev libgloo-dev
   openssh-server openssh-client iproute2 procps psmisc
+  xz-utils   # the GPU bundle's archive (scripts/gpu-check.sh bundle) and its test
   slurmctld slurmd slurm-client  # a private Slurm cluster for the Slurm tests (docs/slurm.md)
   chromium   # headless, to test report.html in a real browser (tests/integration/monitor)
   # a real torchrun-style program for the launcher's tests (DDP over Gloo); the bench's

@@ -12,7 +12,7 @@
 #      available" when dsrun cannot train on cuda);
 #   4. the benchmark (bench/gpu/bench_gpt.sh) in the time left.
 # DIR: a bundle made here by `scripts/gpu-check.sh bundle` (DIR/bin, DIR/lib, or the
-# DIR.tar.gz it writes beside, unpacked first), or a build tree; default: build-gpu-bundle if it exists, else build-gpu (built now with
+# DIR.tar.xz it writes beside, unpacked first), or a build tree; default: build-gpu-bundle if it exists, else build-gpu (built now with
 # CMake when missing). With OUT set (the device tool's result folder) the log and the
 # results go there; else to DIR. Exit: 0 all passed, 1 something failed, 2 no GPU.
 set -uo pipefail
@@ -23,8 +23,9 @@ cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 START=$(date +%s)
 BUDGET=${GPU_RUN_BUDGET_S:-460} # seconds for everything; the benchmark gets what is left
+. scripts/untar.sh
 case $DIR in # the bundle as carried (scripts/gpu-check.sh bundle writes it beside DIR)
-*.tar.gz) tar -xzf "$DIR" -C "$(dirname "$DIR")" || exit 1; DIR=${DIR%.tar.gz} ;;
+*.tar.xz | *.tar.gz) untar "$DIR" || exit 1; DIR=${DIR%.tar.?z} ;;
 esac
 [ -z "$DIR" ] && { [ -d build-gpu-bundle/bin ] && DIR=build-gpu-bundle || DIR=build-gpu; }
 RES_DIR=${OUT:-$DIR}
