@@ -200,7 +200,12 @@ bundle)
     # 35 MB. gzip (a 32 KiB window) sees no repeat across programs: 70 MB; xz with a
     # 64 MiB dictionary (-9, one thread: threads would split it) stores them once.
     rm -f "$dir.tar.gz"
-    tar -cf - "$dir" | xz -9 -T1 >"$dir.tar.xz" && du -sh "$dir.tar.xz"
+    tar -cf - "$dir" | xz -9 -T1 >"$dir.tar.xz" && du -sh "$dir.tar.xz" || exit 1
+    size=$(stat -c %s "$dir.tar.xz")
+    if [ "$size" -gt $((64 << 20)) ]; then
+        echo "bundle: $dir.tar.xz is $size bytes, over the 64 MiB the device tool carries" >&2
+        exit 1
+    fi
     ;;
 rebuild) # rebuild DIR: the bundle's test programs from the sources, here (tests/gpu/run.sh)
     rebuild_here "$(cd "${2:?usage: gpu-check.sh rebuild DIR}" && pwd)"
