@@ -259,6 +259,10 @@ typedef struct ds_kernel_table {
     void (*dropout_forward)(float *out, const float *inp, size_t n, float p, ds_rng_key key);
     void (*dropout_backward)(float *dinp, int acc, const float *dout, size_t n, float p,
                              ds_rng_key key);
+    /* out = x + dropout_forward(f): the same bits as dropout_forward into a buffer then
+     * add_forward(out, x, it), in one pass and without that buffer */
+    void (*dropout_add_forward)(float *out, const float *x, const float *f, size_t n, float p,
+                                ds_rng_key key);
     /* optimizer; sums of squares to a device double */
     void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t);

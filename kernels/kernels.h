@@ -120,6 +120,10 @@ void ds_philox4x32(uint32_t out[4], const uint32_t counter[4], const uint32_t ke
 void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key);
 void ds_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
                          ds_rng_key key);
+/* out = x + dropout(f) in one pass: the bits of ds_dropout_forward(y, f) then
+ * ds_add_forward(out, x, y), without y (a Residual whose branch ends in a Dropout) */
+void ds_dropout_add_forward(float *out, const float *x, const float *f, size_t n, float p,
+                            ds_rng_key key);
 
 /* ---- optimizer ------------------------------------------------------------------ */
 /* One AdamW step on n elements (a slice of a flat buffer). t is the 1-based step for

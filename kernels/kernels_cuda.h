@@ -215,6 +215,9 @@ int ds_cuda_dropout_forward(ds_cuda_ctx *ctx, float *out, const float *inp, size
                             ds_rng_key key);
 int ds_cuda_dropout_backward(ds_cuda_ctx *ctx, float *dinp, int acc, const float *dout, size_t n,
                              float p, ds_rng_key key);
+/* out = x + dropout(f): ds_dropout_add_forward's bits */
+int ds_cuda_dropout_add_forward(ds_cuda_ctx *ctx, float *out, const float *x, const float *f,
+                                size_t n, float p, ds_rng_key key);
 
 /* ---- optimizer --------------------------------------------------------------------- */
 int ds_cuda_adamw_update(ds_cuda_ctx *ctx, float *param, const float *grad, float *m, float *v,

@@ -12,10 +12,13 @@ void ds_philox4x32(uint32_t out[4], const uint32_t counter[4], const uint32_t ke
     for (int j = 0; j < 4; j++) out[j] = c[j];
 }
 
-static void dropout_apply(float *dst, const float *src, size_t n, float p, ds_rng_key key,
-                          int accumulate) {
+/* dst = base + dropout(src), or dropout(src) where base is NULL: base is dst itself for
+ * the accumulating backward, a Residual's input for the fused add (the bits of
+ * ds_add_forward(x, dropout(src)): one fp32 add after the same y) */
+static void dropout_apply(float *dst, const float *base, const float *src, size_t n, float p,
+                          ds_rng_key key) {
     if (p <= 0.0f) {
-        for (size_t i = 0; i < n; i++) dst[i] = accumulate ? dst[i] + src[i] : src[i];
+        for (size_t i = 0; i < n; i++) dst[i] = base ? base[i] + src[i] : src[i];
         return;
     }
     uint32_t thresh = ds_km_drop_threshold(p);
@@ -35,16 +38,21 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, ds_rn
             size_t i = (size_t)(g - key.offset);
             if (i >= n) break;
             float y = ds_km_dropout1(src[i], r[j], p, thresh, keep_scale);
-            dst[i] = accumulate ? dst[i] + y : y;
+            dst[i] = base ? base[i] + y : y;
         }
     }
 }
 
 void ds_dropout_forward(float *out, const float *inp, size_t n, float p, ds_rng_key key) {
-    dropout_apply(out, inp, n, p, key, 0);
+    dropout_apply(out, NULL, inp, n, p, key);
 }
 
 void ds_dropout_backward(float *dinp, int acc, const float *dout, size_t n, float p,
                          ds_rng_key key) {
-    dropout_apply(dinp, dout, n, p, key, acc);
+    dropout_apply(dinp, acc ? dinp : NULL, dout, n, p, key);
+}
+
+void ds_dropout_add_forward(float *out, const float *x, const float *f, size_t n, float p,
+                            ds_rng_key key) {
+    dropout_apply(out, x, f, n, p, key);
 }

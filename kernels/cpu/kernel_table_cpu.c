@@ -78,6 +78,7 @@ const ds_kernel_table ds_cpu_kernels = {
     .crossentropy16 = xent16,
     .dropout_forward = ds_dropout_forward,
     .dropout_backward = ds_dropout_backward,
+    .dropout_add_forward = ds_dropout_add_forward,
     .adamw_update = ds_adamw_update,
     .adamw_spans = ds_adamw_spans,
     .sgd_update = ds_sgd_update,

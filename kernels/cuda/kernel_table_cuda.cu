@@ -202,6 +202,10 @@ static void dropout_backward(float *dinp, int acc, const float *dout, size_t n, 
                              ds_rng_key key) {
     RUN("dropout_backward", ds_cuda_dropout_backward(ctx_of(), dinp, acc, dout, n, p, key));
 }
+static void dropout_add_forward(float *out, const float *x, const float *f, size_t n, float p,
+                                ds_rng_key key) {
+    RUN("dropout_add_forward", ds_cuda_dropout_add_forward(ctx_of(), out, x, f, n, p, key));
+}
 static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t) {
     RUN("adamw_update", ds_cuda_adamw_update(ctx_of(), param, grad, m, v, n, lr, beta1, beta2,
@@ -291,6 +295,7 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
     crossentropy16,
     dropout_forward,
     dropout_backward,
+    dropout_add_forward,
     adamw_update,
     adamw_spans,
     sgd_update,
@@ -306,5 +311,5 @@ extern "C" const ds_kernel_table ds_cuda_kernels = {
 };
 
 // a table grown in kernel_table.h must grow here too (C++17: positional initialisers)
-static_assert(sizeof(ds_kernel_table) == 47 * sizeof(void (*)(void)),
+static_assert(sizeof(ds_kernel_table) == 48 * sizeof(void (*)(void)),
               "kernel_table.h has entries ds_cuda_kernels lacks");

@@ -561,6 +561,16 @@ static void sim_dropout_backward(float *dinp, int acc, const float *dout, size_t
     submit(&L, "dropout_backward", args, NARGS(args));
 }
 
+static void k_dropout_add_forward(const launch *L) {
+    CPU.dropout_add_forward(L->p[0], L->p[1], L->p[2], L->n, L->f[0], L->key);
+}
+static void sim_dropout_add_forward(float *out, const float *x, const float *f, size_t n, float p,
+                                    ds_rng_key key) {
+    launch L = {.call = k_dropout_add_forward, .n = n, .f = {p}, .key = key};
+    sim_arg args[] = {ARG(out, F32(n)), ARG(x, F32(n)), ARG(f, F32(n))};
+    submit(&L, "dropout_add_forward", args, NARGS(args));
+}
+
 /* ---- optimizer -------------------------------------------------------------------- */
 
 /* f[] of the AdamW entries: lr, beta1, beta2, eps, weight_decay, grad_scale; i[0] = t */
@@ -737,6 +747,7 @@ const ds_kernel_table ds_sim_kernels = {
     .crossentropy16 = sim_crossentropy16,
     .dropout_forward = sim_dropout_forward,
     .dropout_backward = sim_dropout_backward,
+    .dropout_add_forward = sim_dropout_add_forward,
     .adamw_update = sim_adamw_update,
     .adamw_spans = sim_adamw_spans,
     .sgd_update = sim_sgd_update,

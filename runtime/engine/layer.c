@@ -183,19 +183,38 @@ static int make_images(ds_layer *l, int grads, ds_err *err) {
     return 0;
 }
 
-int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+/* forward, or forward_add where x is not NULL */
+static int run_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
+                       ds_tensor *out, ds_err *err) {
     l->in_ndim = -1;
     if (!in->data || in->ndim < 1) {
         ds_err_set(err, "input tensor has no storage (released?)");
         return with_path(l, err);
     }
     if (make_images(l, 0, err) != 0) return with_path(l, err);
-    int rc = l->ops->forward(l, r, in, err);
+    int rc = x ? l->ops->forward_add(l, r, in, x, out, err) : l->ops->forward(l, r, in, err);
     drop_images(l, 0);
     if (rc != 0) return with_path(l, err);
     l->in_ndim = in->ndim;
     for (int i = 0; i < in->ndim; i++) l->in_shape[i] = in->shape[i];
     return 0;
+}
+
+int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    return run_forward(l, r, in, NULL, NULL, err);
+}
+
+int ds_layer_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
+                         ds_tensor *out, ds_err *err) {
+    if (!ds_layer_fuses_into_add(l, r)) {
+        ds_err_set(err, "forward_add: this layer does not fuse into an add in this pass");
+        return with_path(l, err);
+    }
+    return run_forward(l, r, in, x, out, err);
+}
+
+int ds_layer_fuses_into_add(const ds_layer *l, const ds_run *r) {
+    return l->ops->fuses_into_add && l->ops->fuses_into_add(l, r);
 }
 
 /* what a layer's 16-bit hook (emits_half, takes_half, ...) says; NULL: no */

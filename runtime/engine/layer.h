@@ -107,6 +107,17 @@ typedef struct ds_layer_ops {
      * nor a Residual with acc = 1 (din += dout would double dout). ds_layer_backward
      * refuses an in-place call this does not allow. NULL: never. */
     int (*grad_in_place)(const ds_layer *l, const ds_run *r, int acc);
+    /* 1: in pass r this layer, as the end of a Residual's branch, can compute that
+     * Residual's sum itself (forward_add): an active Dropout, whose output then needs no
+     * buffer of its own and no pass of its own; a Sequential whose last child can. NULL:
+     * no. */
+    int (*fuses_into_add)(const ds_layer *l, const ds_run *r);
+    /* Where fuses_into_add says so, forward's stand-in: writes out = x + (this layer's
+     * output for in), bit for bit what forward then the Residual's add_forward give, and
+     * leaves l->out shaped as forward would (a Dropout's: its input, borrowed, whose
+     * values no backward reads: the Dropout's needs only the mask, drawn again). */
+    int (*forward_add)(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
+                       ds_tensor *out, ds_err *err);
 } ds_layer_ops;
 
 #define DS_LAYER_MAX_PARAMS 2
@@ -195,6 +206,12 @@ int ds_layer_check_half(const ds_layer *l, int grads, ds_err *err);
 int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err);
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                       ds_tensor *din, int acc, ds_err *err);
+/* out = x + l(in) through ops->forward_add (where ops->fuses_into_add says so), with the
+ * bookkeeping of ds_layer_forward (the input's shape backward checks, errors' paths) */
+int ds_layer_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
+                         ds_tensor *out, ds_err *err);
+/* ops->fuses_into_add asked of l in pass r; 0 where the kind has none */
+int ds_layer_fuses_into_add(const ds_layer *l, const ds_run *r);
 /* ops->passes_through asked of l in pass r; 0 where the kind has none */
 int ds_layer_passes_through(const ds_layer *l, const ds_run *r);
 /* ops->grad_in_place asked of l in pass r with acc; 0 where the kind has none */

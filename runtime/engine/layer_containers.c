@@ -12,13 +12,37 @@ static void borrow_out(ds_layer *l, const ds_tensor *t) {
     l->out_borrowed = 1;
 }
 
-static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
-    const ds_tensor *x = in;
-    for (int i = 0; i < l->nchild; i++) {
-        if (ds_layer_forward(l->child[i], r, x, err) != 0) return -1;
-        x = l->child[i]->out;
+/* Children [0, n) of l forward from in; *x: the last one's output (in for n = 0) */
+static int forward_children(ds_layer *l, int n, const ds_run *r, const ds_tensor *in,
+                            const ds_tensor **x, ds_err *err) {
+    *x = in;
+    for (int i = 0; i < n; i++) {
+        if (ds_layer_forward(l->child[i], r, *x, err) != 0) return -1;
+        *x = l->child[i]->out;
     }
+    return 0;
+}
+
+static int sequential_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
+    const ds_tensor *x;
+    if (forward_children(l, l->nchild, r, in, &x, err) != 0) return -1;
     borrow_out(l, x);
+    return 0;
+}
+
+/* A Residual's branch ending in a layer that fuses into the add: that last child
+ * computes the sum; the output is its, as in sequential_forward. */
+static int sequential_fuses(const ds_layer *l, const ds_run *r) {
+    return l->nchild && ds_layer_fuses_into_add(l->child[l->nchild - 1], r);
+}
+
+static int sequential_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in,
+                                  const ds_tensor *x, ds_tensor *out, ds_err *err) {
+    const ds_tensor *y;
+    ds_layer *last = l->child[l->nchild - 1];
+    if (forward_children(l, l->nchild - 1, r, in, &y, err) != 0) return -1;
+    if (ds_layer_forward_add(last, r, y, x, out, err) != 0) return -1;
+    borrow_out(l, last->out);
     return 0;
 }
 
@@ -128,13 +152,22 @@ static const ds_layer_ops SEQUENTIAL = {
     .forward = sequential_forward,
     .backward = sequential_backward,
     .grad_in_place = sequential_in_place,
+    .fuses_into_add = sequential_fuses,
+    .forward_add = sequential_forward_add,
 };
 
 ds_layer *ds_sequential_new(ds_err *err) { return ds_layer_alloc(&SEQUENTIAL, err); }
 
+/* A branch ending in an active Dropout (ops->fuses_into_add) computes the sum itself,
+ * x + dropout(f) in one kernel: the Dropout writes no output buffer of its own, and the
+ * bits are those of the Dropout then add_forward. */
 static int residual_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *err) {
     ds_layer *f = l->child[0];
     if (in->dtype != DS_F32) return ds_err_set(err, "input is %s, expected fp32", ds_dtype_name(in->dtype));
+    if (ds_layer_fuses_into_add(f, r)) {
+        if (ds_out_like(l, in, ds_last(in), err) != 0) return -1;
+        return ds_layer_forward_add(f, r, in, in, l->out, err);
+    }
     if (ds_layer_forward(f, r, in, err) != 0) return -1;
     if (!ds_tensor_same_shape(f->out, in) || f->out->dtype != DS_F32)
         return ds_err_set(err, "the residual branch changes the shape or type of its input");

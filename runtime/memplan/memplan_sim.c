@@ -284,6 +284,17 @@ static void count(sim *S, double flops) {
 
 static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err);
 
+/* layer_containers.c's sequential_fuses and the Dropout's fuses_into_add in training: the
+ * active Dropout a Residual's branch ends with (through Sequentials' last children),
+ * which computes the Residual's sum; NULL when there is none */
+static mp_node *fusing_dropout(mp_node *n) {
+    while (n->kind == MP_SEQUENTIAL) {
+        if (!n->nkids) return NULL;
+        n = n->kids[n->nkids - 1];
+    }
+    return n->kind == MP_DROPOUT && n->dropout ? n : NULL;
+}
+
 /* An attention layer's saved lse and its backward scratch, each [B,H,T] (the fused
  * kernels, with dropout or without). */
 static size_t att_bytes(const mp_node *n, int64_t B, int64_t T) {
@@ -323,9 +334,9 @@ static int forward_leaf(sim *S, mp_node *n, const mp_shape *in, ds_mp_line kept,
         ensure(S, &n->buf[0], (size_t)rows * 4, kept);
         ensure(S, &n->buf[1], (size_t)rows * 4, kept);
         return 0;
-    case MP_DROPOUT: /* out is the input, or the masked copy */
+    case MP_DROPOUT: /* out is the input, or the masked copy (none when fused) */
         n->out_shape = *in;
-        if (n->dropout) ensure(S, &n->buf[0], f32_bytes(in), kept);
+        if (n->dropout && !n->fused) ensure(S, &n->buf[0], f32_bytes(in), kept);
         return 0;
     case MP_ATTENTION: {
         if (in->ndim != 3 || in->d[2] % 3 || n->heads < 1)
@@ -356,11 +367,17 @@ static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *e
         n->out_shape = *x;
         return 0;
     }
-    case MP_RESIDUAL:
-        if (forward(S, n->kids[0], in, inside, err) != 0) return -1;
+    case MP_RESIDUAL: { /* fused: the sum's buffer first (residual_forward) */
+        mp_node *fd = fusing_dropout(n->kids[0]);
         n->out_shape = *in;
-        ensure(S, &n->out, f32_bytes(in), kept);
+        if (fd) {
+            fd->fused = 1;
+            ensure(S, &n->out, f32_bytes(in), kept);
+        }
+        if (forward(S, n->kids[0], in, inside, err) != 0) return -1;
+        if (!fd) ensure(S, &n->out, f32_bytes(in), kept);
         return 0;
+    }
     case MP_CHECKPOINT: {
         mp_node *t = kept_layer(n);
         if (forward(S, n->kids[0], in, 1, err) != 0) return -1;

@@ -33,6 +33,8 @@ typedef struct mp_node {
     const char *path;       /* for "where the peak is" */
     int in_dim, out_dim, heads;
     int dropout;            /* Dropout, Attention: p > 0 */
+    int fused;              /* Dropout: ends a Residual's branch, computes its sum
+                             * (ops->forward_add: no output buffer); set by the sim */
     int nparam;
     size_t pnumel[2];       /* parameters the layer uses (tied ones included) */
     int powner[2];          /* their stage, by index in the model */

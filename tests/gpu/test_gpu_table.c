@@ -241,8 +241,13 @@ static void test_dropout(size_t n, float p) {
     CPU->dropout_forward(o, x, n, p, key);
     DEV->dropout_forward(O, X, n, p, key);
     same_f("table dropout_forward", O, o, n * 4);
-    free(x), free(o);
-    dfree(X, n * 4), dfree(O, n * 4);
+    float *f = rnd(n, -1, 1); /* the fused add: x + dropout(f), the CPU's bits */
+    void *F = up(f, n * 4);
+    CPU->dropout_add_forward(o, x, f, n, p, key);
+    DEV->dropout_add_forward(O, X, F, n, p, key);
+    same_f("table dropout_add_forward", O, o, n * 4);
+    free(x), free(o), free(f);
+    dfree(X, n * 4), dfree(O, n * 4), dfree(F, n * 4);
 }
 
 /* More spans than one launch takes (64), of every decay, with untouched elements between

@@ -3,7 +3,7 @@
  * its stages against the allocation counters, every category and the total peak to the
  * byte. The grid: ZeRO 0-3 x checkpointing none/full/every:2 x
  * fp32/bf16, the same on every stage, at worlds 1, 2 and 4 (the tiny GPT), the small GPT
- * at world 2, mixes across stages, and bf16 with dropout.
+ * at world 2, mixes across stages, and fp32 and bf16 with dropout.
  *
  *   memplan_grid SCRIPT [FILTER]   FILTER: run only cases whose name contains it
  *   memplan_grid SCRIPT --world W [key=value ...]   one case, the arguments the script's
@@ -93,8 +93,9 @@ int main(int argc, char **argv) {
                     if (rc >= 0) bad += rc, n++;
                 }
     /* The small GPT, choices mixed across the stages (embed, blocks, head), and dropout
-     * (the Dropout layers' masks; attention's keeps its lse, the 16-bit dqkv given to
-     * c_attn's backward as without dropout). */
+     * (the Dropout layers' masks, none stored where a Dropout fuses into its Residual's
+     * add; attention's keeps its lse, the 16-bit dqkv given to c_attn's backward as
+     * without dropout). */
     static const grid_case more[] = {
         {2, "small", "0", "none", "fp32", NULL},        {2, "small", "3", "full", "bf16", NULL},
         {2, "small", "2", "every:2", "bf16", NULL},     {4, "small", "1", "none", "fp32", NULL},
@@ -103,6 +104,7 @@ int main(int argc, char **argv) {
         {2, "small", "1,3,2", "full,none,every:2", "bf16,bf16,fp32", NULL},
         {1, "small", "2,0,3", "every:2,full,none", "fp32,bf16,bf16", NULL},
         {2, "small", "0", "none", "bf16", "0.1"},       {1, "tiny", "3", "every:2", "bf16", "0.1"},
+        {1, "small", "0", "none", "fp32", "0.1"},       {2, "small", "1", "full", "fp32", "0.1"},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         int rc = run_case(argv[1], &more[i], filter);

@@ -98,6 +98,20 @@ unsigned char *eng_bytes(const ds_tensor *t) {
     return b;
 }
 
+static void same_bytes(const unsigned char *a, size_t na, const unsigned char *b, size_t nb,
+                       const char *what, const char *part, const char *other) {
+    if (na != nb || memcmp(a, b, na)) fail_msg("%s: %s differs from %s's", what, part, other);
+}
+
+void eng_same_step(const eng_step_bytes *a, const eng_step_bytes *b, const char *what,
+                   const char *other) {
+    same_bytes(a->out, a->out_n, b->out, b->out_n, what, "the output", other);
+    same_bytes(a->din, a->din_n, b->din, b->din_n, what, "d(input)", other);
+    same_bytes(a->grads, a->grads_n, b->grads, b->grads_n, what, "the parameter gradients", other);
+}
+
+void eng_step_bytes_free(eng_step_bytes *b) { free(b->out), free(b->din), free(b->grads); }
+
 int eng_open_device(void) {
     const char *dev = getenv("DS_ENGINE_DEVICE");
     ds_err err = {{0}};

@@ -25,6 +25,17 @@ ds_stage *eng_blocks_stage(int n, int C, int NH, ds_dtype prec, int checkpoint, 
 void eng_grad_pattern(ds_tensor *t);
 /* t's bytes on the host, wherever t lives; free() them */
 unsigned char *eng_bytes(const ds_tensor *t);
+/* A step's results as bytes on the host (eng_bytes): its output, d(input) and parameter
+ * gradients */
+typedef struct eng_step_bytes {
+    unsigned char *out, *din, *grads;
+    size_t out_n, din_n, grads_n;
+} eng_step_bytes;
+/* Fails the test, naming what (a case) and which part differs, unless a and b are the same
+ * bytes; other: what b is ("the copy path") */
+void eng_same_step(const eng_step_bytes *a, const eng_step_bytes *b, const char *what,
+                   const char *other);
+void eng_step_bytes_free(eng_step_bytes *b);
 /* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after
  * printing why not: main's exit status. */
 int eng_open_device(void);

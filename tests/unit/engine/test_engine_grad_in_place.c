@@ -66,8 +66,7 @@ static void copy_path(ds_layer *l, const ds_run *r, const ds_tensor *in, const d
 /* ---- one step ----------------------------------------------------------------------------- */
 
 typedef struct step_result {
-    unsigned char *out, *din, *grads;
-    size_t out_n, din_n, grads_n;
+    eng_step_bytes b;
     uint64_t copies;  /* backward's device-to-device copies */
     size_t act_after; /* activation bytes held after backward */
 } step_result;
@@ -80,7 +79,7 @@ static step_result run_step(ds_stage *s, int copying) {
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    step_result res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
+    step_result res = {.b = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)}};
     eng_grad_pattern(out);
     fresh f = {.n = 0};
     if (ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
@@ -98,25 +97,14 @@ static step_result run_step(ds_stage *s, int copying) {
     ds_mem_stats st;
     ds_mem_get_stats(&st);
     res.act_after = st.current[DS_MEM_ACTIVATIONS];
-    res.din = eng_bytes(din), res.din_n = ds_tensor_nbytes(din);
-    res.grads = eng_bytes(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
+    res.b.din = eng_bytes(din), res.b.din_n = ds_tensor_nbytes(din);
+    res.b.grads = eng_bytes(s->flat_grads), res.b.grads_n = ds_tensor_nbytes(s->flat_grads);
     for (int i = 0; i < f.n; i++) ds_tensor_free(f.t[i]);
     ds_tensor_free(x);
     ds_stage_free(s);
     ds_layer_images_free();
     return res;
 }
-
-static void same(const step_result *a, const step_result *b, const char *what) {
-    if (a->out_n != b->out_n || memcmp(a->out, b->out, a->out_n))
-        fail_msg("%s: the output differs from the copy path's", what);
-    if (a->din_n != b->din_n || memcmp(a->din, b->din, a->din_n))
-        fail_msg("%s: d(input) differs from the copy path's", what);
-    if (a->grads_n != b->grads_n || memcmp(a->grads, b->grads, a->grads_n))
-        fail_msg("%s: the parameter gradients differ from the copy path's", what);
-}
-
-static void result_free(step_result *r) { free(r->out), free(r->din), free(r->grads); }
 
 static void check_blocks(ds_dtype prec, int checkpoint, float p) {
     char what[96];
@@ -127,15 +115,15 @@ static void check_blocks(ds_dtype prec, int checkpoint, float p) {
     printf("%s: backward copies %llu (copy path %llu), activations held after it %zu bytes "
            "(copy path %zu)\n", what, (unsigned long long)got.copies,
            (unsigned long long)ref.copies, got.act_after, ref.act_after);
-    same(&got, &ref, what);
+    eng_same_step(&got.b, &ref.b, what, "the copy path");
     /* the stage's output gradient into the stream's one buffer; two a block before */
     assert_int_equal(got.copies, 1);
     assert_int_equal(ref.copies, 2 * NBLOCKS);
     if (checkpoint == 0) /* no buffer between blocks, none between a block's Residuals */
         assert_int_equal(ref.act_after - got.act_after,
                          (2 * NBLOCKS - 1) * (size_t)(B * T * C) * sizeof(float));
-    result_free(&ref);
-    result_free(&got);
+    eng_step_bytes_free(&ref.b);
+    eng_step_bytes_free(&got.b);
 }
 
 static void check_precision(ds_dtype prec) {
@@ -204,12 +192,12 @@ static void test_unsafe_branches_keep_copies(void **state) {
         printf("%s Residual(Linear), Residual(Sequential(Linear)), Residual(Residual(...)): "
                "backward copies %llu (copy path %llu)\n", ds_dtype_name(prec[k]),
                (unsigned long long)got.copies, (unsigned long long)ref.copies);
-        same(&got, &ref, "unsafe branches");
+        eng_same_step(&got.b, &ref.b, "unsafe branches", "the copy path");
         /* each Residual's din = dout but the nested one's, din += dout (acc = 1) */
         assert_int_equal(got.copies, 3);
         assert_int_equal(ref.copies, 3);
-        result_free(&ref);
-        result_free(&got);
+        eng_step_bytes_free(&ref.b);
+        eng_step_bytes_free(&got.b);
     }
 }
 

@@ -1,5 +1,6 @@
 /* Philox-4x32-10 against the published known answers (Random123's kat_vectors), and the
- * dropout kernel's contract: the mask is a pure function of (key, element index). */
+ * dropout kernel's contract: the mask is a pure function of (key, element index); the fused
+ * Residual add (dropout_add_forward) has the bits of dropout then add. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -154,6 +155,26 @@ static void test_dropout_offset(void **state) {
     free(whole);
 }
 
+/* The fused Residual add: x + dropout(f) is dropout_forward then add_forward, bit for
+ * bit, with a key offset inside a Philox block and at p = 0. */
+static void test_dropout_add_forward(void **state) {
+    (void)state;
+    tu_seed(23);
+    size_t n = 70001;
+    const float ps[] = {0.1f, 0.0f};
+    float *x = tu_randf(n, -1, 1), *f = tu_randf(n, -2, 2);
+    float *y = malloc(n * sizeof *y), *want = malloc(n * sizeof *want);
+    float *got = malloc(n * sizeof *got);
+    for (int k = 0; k < 2; k++) {
+        ds_rng_key key = {0x5EED0001ull, 3, 11, 2, 4097};
+        ds_dropout_forward(y, f, n, ps[k], key);
+        ds_add_forward(want, x, y, n);
+        ds_dropout_add_forward(got, x, f, n, ps[k], key);
+        assert_memory_equal(got, want, n * sizeof *got);
+    }
+    free(x), free(f), free(y), free(want), free(got);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
@@ -163,6 +184,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_keying_contract),
         cmocka_unit_test(test_dropout_backward),
         cmocka_unit_test(test_dropout_offset),
+        cmocka_unit_test(test_dropout_add_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

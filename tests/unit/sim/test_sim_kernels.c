@@ -284,6 +284,10 @@ static void c_dropout_backward(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->dropout_backward(b[0], 1, b[1], EN, 0.2f, KEY);
 }
+static void c_dropout_add_forward(const ds_kernel_table *k, void **b, ds_half h) {
+    (void)h;
+    k->dropout_add_forward(b[0], b[1], b[2], EN, 0.2f, KEY);
+}
 static void c_adamw_update(const ds_kernel_table *k, void **b, ds_half h) {
     (void)h;
     k->adamw_update(b[0], b[1], b[2], b[3], EN, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
@@ -485,6 +489,8 @@ static const kcase CASES[] = {
      c_crossentropy_backward_in_place, {B_F32(XN * XV), {I32, XN, TARGETS, XV}}},
     {"dropout_forward", SLOT(dropout_forward), 0, c_dropout_forward, {B_F32(EN), B_F32(EN)}},
     {"dropout_backward", SLOT(dropout_backward), 0, c_dropout_backward, {B_F32(EN), B_F32(EN)}},
+    {"dropout_add_forward", SLOT(dropout_add_forward), 0, c_dropout_add_forward,
+     {B_F32(EN), B_F32(EN), B_F32(EN)}},
     {"adamw_update", SLOT(adamw_update), 0, c_adamw_update,
      {B_F32(EN), B_F32(EN), B_F32(EN), B_POS(EN)}},
     {"adamw_spans", SLOT(adamw_spans), 0, c_adamw_spans,
