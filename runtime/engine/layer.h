@@ -115,7 +115,9 @@ typedef struct ds_layer_ops {
     /* Where fuses_into_add says so, forward's stand-in: writes out = x + (this layer's
      * output for in), bit for bit what forward then the Residual's add_forward give, and
      * leaves l->out shaped as forward would (a Dropout's: its input, borrowed, whose
-     * values no backward reads: the Dropout's needs only the mask, drawn again). */
+     * values no backward reads: the Dropout's needs only the mask, drawn again). out
+     * NULL (a leaf, from a checkpoint span whose Residual's sum is kept): the sum is
+     * there already; only what backward needs is set up, no kernel runs. */
     int (*forward_add)(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
                        ds_tensor *out, ds_err *err);
 } ds_layer_ops;
@@ -207,7 +209,8 @@ int ds_layer_forward(ds_layer *l, const ds_run *r, const ds_tensor *in, ds_err *
 int ds_layer_backward(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *dout,
                       ds_tensor *din, int acc, ds_err *err);
 /* out = x + l(in) through ops->forward_add (where ops->fuses_into_add says so), with the
- * bookkeeping of ds_layer_forward (the input's shape backward checks, errors' paths) */
+ * bookkeeping of ds_layer_forward (the input's shape backward checks, errors' paths);
+ * out NULL for a leaf: set up for backward only, the sum kept from the forward */
 int ds_layer_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in, const ds_tensor *x,
                          ds_tensor *out, ds_err *err);
 /* ops->fuses_into_add asked of l in pass r; 0 where the kind has none */

@@ -212,24 +212,29 @@ static ds_layer *wrap(const ds_layer_ops *ops, ds_layer *inner, ds_err *err) {
 
 ds_layer *ds_residual_new(ds_layer *inner, ds_err *err) { return wrap(&RESIDUAL, inner, err); }
 
-/* The child of Sequential n on the path to the leaf whose output a Residual sums in pass
- * r: the last one but trailing layers that pass their input through (an inactive
- * Dropout); -1 when there is none. */
-static int path_child(const ds_layer *n, const ds_run *r) {
+static int is_sequential(const ds_layer *l) { return l->ops == &SEQUENTIAL; }
+
+/* The child of Sequential n on the path to the leaf whose output a Residual's sum is
+ * made of in pass r: the last one but trailing layers that pass their input through (an
+ * inactive Dropout) and, when the Residual's branch fuses into its add (fused: n is then
+ * on the branch's trailing path), the leaf that computes the sum (an active Dropout,
+ * whose backward needs nothing of its forward either); -1 when there is none. */
+static int path_child(const ds_layer *n, const ds_run *r, int fused) {
     int k = n->nchild - 1;
+    if (fused && k >= 0 && !is_sequential(n->child[k]) && ds_layer_fuses_into_add(n->child[k], r))
+        k--;
     while (k >= 0 && ds_layer_passes_through(n->child[k], r)) k--;
     return k;
 }
 
-static int is_sequential(const ds_layer *l) { return l->ops == &SEQUENTIAL; }
-
-/* The leaf whose output Residual res's branch ends with in pass r (through Sequentials
- * and their trailing pass-through layers) when that leaf's backward needs only its input
- * and its output is fp32 (res sums it); else NULL. */
+/* The leaf whose output Residual res's branch ends with in pass r (through Sequentials,
+ * their trailing pass-through layers and the Dropout that computes res's sum) when that
+ * leaf's backward needs only its input and its output is fp32 (res sums it); else NULL. */
 static ds_layer *branch_leaf(const ds_layer *res, const ds_run *r) {
     ds_layer *n = res->child[0];
+    int fused = ds_layer_fuses_into_add(n, r);
     while (is_sequential(n)) {
-        int k = path_child(n, r);
+        int k = path_child(n, r, fused);
         if (k < 0) return NULL;
         n = n->child[k];
     }
@@ -242,10 +247,10 @@ static int is_residual(const ds_layer *l) { return l->ops == &RESIDUAL; }
  * backward needs only its input (ops->input_only), so the output need not be copied out
  * of the span nor the layer run again before its backward (for GPT's head, the logits:
  * one [B.T, V] buffer fewer, and the model's largest GEMM not run twice); or a Residual
- * whose branch ends in such a leaf (GPT's blocks: mlp.c_proj): its backward reads
- * neither its output nor its branch's, so the span keeps the Residual's sum and
- * backward runs neither the sum nor that leaf again. NULL: the span copies its output
- * and recomputes all of itself. */
+ * whose branch ends in such a leaf (GPT's blocks: mlp.c_proj, then a Dropout that passes
+ * through or computes the sum): its backward reads neither its output nor its branch's,
+ * so the span keeps the Residual's sum and backward runs neither the sum nor that leaf
+ * again. NULL: the span copies its output and recomputes all of itself. */
 static ds_layer *kept_layer(ds_layer *l, const ds_run *r) {
     ds_layer *t = ds_layer_trailing(l->child[0]);
     if (!t) return NULL;
@@ -288,21 +293,29 @@ static int forward_until(ds_layer *f, const ds_layer *t, const ds_run *r, const 
 /* A kept Residual's branch again up to its leaf: the leaf does not run (its backward
  * needs only its input), its output only gets storage, not zeroed, shaped like the sum
  * (like), for the shape checks of the layers that pass it on (the pass-through layers
- * after it, the Sequentials whose output it is); nothing reads its values, so nothing clears them. */
+ * after it, the Sequentials whose output it is); nothing reads its values, so nothing
+ * clears them. The layer that computed the sum (fused) is set up for its backward
+ * without computing it again (forward_add with no out). */
 static int branch_until(ds_layer *n, const ds_layer *leaf, const ds_run *r, const ds_tensor *in,
-                        const ds_tensor *like, ds_err *err) {
+                        const ds_tensor *like, int fused, ds_err *err) {
     if (n == leaf) {
         return ds_tensor_ensure_uninit(&n->out, DS_F32, DS_MEM_ACTIVATIONS, like->ndim,
                                        like->shape, err);
     }
-    int k = path_child(n, r);
+    int k = path_child(n, r, fused);
     for (int i = 0; i < k; i++) {
         if (ds_layer_forward(n->child[i], r, in, err) != 0) return -1;
         in = n->child[i]->out;
     }
-    if (branch_until(n->child[k], leaf, r, in, like, err) != 0) return -1;
-    for (int i = k + 1; i < n->nchild; i++) /* passing through: output = input */
-        if (ds_layer_forward(n->child[i], r, n->child[i - 1]->out, err) != 0) return -1;
+    if (branch_until(n->child[k], leaf, r, in, like, fused, err) != 0) return -1;
+    for (int i = k + 1; i < n->nchild; i++) { /* output = input, or the sum's layer */
+        ds_layer *c = n->child[i];
+        const ds_tensor *x = n->child[i - 1]->out;
+        int sum = fused && i == n->nchild - 1 && ds_layer_fuses_into_add(c, r);
+        int rc = sum ? ds_layer_forward_add(c, r, x, like, NULL, err)
+                     : ds_layer_forward(c, r, x, err);
+        if (rc != 0) return -1;
+    }
     return 0;
 }
 
@@ -313,7 +326,8 @@ static int checkpoint_backward(ds_layer *l, const ds_run *r, const ds_tensor *in
     const ds_tensor *at = in; /* t's input */
     int rc = t ? forward_until(f, t, r, &at, err) : ds_layer_forward(f, r, in, err);
     if (rc == 0 && t && is_residual(t)) /* the sum stays the forward's */
-        rc = branch_until(t->child[0], branch_leaf(t, r), r, at, t->out, err);
+        rc = branch_until(t->child[0], branch_leaf(t, r), r, at, t->out,
+                          ds_layer_fuses_into_add(t->child[0], r), err);
     if (rc == 0) rc = ds_layer_backward(f, r, in, dout, din, acc, err);
     /* the kept output stays, as a copy would: the span's output holds its gradient
      * after backward when the criterion wrote it there (the logits) */

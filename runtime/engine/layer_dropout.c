@@ -51,7 +51,8 @@ static int passes_through(const ds_layer *l, const ds_run *r) { return !active(l
  * buf[MASKED]. l->out borrows the input, as when inactive: its shape is the output's
  * for the shape checks of the Sequentials that pass it on, and no reader needs the
  * masked values (backward draws the mask again, the Residual has its sum); buf[MASKED]
- * loses its storage so a layer that ran unfused before holds none. */
+ * loses its storage so a layer that ran unfused before holds none. out NULL: the sum is
+ * a checkpoint span's kept one, only l->out is set up for backward (no kernel). */
 static int dropout_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in,
                                const ds_tensor *x, ds_tensor *out, ds_err *err) {
     if (in->dtype != DS_F32 || !ds_tensor_same_shape(in, x))
@@ -59,8 +60,9 @@ static int dropout_forward_add(ds_layer *l, const ds_run *r, const ds_tensor *in
     ds_tensor_release(l->buf[MASKED]);
     l->out_borrowed = 1;
     l->out = (ds_tensor *)in;
-    DS_K->dropout_add_forward(out->data, x->data, in->data, (size_t)in->numel, l->p,
-                              key_of(l, r, in));
+    if (out)
+        DS_K->dropout_add_forward(out->data, x->data, in->data, (size_t)in->numel, l->p,
+                                  key_of(l, r, in));
     return 0;
 }
 

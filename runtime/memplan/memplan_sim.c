@@ -236,10 +236,25 @@ static void release(sim *S, mp_node *n, const mp_node *keep) {
  * input gradient its output gradient) */
 static int passes_through(const mp_node *n) { return n->kind == MP_DROPOUT && !n->dropout; }
 
+/* the Dropout's fuses_into_add in training: p > 0 */
+static int fuses(const mp_node *n) { return n->kind == MP_DROPOUT && n->dropout; }
+
+/* layer_containers.c's sequential_fuses and the Dropout's fuses_into_add in training: the
+ * active Dropout a Residual's branch ends with (through Sequentials' last children),
+ * which computes the Residual's sum; NULL when there is none */
+static mp_node *fusing_dropout(mp_node *n) {
+    while (n->kind == MP_SEQUENTIAL) {
+        if (!n->nkids) return NULL;
+        n = n->kids[n->nkids - 1];
+    }
+    return fuses(n) ? n : NULL;
+}
+
 /* layer_containers.c's path_child: a Sequential's last child but trailing layers that
- * pass through */
-static int path_child(const mp_node *n) {
+ * pass through and, in a branch that fuses, the Dropout that computes the sum */
+static int path_child(const mp_node *n, int fused) {
     int k = n->nkids - 1;
+    if (fused && k >= 0 && fuses(n->kids[k])) k--;
     while (k >= 0 && passes_through(n->kids[k])) k--;
     return k;
 }
@@ -247,8 +262,9 @@ static int path_child(const mp_node *n) {
 /* layer_containers.c's branch_leaf: the input_only fp32 leaf a Residual's branch ends with */
 static mp_node *branch_leaf(const mp_node *r) {
     mp_node *n = r->kids[0];
+    int fused = fusing_dropout(n) != NULL;
     while (n->kind == MP_SEQUENTIAL) {
-        int k = path_child(n);
+        int k = path_child(n, fused);
         if (k < 0) return NULL;
         n = n->kids[k];
     }
@@ -283,17 +299,6 @@ static void count(sim *S, double flops) {
 }
 
 static int forward(sim *S, mp_node *n, const mp_shape *in, int inside, ds_err *err);
-
-/* layer_containers.c's sequential_fuses and the Dropout's fuses_into_add in training: the
- * active Dropout a Residual's branch ends with (through Sequentials' last children),
- * which computes the Residual's sum; NULL when there is none */
-static mp_node *fusing_dropout(mp_node *n) {
-    while (n->kind == MP_SEQUENTIAL) {
-        if (!n->nkids) return NULL;
-        n = n->kids[n->nkids - 1];
-    }
-    return n->kind == MP_DROPOUT && n->dropout ? n : NULL;
-}
 
 /* An attention layer's saved lse and its backward scratch, each [B,H,T] (the fused
  * kernels, with dropout or without). */
@@ -405,20 +410,21 @@ static int forward_until(sim *S, mp_node *f, const mp_node *t, const mp_shape **
 }
 
 /* layer_containers.c's branch_until: a kept Residual's branch again up to its leaf, whose
- * output only gets storage shaped like the sum */
+ * output only gets storage shaped like the sum (the Dropout that computed the sum, after
+ * it, takes no byte: fused) */
 static int branch_until(sim *S, mp_node *n, const mp_node *leaf, const mp_shape *in,
-                        const mp_shape *like, ds_err *err) {
+                        const mp_shape *like, int fused, ds_err *err) {
     if (n == leaf) {
         n->out_shape = *like;
         ensure(S, &n->out, f32_bytes(like), DS_MP_RECOMPUTE);
         return 0;
     }
-    int k = path_child(n);
+    int k = path_child(n, fused);
     for (int i = 0; i < k; i++) {
         if (forward(S, n->kids[i], in, 1, err) != 0) return -1;
         in = &n->kids[i]->out_shape;
     }
-    if (branch_until(S, n->kids[k], leaf, in, like, err) != 0) return -1;
+    if (branch_until(S, n->kids[k], leaf, in, like, fused, err) != 0) return -1;
     for (int i = k + 1; i < n->nkids; i++)
         if (forward(S, n->kids[i], &n->kids[i - 1]->out_shape, 1, err) != 0) return -1;
     return 0;
@@ -535,7 +541,8 @@ static int backward(sim *S, mp_node *n, const mp_shape *in, int din, int inside,
         const mp_shape *at = in;
         int rc = t ? forward_until(S, n->kids[0], t, &at, err) : forward(S, n->kids[0], in, 1, err);
         if (rc == 0 && t && t->kind == MP_RESIDUAL)
-            rc = branch_until(S, t->kids[0], branch_leaf(t), at, &t->out_shape, err);
+            rc = branch_until(S, t->kids[0], branch_leaf(t), at, &t->out_shape,
+                              fusing_dropout(t->kids[0]) != NULL, err);
         S->in_backward = was;
         if (rc == 0) rc = backward(S, n->kids[0], in, din, 1, err);
         release(S, n->kids[0], t);

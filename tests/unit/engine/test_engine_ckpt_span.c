@@ -7,8 +7,8 @@
  * needs its forward (LayerNorm, Attention) still recomputes all of itself. A stage of
  * Linears and a GELU checkpointed layer by layer holds what it holds without
  * checkpointing, to the byte. A span of GPT blocks, ending in a Residual whose branch ends
- * in mlp.c_proj, keeps the Residual's sum and does not run mlp.c_proj again, bit-identical
- * too. Its second step zeroes none of the activations and gradients it allocates again
+ * in mlp.c_proj (then a Dropout, passing through or, with dropout, computing the sum),
+ * keeps the Residual's sum and does not run mlp.c_proj again, bit-identical too. Its second step zeroes none of the activations and gradients it allocates again
  * (kernel_count.h's alloc_zero), all written before they are read (on sim: NaN until
  * written), with the same bits. Runs on the device DS_ENGINE_DEVICE names (cpu, sim). */
 #include <setjmp.h>
@@ -192,22 +192,22 @@ static void check_gpt(ds_dtype prec) {
 }
 
 /* GPT's blocks (gpt.lua checkpoints them, not the head): a block ends in a Residual whose
- * branch ends in mlp.c_proj (then a Dropout of p = 0), so its span keeps the Residual's
- * sum and runs neither it nor mlp.c_proj again: one Linear forward fewer per span. With
- * dropout on (p > 0) the Dropout is no identity and the span recomputes all of itself. */
+ * branch ends in mlp.c_proj, then a Dropout that passes through (p = 0) or computes the
+ * sum (p > 0: fused into the Residual's add), so its span keeps the Residual's sum and
+ * runs neither it nor mlp.c_proj again: one Linear forward fewer per span. */
 static void check_blocks(ds_dtype prec, float p) {
     static const struct {
-        int checkpoint, gemms, gemms_dropout;
+        int checkpoint, gemms;
     } CASES[] = {
-        {1, 8 + 6, 8 + 8}, /* each block a span: c_attn, attn.c_proj, c_fc again */
-        {2, 8 + 7, 8 + 8}, /* one span of both: all but the second block's mlp.c_proj */
+        {1, 8 + 6}, /* each block a span: c_attn, attn.c_proj, c_fc again */
+        {2, 8 + 7}, /* one span of both: all but the second block's mlp.c_proj */
     };
     ds_stage *s = blocks_stage(prec, 0, p);
     run_result ref = run_step(s);
     ds_stage_free(s);
     assert_int_equal(ref.gemms, 8);
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
-        int ck = CASES[i].checkpoint, want = p > 0 ? CASES[i].gemms_dropout : CASES[i].gemms;
+        int ck = CASES[i].checkpoint, want = CASES[i].gemms;
         s = blocks_stage(prec, ck, p);
         /* the second step (its gradients add to the first's): the kept sum written again */
         for (int step = 0; step < 2; step++) {
@@ -241,6 +241,7 @@ static void test_blocks_bf16(void **state) {
 static void test_blocks_dropout(void **state) {
     (void)state;
     check_blocks(DS_F32, 0.25f);
+    check_blocks(DS_BF16, 0.25f);
 }
 
 static void test_fp32(void **state) {

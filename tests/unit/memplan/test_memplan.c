@@ -1,5 +1,6 @@
 /* The memory planner's C interface on described stages (no memory): model-state lines
- * against the ZeRO formulas on the flat layout, checkpointing shrinking what is kept,
+ * against the ZeRO formulas on the flat layout, checkpointing shrinking what is kept (a
+ * span ending in a Residual over an MLP keeps its sum, with dropout too),
  * the ring and buckets at world > 1, the costs, and a description refusing to compute.
  * Predictions against the allocation counters of real runs: tests/integration/memplan. */
 #include <setjmp.h>
@@ -127,6 +128,44 @@ static void test_checkpointing(void **state) {
     ds_stage_free(s);
 }
 
+/* Residual(Sequential(Linear(16 -> 64), GELU, Linear(64 -> 16), Dropout(p))), GPT's MLP
+ * branch */
+static ds_stage *describe_residual(float p) {
+    ds_err err = {{0}};
+    ds_layer *fc1 = ds_linear_new(16, 64, 1, 0.02f, &err);
+    ds_layer *fc2 = ds_linear_new(64, 16, 1, 0.02f, &err);
+    ds_layer *seq = ds_sequential_new(&err);
+    assert_non_null(fc1), assert_non_null(fc2), assert_non_null(seq);
+    snprintf(fc1->name, sizeof fc1->name, "fc1");
+    snprintf(fc2->name, sizeof fc2->name, "fc2");
+    ds_layer *kids[4] = {fc1, ds_gelu_new(&err), fc2, ds_dropout_new(p, &err)};
+    for (int i = 0; i < 4; i++)
+        if (ds_layer_add_child(seq, kids[i], &err) != 0) fail_msg("%s", err.msg);
+    ds_layer *res = ds_residual_new(seq, &err);
+    assert_non_null(res);
+    ds_stage_opts o = {.zero = 0, .checkpoint = 0, .precision = DS_F32};
+    ds_stage *s = ds_stage_describe("res", &res, 1, &o, 1, &err);
+    if (!s) fail_msg("%s", err.msg);
+    return s;
+}
+
+/* A span ending in that Residual keeps its sum and recomputes fc1 alone, whether the
+ * Dropout passes through (p = 0) or computes the sum (p > 0: fused into the add); with
+ * p > 0 the Dropout keeps no B x 16 fp32 mask (the sum is its) */
+static void test_residual_span(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        ds_stage *s = describe_residual(k ? 0.1f : 0.0f);
+        ds_mp_pred none = predict(s, 0, 0, DS_F32, 1), span = predict(s, 0, 1, DS_F32, 1);
+        assert_true(none.recompute_flops == 0);
+        assert_true(span.recompute_flops == 2.0 * 8 * 16 * 64);
+        /* kept: fc1's and GELU's outputs [8, 64], fc2's [8, 16], the sum [8, 16], the
+         * loss per row [8]: no mask */
+        assert_int_equal(none.line_peak[DS_MP_ACT_KEPT], 4 * (2 * 8 * 64 + 2 * 8 * 16 + 8));
+        ds_stage_free(s);
+    }
+}
+
 static void test_description_refuses(void **state) {
     (void)state;
     ds_stage *s = describe(DS_F32);
@@ -157,6 +196,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_masters),
         cmocka_unit_test(test_bf16_activations),
         cmocka_unit_test(test_checkpointing),
+        cmocka_unit_test(test_residual_span),
         cmocka_unit_test(test_description_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
