@@ -112,6 +112,13 @@ void eng_same_step(const eng_step_bytes *a, const eng_step_bytes *b, const char 
 
 void eng_step_bytes_free(eng_step_bytes *b) { free(b->out), free(b->din), free(b->grads); }
 
+ds_kcount eng_kcount(const char *name) {
+    for (int i = 0; i < DS_KCOUNT_N; i++)
+        if (!strcmp(ds_kernel_count_name(i), name)) return ds_kernel_count_get(i);
+    fail_msg("the counting table has no slot %s", name);
+    return (ds_kcount){0, 0, 0, 0};
+}
+
 int eng_open_device(void) {
     const char *dev = getenv("DS_ENGINE_DEVICE");
     ds_err err = {{0}};

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "kernel_count.h"
 #include "stage.h"
 
 /* l with its name set (asserts l exists: a constructor's NULL fails the test) */
@@ -36,6 +37,9 @@ typedef struct eng_step_bytes {
 void eng_same_step(const eng_step_bytes *a, const eng_step_bytes *b, const char *what,
                    const char *other);
 void eng_step_bytes_free(eng_step_bytes *b);
+/* The counting table's slot named name (kernel_count.h: a kernel_table.h entry; the
+ * memory ops have their DS_KCOUNT_ slots); fails the test when there is none */
+ds_kcount eng_kcount(const char *name);
 /* Opens the device DS_ENGINE_DEVICE names (cpu when unset or auto); 0, or 1 after
  * printing why not: main's exit status. */
 int eng_open_device(void);

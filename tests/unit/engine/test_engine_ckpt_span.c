@@ -285,10 +285,8 @@ static run_result second_step(ds_stage *s, int count, ds_kcount *zeroed, ds_kcou
     if (count && ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
     r = run_step(s);
     if (!count) return r;
-    for (int i = DS_KCOUNT_NKERNELS; i < DS_KCOUNT_N; i++) {
-        if (!strcmp(ds_kernel_count_name(i), "alloc_zero")) *zeroed = ds_kernel_count_get(i);
-        if (!strcmp(ds_kernel_count_name(i), "alloc_uninit")) *uninit = ds_kernel_count_get(i);
-    }
+    *zeroed = ds_kernel_count_get(DS_KCOUNT_ALLOC_ZERO);
+    *uninit = ds_kernel_count_get(DS_KCOUNT_ALLOC_UNINIT);
     ds_kernel_count_uninstall();
     return r;
 }

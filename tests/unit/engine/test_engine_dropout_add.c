@@ -46,13 +46,6 @@ typedef struct step_result {
     size_t act_after, act_peak;
 } step_result;
 
-static uint64_t calls_of(const char *name) {
-    for (int i = 0; i < DS_KCOUNT_N; i++)
-        if (!strcmp(ds_kernel_count_name(i), name)) return ds_kernel_count_get(i).calls;
-    fail_msg("no kernel %s", name);
-    return 0;
-}
-
 /* One training step of stage s, d(output) a fixed pattern */
 static step_result run_step(ds_stage *s) {
     ds_err err = {{0}};
@@ -67,11 +60,11 @@ static step_result run_step(ds_stage *s) {
     eng_grad_pattern(out);
     if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg);
     ds_kernel_count_uninstall();
-    res.fused_calls = calls_of("dropout_add_forward");
-    res.dropout_calls = calls_of("dropout_forward");
-    res.add_calls = calls_of("add_forward");
-    res.gemms = calls_of("matmul_forward") + calls_of("matmul16_forward");
-    res.copies = calls_of("copy");
+    res.fused_calls = eng_kcount("dropout_add_forward").calls;
+    res.dropout_calls = eng_kcount("dropout_forward").calls;
+    res.add_calls = eng_kcount("add_forward").calls;
+    res.gemms = eng_kcount("matmul_forward").calls + eng_kcount("matmul16_forward").calls;
+    res.copies = ds_kernel_count_get(DS_KCOUNT_COPY).calls;
     ds_mem_stats st;
     ds_mem_get_stats(&st);
     res.act_after = st.current[DS_MEM_ACTIVATIONS];

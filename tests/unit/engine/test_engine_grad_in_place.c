@@ -92,8 +92,7 @@ static step_result run_step(ds_stage *s, int copying) {
     }
     ds_kernel_count_uninstall();
     if (!copying) din = s->grad_in;
-    for (int i = 0; i < DS_KCOUNT_N; i++)
-        if (!strcmp(ds_kernel_count_name(i), "copy")) res.copies = ds_kernel_count_get(i).calls;
+    res.copies = ds_kernel_count_get(DS_KCOUNT_COPY).calls;
     ds_mem_stats st;
     ds_mem_get_stats(&st);
     res.act_after = st.current[DS_MEM_ACTIVATIONS];

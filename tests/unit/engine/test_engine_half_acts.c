@@ -392,13 +392,6 @@ static void test_half_grads_are_exact(void **state) {
         }
 }
 
-static ds_kcount count_of(const char *name) {
-    for (int i = 0; i < DS_KCOUNT_N; i++)
-        if (!strcmp(ds_kernel_count_name(i), name)) return ds_kernel_count_get(i);
-    fail_msg("no count named %s", name);
-    return (ds_kcount){0};
-}
-
 /* What the kernels write, counted (kernels/kernel_count.h): GELU's input gradient, c_fc's
  * output gradient [B*T, 4C], in 2 bytes an element instead of 4; the attention's dqkv
  * [B*T, 3C] as well (beside its [B, NH, T] row term). */
@@ -411,7 +404,7 @@ static void test_half_grads_halve_writes(void **state) {
         ds_stage *s = gpt_stage(DS_BF16, 0, &k);
         assert_int_equal(ds_kernel_count_install(ds_device_get(), &err), 0);
         run_grads(s, V, off);
-        ds_kcount g = count_of("gelu16_backward"), a = count_of("attention16_backward_fused");
+        ds_kcount g = eng_kcount("gelu16_backward"), a = eng_kcount("attention16_backward_fused");
         ds_kernel_count_uninstall();
         printf("%s: gelu16_backward wrote %llu bytes, attention16_backward_fused %llu\n",
                off ? "fp32 gradients" : "16-bit gradients", (unsigned long long)g.bytes_written,

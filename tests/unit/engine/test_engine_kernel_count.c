@@ -127,13 +127,6 @@ static void same(const unsigned char *a, size_t na, const unsigned char *b, size
     if (na != nb || memcmp(a, b, na)) fail_msg("%s counted is not bit-identical to uncounted", what);
 }
 
-static ds_kcount count_of(const char *name) {
-    for (int i = 0; i < DS_KCOUNT_N; i++)
-        if (!strcmp(ds_kernel_count_name(i), name)) return ds_kernel_count_get(i);
-    fail_msg("no entry %s", name);
-    return (ds_kcount){0, 0, 0, 0};
-}
-
 /* The FLOPs of causal attention's two products (Q K^T, P V) over the stage's input,
  * position by position: query t of each head meets keys 0..t, hs multiply-adds each. */
 static uint64_t causal_attention_flops(void) {
@@ -165,8 +158,8 @@ static void check_step(ds_dtype prec) {
         params += (uint64_t)LINEARS[i].in * LINEARS[i].out + (LINEARS[i].bias ? LINEARS[i].out : 0);
         acts_in += tokens * LINEARS[i].in, acts_out += tokens * LINEARS[i].out;
     }
-    ds_kcount fwd = count_of(half ? "matmul16_forward" : "matmul_forward");
-    ds_kcount bwd = count_of(half ? "matmul16_backward" : "matmul_backward");
+    ds_kcount fwd = eng_kcount(half ? "matmul16_forward" : "matmul_forward");
+    ds_kcount bwd = eng_kcount(half ? "matmul16_backward" : "matmul_backward");
     printf("%s: Linear GEMMs forward %llu FLOPs, backward %llu; weights %llu x %llu tokens\n",
            ds_dtype_name(prec), (unsigned long long)fwd.flops, (unsigned long long)bwd.flops,
            (unsigned long long)weights, (unsigned long long)tokens);
@@ -181,11 +174,11 @@ static void check_step(ds_dtype prec) {
         assert_true(fwd.bytes_read >= 2 * (acts_in + params) && fwd.bytes_read <= 4 * acts_in + 2 * params);
         assert_true(fwd.bytes_written >= 2 * acts_out && fwd.bytes_written <= 4 * acts_out);
     }
-    ds_kcount other = count_of(half ? "matmul_forward" : "matmul16_forward");
+    ds_kcount other = eng_kcount(half ? "matmul_forward" : "matmul16_forward");
     assert_int_equal(other.calls, 0);
 
-    ds_kcount af = count_of(half ? "attention16_forward_fused" : "attention_forward_fused");
-    ds_kcount ab = count_of(half ? "attention16_backward_fused" : "attention_backward_fused");
+    ds_kcount af = eng_kcount(half ? "attention16_forward_fused" : "attention_forward_fused");
+    ds_kcount ab = eng_kcount(half ? "attention16_backward_fused" : "attention_backward_fused");
     assert_int_equal(af.calls, 1);
     assert_int_equal(ab.calls, 1);
     /* forward: the two products; backward: the scores again, then four products, and the
@@ -195,8 +188,8 @@ static void check_step(ds_dtype prec) {
     /* lse: B*NH*T floats written, nothing [T, T] */
     assert_true(af.bytes_written == (half ? 2 : 4) * tokens * C + 4 * (uint64_t)B * NH * T);
 
-    ds_kcount lf = count_of(half ? "layernorm16_forward" : "layernorm_forward");
-    ds_kcount lb = count_of(half ? "layernorm16_backward" : "layernorm_backward");
+    ds_kcount lf = eng_kcount(half ? "layernorm16_forward" : "layernorm_forward");
+    ds_kcount lb = eng_kcount(half ? "layernorm16_backward" : "layernorm_backward");
     assert_int_equal(lf.calls, 2);
     assert_int_equal(lb.calls, 2);
     free(plain.out), free(plain.din), free(plain.grads);
@@ -223,7 +216,7 @@ static void check_adamw_one_call(ds_dtype prec) {
     ds_stage *a = stepped_stage(prec, NULL), *b = stepped_stage(prec, NULL);
     assert_int_equal(ds_kernel_count_install(ds_device_get(), &err), 0);
     if (ds_adamw_step(a, 0, a->numel, &c, &err) != 0) fail_msg("%s", err.msg);
-    ds_kcount k = count_of(prec == DS_F32 ? "adamw_spans" : "adamw_half_spans");
+    ds_kcount k = eng_kcount(prec == DS_F32 ? "adamw_spans" : "adamw_half_spans");
     ds_kernel_count_uninstall();
     assert_int_equal(k.calls, 1);
     assert_true(k.flops == 16 * (uint64_t)a->numel);
@@ -277,20 +270,20 @@ static void test_memory_ops(void **state) {
     char host[100] = {0};
     assert_int_equal(d->ops->from_host(d, a, host, sizeof host, &err), 0);
     assert_int_equal(d->ops->to_host(d, host, b, 40, &err), 0);
-    ds_kcount z = count_of("alloc_zero"), m = count_of("memset0"), c = count_of("copy");
+    ds_kcount z = eng_kcount("alloc_zero"), m = eng_kcount("memset0"), c = eng_kcount("copy");
     assert_int_equal(z.calls, 2);
     assert_int_equal(z.bytes_written, 2000);
-    ds_kcount un = count_of("alloc_uninit");
+    ds_kcount un = eng_kcount("alloc_uninit");
     assert_int_equal(un.calls, 1);
     assert_int_equal(un.bytes_read + un.bytes_written, 0);
     assert_int_equal(m.calls, 1);
     assert_int_equal(m.bytes_written, 1000);
     assert_int_equal(c.bytes_read, 600);
     assert_int_equal(c.bytes_written, 600);
-    assert_int_equal(count_of("from_host").bytes_written, 100);
-    assert_int_equal(count_of("to_host").bytes_read, 40);
+    assert_int_equal(eng_kcount("from_host").bytes_written, 100);
+    assert_int_equal(eng_kcount("to_host").bytes_read, 40);
     ds_kernel_count_reset();
-    assert_int_equal(count_of("memset0").calls, 0);
+    assert_int_equal(eng_kcount("memset0").calls, 0);
     d->ops->free(d, a, 1000);
     d->ops->free(d, b, 1000);
     d->ops->free(d, u, 500);

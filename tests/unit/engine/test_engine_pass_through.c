@@ -16,7 +16,6 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine_test_stage.h"
 #include "kernel_count.h"
@@ -24,8 +23,7 @@
 enum { B = 2, T = 8, C = 16, NH = 2, NBLOCKS = 2 };
 
 typedef struct step_result {
-    unsigned char *out, *din, *grads;
-    size_t out_n, din_n, grads_n;
+    eng_step_bytes b;
     ds_kcount copies; /* backward's device-to-device copies */
     size_t act_peak, act_after; /* activation bytes: peak in backward, held after it */
 } step_result;
@@ -38,28 +36,22 @@ static step_result run_step(ds_dtype prec, int checkpoint, float p) {
     ds_run r = {.train = 1, .seed = 3};
     if (ds_stage_forward(s, x, &r, &err) != 0) fail_msg("%s", err.msg);
     ds_tensor *out = (ds_tensor *)ds_stage_output(s);
-    step_result res = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)};
+    step_result res = {.b = {.out = eng_bytes(out), .out_n = ds_tensor_nbytes(out)}};
     eng_grad_pattern(out);
     ds_mem_reset_peaks();
     if (ds_kernel_count_install(ds_device_get(), &err) != 0) fail_msg("%s", err.msg);
     if (ds_stage_backward(s, out, &err) != 0) fail_msg("%s", err.msg);
     ds_kernel_count_uninstall();
-    for (int i = 0; i < DS_KCOUNT_N; i++)
-        if (!strcmp(ds_kernel_count_name(i), "copy")) res.copies = ds_kernel_count_get(i);
+    res.copies = ds_kernel_count_get(DS_KCOUNT_COPY);
     ds_mem_stats st;
     ds_mem_get_stats(&st);
     res.act_peak = st.peak[DS_MEM_ACTIVATIONS], res.act_after = st.current[DS_MEM_ACTIVATIONS];
-    res.din = eng_bytes(s->grad_in), res.din_n = ds_tensor_nbytes(s->grad_in);
-    res.grads = eng_bytes(s->flat_grads), res.grads_n = ds_tensor_nbytes(s->flat_grads);
+    res.b.din = eng_bytes(s->grad_in), res.b.din_n = ds_tensor_nbytes(s->grad_in);
+    res.b.grads = eng_bytes(s->flat_grads), res.b.grads_n = ds_tensor_nbytes(s->flat_grads);
     ds_tensor_free(x);
     ds_stage_free(s);
     ds_layer_images_free();
     return res;
-}
-
-static void same(const unsigned char *a, size_t na, const unsigned char *b, size_t nb,
-                 const char *what) {
-    if (na != nb || memcmp(a, b, na)) fail_msg("%s differs with Dropouts of p = 0", what);
 }
 
 static void check(ds_dtype prec, int checkpoint) {
@@ -79,11 +71,12 @@ static void check(ds_dtype prec, int checkpoint) {
     /* no boundary gradient buffer of their own */
     assert_int_equal(drop.act_peak, plain.act_peak);
     assert_int_equal(drop.act_after, plain.act_after);
-    same(plain.out, plain.out_n, drop.out, drop.out_n, "the output");
-    same(plain.din, plain.din_n, drop.din, drop.din_n, "d(input)");
-    same(plain.grads, plain.grads_n, drop.grads, drop.grads_n, "the parameter gradients");
-    free(plain.out), free(plain.din), free(plain.grads);
-    free(drop.out), free(drop.din), free(drop.grads);
+    char what[64];
+    snprintf(what, sizeof what, "%s checkpoint %d, Dropouts of p = 0", ds_dtype_name(prec),
+             checkpoint);
+    eng_same_step(&drop.b, &plain.b, what, "the blocks without Dropouts");
+    eng_step_bytes_free(&plain.b);
+    eng_step_bytes_free(&drop.b);
 }
 
 static void test_fp32(void **state) {
